@@ -1,0 +1,27 @@
+# Choose the CUDA architectures before project() enables CUDA.
+#
+# * -DCMAKE_CUDA_ARCHITECTURES=... always wins.
+# * With a GPU visible (nvidia-smi answers), build for that GPU only ("native"):
+#   fastest compile, and the code the learner's benchmarks run.
+# * Without one (CI, a laptop), an explicit list: Ampere (sm_80) and Hopper (sm_90).
+#   Everything in the course runs on sm_80+; Hopper-only steps are guarded in code.
+if(DEFINED CMAKE_CUDA_ARCHITECTURES OR DEFINED ENV{CUDAARCHS})
+  return()
+endif()
+
+set(_course_default_archs "80;90")
+find_program(_course_nvidia_smi nvidia-smi)
+if(_course_nvidia_smi)
+  execute_process(
+    COMMAND "${_course_nvidia_smi}" --query-gpu=compute_cap --format=csv,noheader
+    RESULT_VARIABLE _course_smi_rc
+    OUTPUT_VARIABLE _course_smi_out
+    ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(_course_smi_rc EQUAL 0 AND _course_smi_out MATCHES "^([0-9]+)\\.([0-9]+)")
+    set(_course_default_archs "${CMAKE_MATCH_1}${CMAKE_MATCH_2}")
+    message(STATUS "course: GPU found (compute capability ${CMAKE_MATCH_1}.${CMAKE_MATCH_2})")
+  endif()
+endif()
+set(CMAKE_CUDA_ARCHITECTURES "${_course_default_archs}" CACHE STRING
+    "CUDA architectures to build for (e.g. 80;90)")
+message(STATUS "course: CMAKE_CUDA_ARCHITECTURES=${CMAKE_CUDA_ARCHITECTURES}")

@@ -1,0 +1,35 @@
+# Every dependency through its CMake package; a missing one stops configure with
+# the package a learner has to install.
+function(course_require_package pkg hint)
+  find_package(${pkg} ${ARGN} QUIET)
+  if(NOT ${pkg}_FOUND)
+    message(FATAL_ERROR
+      "course: required package '${pkg}' was not found.\n"
+      "  Install it with: ${hint}\n"
+      "  (or point CMAKE_PREFIX_PATH at its install prefix)")
+  endif()
+endfunction()
+
+course_require_package(CUDAToolkit "the CUDA Toolkit 12.x/13.x from NVIDIA (nvcc, cuBLAS, CCCL)")
+foreach(_lib cudart cublas cublasLt)
+  if(NOT TARGET CUDA::${_lib})
+    message(FATAL_ERROR "course: CUDA::${_lib} is missing from the CUDA Toolkit at ${CUDAToolkit_LIBRARY_DIR}")
+  endif()
+endforeach()
+# CCCL (CUB, Thrust, libcu++) ships a CMake config with the toolkit.
+course_require_package(CCCL "the CUDA Toolkit (CCCL ships with it)" CONFIG
+  HINTS "${CUDAToolkit_LIBRARY_DIR}/cmake" "${CUDAToolkit_TARGET_DIR}/lib/cmake")
+if(TARGET CUDA::nvtx3)
+  set(COURSE_NVTX_TARGET CUDA::nvtx3)
+else()
+  set(COURSE_NVTX_TARGET "")
+endif()
+
+if(COURSE_BUILD_TESTS)
+  course_require_package(GTest "sudo apt-get install libgtest-dev")
+  include(GoogleTest)
+endif()
+if(COURSE_BUILD_BENCHMARKS)
+  course_require_package(benchmark "sudo apt-get install libbenchmark-dev")
+endif()
+course_require_package(CLI11 "sudo apt-get install libcli11-dev" CONFIG)

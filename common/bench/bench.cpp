@@ -1,0 +1,179 @@
+#include "course/bench.hpp"
+
+#include "course/device.hpp"
+#include "course/error.hpp"
+#include "course/timer.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <vector>
+
+namespace course::bench {
+
+void time_iteration(benchmark::State& state, const std::function<void()>& fn, cudaStream_t stream) {
+  static EventTimer* timer = new EventTimer();  // lives for the process; avoids per-iteration event churn
+  timer->start(stream);
+  fn();
+  timer->stop(stream);
+  state.SetIterationTime(static_cast<double>(timer->elapsed_ms()) * 1e-3);
+}
+
+double measured_copy_bandwidth_gbs() {
+  static const double gbs = [] {
+    const std::size_t bytes = std::size_t{1} << 30;
+    DeviceBuffer<unsigned char> src(bytes), dst(bytes);
+    COURSE_CUDA_CHECK(cudaMemset(src.data(), 1, bytes));
+    const TimingStats t = time_kernel(
+        [&] { COURSE_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice)); },
+        3, 20);
+    return 2.0 * static_cast<double>(bytes) / (t.median_ms * 1e-3) / 1e9;  // read + write
+  }();
+  return gbs;
+}
+
+void set_bandwidth(benchmark::State& state, double bytes_moved) {
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["GB/s"] = benchmark::Counter(bytes_moved * iters / 1e9, benchmark::Counter::kIsRate);
+  // kIsRate divides by the manual time; "of_copy" is computed in the reporter
+  // from GB/s and this per-process ceiling.
+  state.counters["copy_GB/s"] = measured_copy_bandwidth_gbs();
+}
+
+void set_flops(benchmark::State& state, double flops, double ceiling_tflops) {
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["TFLOP/s"] = benchmark::Counter(flops * iters / 1e12, benchmark::Counter::kIsRate);
+  if (ceiling_tflops > 0) state.counters["ceiling_TFLOP/s"] = ceiling_tflops;
+}
+
+bool require_device(benchmark::State& state) {
+  std::string why;
+  if (cuda_device_available(&why)) return true;
+  state.SkipWithError(why.c_str());
+  return false;
+}
+
+namespace {
+
+/// One parsed row "op/impl/step/shape" with its headline metric.
+struct Row {
+  std::string op, impl, step, shape;
+  double value = 0.0;  // GB/s or TFLOP/s
+  std::string unit;
+  double ceiling = 0.0;  // copy GB/s for bandwidth rows
+  bool error = false;
+  std::string message;
+};
+
+bool parse_name(const std::string& name, Row& row) {
+  // Google Benchmark appends "/manual_time" etc.; the course's four fields come first.
+  std::vector<std::string> parts;
+  std::stringstream ss(name);
+  for (std::string p; std::getline(ss, p, '/');) parts.push_back(p);
+  if (parts.size() < 4) return false;
+  row.op = parts[0]; row.impl = parts[1]; row.step = parts[2]; row.shape = parts[3];
+  return true;
+}
+
+/// Console output as usual, plus the course table at the end.
+class SummaryReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& run : runs) {
+      if (run.run_type == Run::RT_Aggregate && run.aggregate_name != "median") continue;
+      Row row;
+      if (!parse_name(run.benchmark_name(), row)) continue;
+      row.error = run.error_occurred;
+      row.message = run.error_message;
+      if (auto it = run.counters.find("TFLOP/s"); it != run.counters.end()) {
+        row.value = it->second.value; row.unit = "TFLOP/s";
+      } else if (auto it2 = run.counters.find("GB/s"); it2 != run.counters.end()) {
+        row.value = it2->second.value; row.unit = "GB/s";
+        if (auto c = run.counters.find("copy_GB/s"); c != run.counters.end()) row.ceiling = c->second.value;
+      } else {
+        row.value = 1e3 / std::max(run.GetAdjustedRealTime(), 1e-12); row.unit = "runs/ms";
+      }
+      auto& steps = step_order_[{row.op, row.shape}];
+      if (std::find(steps.begin(), steps.end(), row.step) == steps.end()) steps.push_back(row.step);
+      rows_[{row.op, row.shape}][row.step][row.impl] = row;
+      order_.push_back({row.op, row.shape});
+    }
+  }
+
+  void Finalize() override {
+    ConsoleReporter::Finalize();
+    std::ostream& os = GetOutputStream();
+    os << "\n=== course summary (" << device_summary() << ") ===\n";
+    std::map<std::pair<std::string, std::string>, bool> seen;
+    for (const auto& key : order_) {
+      if (seen[key]) continue;
+      seen[key] = true;
+      const auto& steps = rows_[key];
+      const Row* lib = nullptr;
+      for (const auto& [step, impls] : steps)
+        if (auto it = impls.find("library"); it != impls.end() && !it->second.error) lib = &it->second;
+      os << "\n" << key.first << "  " << key.second << "\n";
+      os << std::left << std::setw(26) << "step" << std::right << std::setw(12) << "solution"
+         << std::setw(12) << "yours" << std::setw(12) << "library" << std::setw(10) << "yours/sol"
+         << std::setw(10) << "sol/lib" << std::setw(10) << "sol/copy" << "\n";
+      for (const std::string& step : step_order_[key]) {
+        const auto& impls = steps.at(step);
+        if (impls.count("library")) continue;
+        auto cell = [&](const char* impl) -> std::string {
+          auto it = impls.find(impl);
+          if (it == impls.end()) return "-";
+          if (it->second.error) return "skip";
+          std::ostringstream c; c << std::fixed << std::setprecision(1) << it->second.value; return c.str();
+        };
+        auto value = [&](const char* impl) -> double {
+          auto it = impls.find(impl);
+          return (it == impls.end() || it->second.error) ? 0.0 : it->second.value;
+        };
+        auto ratio = [](double a, double b) -> std::string {
+          if (a <= 0 || b <= 0) return "-";
+          std::ostringstream c; c << std::fixed << std::setprecision(2) << a / b; return c.str();
+        };
+        const double sol = value("solution"), yours = value("exercise");
+        double ceiling = 0.0;
+        if (auto it = impls.find("solution"); it != impls.end()) ceiling = it->second.ceiling;
+        const std::string unit = impls.begin()->second.unit;
+        os << std::left << std::setw(26) << step << std::right << std::setw(12) << cell("solution")
+           << std::setw(12) << cell("exercise") << std::setw(12)
+           << (lib ? [&] { std::ostringstream c; c << std::fixed << std::setprecision(1) << lib->value; return c.str(); }() : "-")
+           << std::setw(10) << ratio(yours, sol) << std::setw(10) << ratio(sol, lib ? lib->value : 0)
+           << std::setw(10) << ratio(sol, ceiling) << "   " << unit << "\n";
+      }
+      if (lib) os << "  library row: " << lib->step << " (" << lib->unit << ")\n";
+    }
+  }
+
+ private:
+  std::map<std::pair<std::string, std::string>, std::map<std::string, std::map<std::string, Row>>> rows_;
+  std::vector<std::pair<std::string, std::string>> order_;
+  std::map<std::pair<std::string, std::string>, std::vector<std::string>> step_order_;
+};
+
+}  // namespace
+
+int run_with_summary(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  std::string why;
+  if (!cuda_device_available(&why)) {
+    std::cerr << "[course] " << why << ": benchmarks need a GPU; nothing to run.\n";
+    return 0;
+  }
+  std::cout << "[course] device: " << device_summary() << "\n"
+            << "[course] device-to-device copy ceiling: " << std::fixed << std::setprecision(0)
+            << measured_copy_bandwidth_gbs() << " GB/s (read + write)\n";
+  SummaryReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}
+
+}  // namespace course::bench

@@ -1,0 +1,135 @@
+#pragma once
+/// @file reference.hpp
+/// @brief CPU reference implementations of every operation in the course.
+///
+/// All accumulate in double. Templated on the element type T (float or double):
+/// tests compare float kernels against the float instantiation; gradient checks use
+/// the double one so finite differences are accurate. Every function validates its
+/// arguments and throws course::InvalidArgument naming the bad one.
+
+#include "course/tensor.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace course::ref {
+
+// ---------------------------------------------------------------- module 1 -----
+
+/// sqrt(sum x_i^2). n may be 0 (result 0). x may be null only when n == 0.
+double l2_norm(const float* x, std::int64_t n);
+/// sum x_i * y_i.
+double dot(const float* x, const float* y, std::int64_t n);
+
+/// Numerically stable softmax of a 2-D tensor along `dim`:
+/// dim = 1 normalizes each row (the usual "last axis"), dim = 0 each column.
+/// Subtracts the max of each slice before exp, so [1000, 1001, 1002] is finite.
+template <class T>
+HostTensor<T> softmax(const HostTensor<T>& x, int dim);
+
+/// C = op(A) * op(B), op = transpose when the flag is set. A is [M,K] ([K,M] if
+/// trans_a), B is [K,N] ([N,K] if trans_b). Any strides; result contiguous [M,N].
+template <class T>
+HostTensor<T> matmul(const HostTensor<T>& a, const HostTensor<T>& b, bool trans_a = false,
+                     bool trans_b = false);
+
+// ---------------------------------------------------------------- module 2 -----
+
+/// Shape and strides (in elements) of one strided-batched GEMM over (batch, head):
+///   C[b,h] (M x N) = A[b,h] (M x K) * op(B[b,h]),
+/// with op(B) = B^T when b_transposed (B stored N x K, as K in Q*K^T) else B (K x N).
+/// Element (r, c) of operand X for (b, h) lives at
+///   X + b*stride_x_batch + h*stride_x_head + r*stride_x_row + c   (unit column stride).
+struct BatchedGemmDesc {
+  std::int64_t M = 0, N = 0, K = 0;
+  std::int64_t batch = 1, num_heads = 1;
+  std::int64_t stride_a_batch = 0, stride_a_head = 0, stride_a_row = 0;
+  std::int64_t stride_b_batch = 0, stride_b_head = 0, stride_b_row = 0;
+  std::int64_t stride_c_batch = 0, stride_c_head = 0, stride_c_row = 0;
+  bool b_transposed = false;
+  float alpha = 1.0f;  ///< C = alpha * A*op(B)
+};
+
+/// Contiguous [B,H,rows,cols] strides for every operand of `d` (fills the stride fields).
+BatchedGemmDesc contiguous_batched_gemm(std::int64_t batch, std::int64_t heads, std::int64_t M,
+                                        std::int64_t N, std::int64_t K, bool b_transposed);
+
+/// Strided-batched reference. Only the elements of C that the GEMMs define are written.
+template <class T>
+void batched_gemm_strided(const BatchedGemmDesc& d, const T* a, const T* b, T* c);
+
+/// Pointer-array reference: a[i], b[i], c[i] for i = batch_index*num_heads + head,
+/// each a single matrix with row stride lda/ldb/ldc (only M,N,K,batch,num_heads,
+/// b_transposed and alpha of `d` are used).
+template <class T>
+void batched_gemm_ptr_array(const BatchedGemmDesc& d, const T* const* a, std::int64_t lda,
+                            const T* const* b, std::int64_t ldb, T* const* c, std::int64_t ldc);
+
+// ---------------------------------------------------------------- module 3 -----
+
+struct AttentionOptions {
+  double scale = 0.0;        ///< 0 means 1/sqrt(d)
+  bool causal = false;       ///< query i sees key j iff j <= i + (N_k - N_q) (bottom-right aligned)
+};
+
+template <class T>
+struct AttentionResult {
+  HostTensor<T> out;  ///< O, [B, H, N_q, d], contiguous
+  HostTensor<T> lse;  ///< logsumexp of each scaled score row, [B, H, N_q]; -inf for a fully masked row
+};
+
+/// O = softmax(scale * Q K^T [+ mask]) V for tensors indexed [B, H, N, d] with any strides.
+/// q: [B, H, N_q, d], k and v: [B, H_kv, N_k, d] with H % H_kv == 0 (grouped-query
+/// attention: query head h reads kv head h / (H / H_kv)). A row with no visible key
+/// (causal with N_q > N_k) gets O = 0 and lse = -inf.
+template <class T>
+AttentionResult<T> attention_forward(const HostTensor<T>& q, const HostTensor<T>& k,
+                                     const HostTensor<T>& v, const AttentionOptions& opts = {});
+
+// ---------------------------------------------------------------- module 4 -----
+
+/// Given y = softmax(x, dim) and dL/dy, returns dL/dx = y * (dy - sum(dy * y) along dim).
+template <class T>
+HostTensor<T> softmax_backward(const HostTensor<T>& y, const HostTensor<T>& dy, int dim);
+
+template <class T>
+struct MatmulGrads {
+  HostTensor<T> da;  ///< dL/dA = dC * B^T, [M, K]
+  HostTensor<T> db;  ///< dL/dB = A^T * dC, [K, N]
+};
+/// Gradients of C = A * B (no transposes) given dL/dC.
+template <class T>
+MatmulGrads<T> matmul_backward(const HostTensor<T>& a, const HostTensor<T>& b, const HostTensor<T>& dc);
+
+template <class T>
+struct AttentionGrads {
+  HostTensor<T> dq;  ///< [B, H, N_q, d]
+  HostTensor<T> dk;  ///< [B, H_kv, N_k, d] (summed over the query heads sharing it)
+  HostTensor<T> dv;  ///< [B, H_kv, N_k, d]
+};
+/// Gradients of attention_forward given dL/dO; recomputes P from q, k and the options.
+template <class T>
+AttentionGrads<T> attention_backward(const HostTensor<T>& q, const HostTensor<T>& k,
+                                     const HostTensor<T>& v, const HostTensor<T>& dout,
+                                     const AttentionOptions& opts = {});
+
+// ------------------------------------------------------ gradient checking -----
+
+/// Central finite differences of a scalar function: g_i = (f(x + h e_i) - f(x - h e_i)) / 2h.
+std::vector<double> numerical_gradient(const std::function<double(const std::vector<double>&)>& f,
+                                       std::vector<double> x, double h = 1e-6);
+
+struct GradCheckResult {
+  double max_abs_error = 0.0;
+  double max_rel_error = 0.0;  ///< |a - n| / max(|a| + |n|, 1e-12) ... worst element
+  std::int64_t worst_index = -1;
+  bool ok = false;
+};
+/// Compare an analytic gradient with numerical_gradient(f, x, h): ok when every
+/// element satisfies |a - n| <= atol + rtol * |n|.
+GradCheckResult check_gradient(const std::function<double(const std::vector<double>&)>& f,
+                               const std::vector<double>& x, const std::vector<double>& analytic,
+                               double h = 1e-6, double atol = 1e-7, double rtol = 1e-5);
+
+}  // namespace course::ref

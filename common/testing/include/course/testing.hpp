@@ -1,0 +1,60 @@
+#pragma once
+/// @file testing.hpp
+/// @brief GoogleTest glue: the GPU fixture, the exercise-stub skip, and comparison assertions.
+///
+/// Every GPU test source is compiled twice (see course_add_gpu_test): once with
+/// COURSE_IMPL=solution and once with COURSE_IMPL=exercise. Tests call `impl::fn(...)`,
+/// which resolves to course::solution::fn or course::exercise::fn.
+
+#include "course/compare.hpp"
+#include "course/device.hpp"
+#include "course/error.hpp"
+#include "course/random.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace course::solution {}
+namespace course::exercise {}
+#ifdef COURSE_IMPL
+namespace impl = ::course::COURSE_IMPL;
+#endif
+
+namespace course::testing {
+
+/// Fixture for tests that launch kernels: skips (not fails) when no CUDA device is
+/// usable, with the reason, e.g. "no CUDA device: cudaGetDeviceCount returned
+/// 'no CUDA-capable device is detected'". Also exposes a per-test seed.
+class GpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  /// Seed for this test ($COURSE_SEED or a hash of the test's full name); logged once.
+  std::uint64_t seed() const { return seed_; }
+
+ private:
+  std::uint64_t seed_ = 0;
+};
+
+/// gtest assertion: passes when `r.ok()`, else prints r.report().
+::testing::AssertionResult Matches(const CompareResult& r);
+
+/// Seed for a test without the fixture (CPU tests).
+std::uint64_t test_seed();
+
+}  // namespace course::testing
+
+/// Run `statement`; if it throws course::NotImplemented (an exercise stub not written
+/// yet), mark the test SKIPPED with the message naming the file to edit.
+#define COURSE_SKIP_IF_NOT_IMPLEMENTED(statement)                         \
+  do {                                                                    \
+    try {                                                                 \
+      statement;                                                          \
+    } catch (const ::course::NotImplemented& course_not_implemented_) {   \
+      GTEST_SKIP() << course_not_implemented_.what();                     \
+    }                                                                     \
+  } while (0)
+
+/// EXPECT that a CompareResult has no mismatches (prints the report otherwise).
+#define EXPECT_MATCHES(compare_result) EXPECT_TRUE(::course::testing::Matches(compare_result))
+#define ASSERT_MATCHES(compare_result) ASSERT_TRUE(::course::testing::Matches(compare_result))

@@ -1,0 +1,33 @@
+#include "course/testing.hpp"
+
+#include <iostream>
+
+
+namespace course::testing {
+
+namespace {
+std::string current_test_name() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  if (info == nullptr) return "no-test";
+  return std::string(info->test_suite_name()) + "." + info->name();
+}
+}  // namespace
+
+std::uint64_t test_seed() {
+  const std::uint64_t seed = seed_for(current_test_name());
+  ::testing::Test::RecordProperty("seed", std::to_string(seed));
+  return seed;
+}
+
+void GpuTest::SetUp() {
+  std::string why;
+  if (!cuda_device_available(&why)) GTEST_SKIP() << why << " -- GPU tests need an NVIDIA GPU (sm_80 or newer).";
+  seed_ = test_seed();
+}
+
+::testing::AssertionResult Matches(const CompareResult& r) {
+  if (r.ok()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << r.report() << "\n  (replay with COURSE_SEED=<seed> from the test's XML/log)";
+}
+
+}  // namespace course::testing
