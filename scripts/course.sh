@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The learner's entry point.
+#   bash scripts/course.sh demo   install what is missing, build, run every module's demos
+#   bash scripts/course.sh test   install what is missing, build, run the test suite
+#   bash scripts/course.sh bench  build and run the benchmarks (needs a GPU)
+# Environment: PRESET (default: "default"; CI uses "ci"), COURSE_SKIP_INSTALL=1 to skip apt-get.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+cmd=${1:-}
+preset=${PRESET:-default}
+case "$preset" in
+  default) build_dir=build ;;
+  *) build_dir=build-$preset ;;
+esac
+
+# Debian/Ubuntu packages the course needs besides the CUDA Toolkit.
+packages=(cmake ninja-build g++ libgtest-dev libbenchmark-dev libcli11-dev doxygen graphviz doxygen-awesome-css)
+
+install_packages() {
+  [[ "${COURSE_SKIP_INSTALL:-0}" == 1 ]] && return 0
+  local missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  ((${#missing[@]} == 0)) && return 0
+  echo "[course] installing: ${missing[*]}"
+  local sudo=""
+  [[ $(id -u) -ne 0 ]] && sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+check_cuda() {
+  if ! command -v nvcc >/dev/null 2>&1 && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
+    echo "[course] nvcc not found: install the CUDA Toolkit (12.x or 13.x) from NVIDIA first." >&2
+    exit 1
+  fi
+  command -v nvcc >/dev/null 2>&1 || export PATH=/usr/local/cuda/bin:$PATH
+}
+
+build() {
+  cmake --preset "$preset"
+  cmake --build --preset "$preset"
+}
+
+have_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
+
+case "$cmd" in
+  demo)
+    install_packages; check_cuda; build
+    have_gpu || echo "[course] no GPU found: the demos print the CPU reference results only."
+    for d in "$build_dir"/module0*/m0*_*; do
+      [[ -x "$d" && -f "$d" ]] || continue
+      case "$(basename "$d")" in *_bench|*_solution|*_exercise|*_planted) continue ;; esac
+      echo; echo "================ $(basename "$d") ================"
+      "$d"
+    done
+    ;;
+  test)
+    install_packages; check_cuda; build
+    ctest --preset "$preset"
+    ;;
+  bench)
+    install_packages; check_cuda; build
+    for b in "$build_dir"/module0*/m0*_bench; do "$b" "${@:2}"; done
+    ;;
+  *)
+    sed -n '2,7p' "$0"; exit 2 ;;
+esac

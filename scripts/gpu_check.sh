@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Everything a GPU machine should check, in one call:
+#   configure + build (ninja), every test, compute-sanitizer memcheck and racecheck over
+#   the GPU test binaries, the benchmarks to JSON, and a short summary printed last.
+#
+# usage: scripts/gpu_check.sh [options]
+#   --out DIR          where logs go (default: $OUT, else ./gpu-check-out)
+#   --no-tests | --no-sanitizer | --no-bench
+#   --tests REGEX      ctest -R filter
+#   --bench REGEX      --benchmark_filter for every module's benchmark binary
+#   --bench-time T     --benchmark_min_time (default 0.2s)
+#   --sanitize REGEX   only binaries whose name matches (default: all *_solution and *_exercise)
+# Logs (at most 8 files, as the device tool returns): env.txt build.log ctest.log
+# sanitizer.log bench.txt bench_<module>.json summary.txt
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$PWD
+
+out=${OUT:-$root/gpu-check-out}
+run_tests=1 run_sanitizer=1 run_bench=1
+test_filter="" bench_filter="." bench_time="0.2s" sanitize_filter="_(solution|exercise)$"
+while (($#)); do
+  case "$1" in
+    --out) out=$2; shift ;;
+    --no-tests) run_tests=0 ;;
+    --no-sanitizer) run_sanitizer=0 ;;
+    --no-bench) run_bench=0 ;;
+    --tests) test_filter=$2; shift ;;
+    --bench) bench_filter=$2; shift ;;
+    --bench-time) bench_time=$2; shift ;;
+    --sanitize) sanitize_filter=$2; shift ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+mkdir -p "$out"
+build=$root/build-gpu
+summary=$out/summary.txt
+: >"$summary"
+note() { echo "$*" | tee -a "$summary"; }
+
+# ---- environment
+{
+  date -u; git -C "$root" rev-parse HEAD 2>/dev/null || echo "(no git)"; git -C "$root" status --short | head -20
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+  nvcc --version | tail -2; cmake --version | head -1
+} >"$out/env.txt" 2>&1
+note "== gpu_check: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/CUDA \1/p')"
+
+# ---- configure + build. Headers the GPU image lacks (CLI11) travel in .deps/ (scripts/stage_deps.sh).
+prefix_path=""
+[[ -d "$root/.deps" ]] && prefix_path="-DCMAKE_PREFIX_PATH=$root/.deps"
+t0=$SECONDS
+{
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOURSE_BUILD_DOCS=OFF $prefix_path &&
+  ninja -C "$build" -k 0
+} >"$out/build.log" 2>&1
+build_rc=$?
+note "build: rc=$build_rc in $((SECONDS - t0)) s ($(grep -c 'error' "$out/build.log") lines mention 'error'; see build.log)"
+((build_rc != 0)) && grep -E "error|FAILED" "$out/build.log" | head -20 | tee -a "$summary"
+
+# ---- tests
+if ((run_tests)); then
+  t0=$SECONDS
+  args=(--test-dir "$build" --output-on-failure --timeout 600)
+  [[ -n "$test_filter" ]] && args+=(-R "$test_filter")
+  ctest "${args[@]}" >"$out/ctest.log" 2>&1
+  note "tests: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1) in $((SECONDS - t0)) s"
+  note "  skipped: $(grep -c '(Skipped)' "$out/ctest.log")   (exercise stubs not yet written are skipped)"
+  sed -n '/The following tests FAILED/,$p' "$out/ctest.log" | head -30 | tee -a "$summary"
+fi
+
+# ---- compute-sanitizer: memcheck on every GPU test binary, racecheck on the solutions.
+# Large-size cases are filtered out (names containing Large) to keep the run short.
+if ((run_sanitizer)); then
+  t0=$SECONDS
+  : >"$out/sanitizer.log"
+  total_errors=0
+  for bin in $(find "$build" -maxdepth 2 -type f -executable -name 'm0*_*' | grep -E "$sanitize_filter" | sort); do
+    tools="memcheck"
+    [[ "$bin" == *_solution ]] && tools="memcheck racecheck"
+    for tool in $tools; do
+      echo "=== $tool $(basename "$bin")" >>"$out/sanitizer.log"
+      compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
+        "$bin" --gtest_filter='-*Large*' --gtest_brief=1 >>"$out/sanitizer.log" 2>&1
+      rc=$?
+      errs=$(tail -5 "$out/sanitizer.log" | sed -n 's/.*ERROR SUMMARY: \([0-9]*\).*/\1/p' | tail -1)
+      [[ -z "$errs" ]] && errs="?"
+      echo "=== $tool $(basename "$bin"): rc=$rc errors=$errs" >>"$out/sanitizer.log"
+      if [[ "$rc" != 0 || "$errs" != 0 ]]; then
+        note "  sanitizer $tool $(basename "$bin"): rc=$rc errors=$errs"
+        [[ "$errs" =~ ^[0-9]+$ ]] && total_errors=$((total_errors + errs)) || total_errors=$((total_errors + 1))
+      fi
+    done
+  done
+  note "sanitizer: $total_errors errors (memcheck all test binaries, racecheck solutions) in $((SECONDS - t0)) s"
+fi
+
+# ---- benchmarks
+if ((run_bench)); then
+  : >"$out/bench.txt"
+  for b in $(find "$build" -maxdepth 2 -type f -executable -name 'm0*_bench' | sort); do
+    name=$(basename "$b" _bench)
+    t0=$SECONDS
+    "$b" --benchmark_filter="$bench_filter" --benchmark_min_time="$bench_time" \
+      --benchmark_out="$out/bench_$name.json" --benchmark_out_format=json >>"$out/bench.txt" 2>&1
+    note "bench $name: rc=$? in $((SECONDS - t0)) s"
+  done
+  sed -n '/=== course summary/,$p' "$out/bench.txt" >>"$summary"
+fi
+
+echo
+echo "================ summary ================"
+cat "$summary"

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Copy header-only dependencies that the GPU image lacks (CLI11) into .deps/ (ignored
+# by git), so a device run can carry them: CMAKE_PREFIX_PATH=.deps finds their configs.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+rm -rf .deps && mkdir -p .deps/include .deps/share/cmake
+cp -r /usr/include/CLI .deps/include/
+cp -r /usr/share/cmake/CLI11 .deps/share/cmake/
+echo "staged: $(du -sh .deps | cut -f1) in .deps/"
