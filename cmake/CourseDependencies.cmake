@@ -16,9 +16,19 @@ foreach(_lib cudart cublas cublasLt)
     message(FATAL_ERROR "course: CUDA::${_lib} is missing from the CUDA Toolkit at ${CUDAToolkit_LIBRARY_DIR}")
   endif()
 endforeach()
-# CCCL (CUB, Thrust, libcu++) ships a CMake config with the toolkit.
-course_require_package(CCCL "the CUDA Toolkit (CCCL ships with it)" CONFIG
-  HINTS "${CUDAToolkit_LIBRARY_DIR}/cmake" "${CUDAToolkit_TARGET_DIR}/lib/cmake")
+# CCCL (CUB, Thrust, libcu++) ships a CMake config with the toolkit; its folder differs
+# between installs (lib/cmake, lib64/cmake, targets/<arch>/lib/cmake).
+find_package(CCCL CONFIG QUIET
+  HINTS "${CUDAToolkit_LIBRARY_DIR}/cmake/cccl" "${CUDAToolkit_TARGET_DIR}/lib/cmake/cccl"
+        "${CUDAToolkit_TARGET_DIR}/lib64/cmake/cccl" "${CUDAToolkit_LIBRARY_ROOT}/lib/cmake/cccl"
+        "${CUDAToolkit_LIBRARY_ROOT}/lib64/cmake/cccl")
+if(NOT TARGET CCCL::CUB)
+  # nvcc puts the toolkit's CCCL headers on the include path by itself, so device code
+  # still finds CUB; host-only code gets the toolkit's include folders.
+  message(STATUS "course: CCCL CMake config not found; using the toolkit's bundled CUB headers")
+  add_library(CCCL::CUB INTERFACE IMPORTED)
+  set_target_properties(CCCL::CUB PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${CUDAToolkit_INCLUDE_DIRS}")
+endif()
 if(TARGET CUDA::nvtx3)
   set(COURSE_NVTX_TARGET CUDA::nvtx3)
 else()

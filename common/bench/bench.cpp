@@ -10,6 +10,8 @@
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace course::bench {
@@ -68,6 +70,24 @@ struct Row {
   std::string message;
 };
 
+// Google Benchmark 1.7 reports a skipped run through `error_occurred`, 1.8 through
+// `skipped`; support both (CI has 1.7, the GPU machine 1.8).
+template <class R, class = void>
+struct HasErrorOccurred : std::false_type {};
+template <class R>
+struct HasErrorOccurred<R, std::void_t<decltype(std::declval<const R&>().error_occurred)>> : std::true_type {};
+
+template <class R>
+bool run_was_skipped(const R& run, std::string* message) {
+  if constexpr (HasErrorOccurred<R>::value) {
+    *message = run.error_message;
+    return run.error_occurred;
+  } else {
+    *message = run.skip_message;
+    return static_cast<int>(run.skipped) != 0;
+  }
+}
+
 bool parse_name(const std::string& name, Row& row) {
   // Google Benchmark appends "/manual_time" etc.; the course's four fields come first.
   std::vector<std::string> parts;
@@ -87,8 +107,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
       if (run.run_type == Run::RT_Aggregate && run.aggregate_name != "median") continue;
       Row row;
       if (!parse_name(run.benchmark_name(), row)) continue;
-      row.error = run.error_occurred;
-      row.message = run.error_message;
+      row.error = run_was_skipped(run, &row.message);
       if (auto it = run.counters.find("TFLOP/s"); it != run.counters.end()) {
         row.value = it->second.value; row.unit = "TFLOP/s";
       } else if (auto it2 = run.counters.find("GB/s"); it2 != run.counters.end()) {
