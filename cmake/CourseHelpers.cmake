@@ -57,6 +57,7 @@ function(_course_discover target labels prefix)
   # The prefix keeps names unique: the same test source runs as solution and exercise.
   gtest_discover_tests(${target}
     TEST_PREFIX "${prefix}."
+    NO_PRETTY_VALUES
     DISCOVERY_MODE PRE_TEST
     TEST_LIST ${target}_TESTS
     PROPERTIES TIMEOUT 600)

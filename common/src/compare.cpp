@@ -45,7 +45,7 @@ std::string format_index(const std::vector<std::int64_t>& idx, const std::vector
 }
 
 /// Accumulates one element's comparison into `r`.
-void check_element(CompareResult& r, std::vector<std::int64_t> idx, double got, double ref, Tolerance tol,
+void check_element(CompareResult& r, const std::vector<std::int64_t>& idx, double got, double ref, Tolerance tol,
                    int max_report) {
   ++r.checked;
   const double err = std::fabs(got - ref);
@@ -63,7 +63,7 @@ void check_element(CompareResult& r, std::vector<std::int64_t> idx, double got, 
   }
   if (bad) {
     ++r.mismatches;
-    if (static_cast<int>(r.first.size()) < max_report) r.first.push_back({std::move(idx), got, ref});
+    if (static_cast<int>(r.first.size()) < max_report) r.first.push_back({idx, got, ref});
   }
 }
 
@@ -94,11 +94,24 @@ CompareResult compare(const HostTensor<T>& got, const HostTensor<R>& ref, Tolera
   CompareResult r;
   r.dim_names = std::move(dim_names);
   const std::int64_t n = got.numel();
+  if (n == 0) return r;
+  // Walk the multi-index like an odometer, updating both storage offsets
+  // incrementally (no allocation per element: outputs can have 10^8 elements).
+  const int rank = got.rank();
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(rank), 0);
+  std::int64_t og = 0, orf = 0;
   for (std::int64_t i = 0; i < n; ++i) {
-    auto idx = got.unravel(i);
-    const double g = static_cast<double>(got.at(idx));
-    const double e = static_cast<double>(ref.at(idx));
-    check_element(r, std::move(idx), g, e, tol, max_report);
+    const double g = static_cast<double>(got.data()[og]);
+    const double e = static_cast<double>(ref.data()[orf]);
+    check_element(r, idx, g, e, tol, max_report);
+    for (int k = rank - 1; k >= 0; --k) {
+      og += got.stride(k);
+      orf += ref.stride(k);
+      if (++idx[static_cast<std::size_t>(k)] < got.dim(k)) break;
+      og -= got.stride(k) * got.dim(k);
+      orf -= ref.stride(k) * ref.dim(k);
+      idx[static_cast<std::size_t>(k)] = 0;
+    }
   }
   return r;
 }

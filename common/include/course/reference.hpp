@@ -56,6 +56,7 @@ BatchedGemmDesc contiguous_batched_gemm(std::int64_t batch, std::int64_t heads, 
                                         std::int64_t N, std::int64_t K, bool b_transposed);
 
 /// Strided-batched reference. Only the elements of C that the GEMMs define are written.
+/// Strides must be >= 0 (a zero input stride broadcasts); rows of C must not overlap.
 template <class T>
 void batched_gemm_strided(const BatchedGemmDesc& d, const T* a, const T* b, T* c);
 
@@ -123,11 +124,11 @@ std::vector<double> numerical_gradient(const std::function<double(const std::vec
 struct GradCheckResult {
   double max_abs_error = 0.0;
   double max_rel_error = 0.0;  ///< |a - n| / max(|a| + |n|, 1e-12) ... worst element
-  std::int64_t worst_index = -1;
+  std::int64_t worst_index = -1;  ///< element with the largest |a - n| / (atol + rtol * |n|)
   bool ok = false;
 };
 /// Compare an analytic gradient with numerical_gradient(f, x, h): ok when every
-/// element satisfies |a - n| <= atol + rtol * |n|.
+/// element satisfies |a - n| <= atol + rtol * |n| (NaN/Inf never pass). x must be non-empty.
 GradCheckResult check_gradient(const std::function<double(const std::vector<double>&)>& f,
                                const std::vector<double>& x, const std::vector<double>& analytic,
                                double h = 1e-6, double atol = 1e-7, double rtol = 1e-5);
