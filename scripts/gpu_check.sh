@@ -103,6 +103,7 @@ if ((run_bench)); then
     name=$(basename "$b" _bench)
     t0=$SECONDS
     "$b" --benchmark_filter="$bench_filter" --benchmark_min_time="$bench_time" \
+      --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
       --benchmark_out="$out/bench_$name.json" --benchmark_out_format=json >>"$out/bench.txt" 2>&1
     note "bench $name: rc=$? in $((SECONDS - t0)) s"
   done

@@ -15,8 +15,8 @@
 
 #include <ostream>
 
-/// Describes one rung of an op's ladder: tests, benches, demos and docs all read this.
 namespace course {
+/// Describes one rung of an op's ladder: tests, benches, demos and docs all read this.
 template <class Step>
 struct StepInfo {
   Step step;
