@@ -3,11 +3,23 @@
 ///
 /// Read module01_basics/README.md, "Reductions", then fill in one step at a time.
 /// Run its tests with:   ctest --preset default -L exercise -R Reduce
+/// and compare with the solution and the library:
+///                       ./build/module01_basics/m01_bench --benchmark_filter='l2_norm/.*/n=268435456'
 /// A step you have not written throws NotImplemented and its tests show SKIPPED.
+///
+/// The kernels are written once for both ops: `term(i)` is x_i^2 (norm) or x_i*y_i
+/// (dot), and `Term::finish(sum)` turns the sum into the result (sqrt for the norm).
 
 #include "module01/reductions.hpp"
 
+#include "course/cuda/warp_reduce.cuh"
+#include "course/device.hpp"
+
 #include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
 
 namespace course::exercise {
 namespace {
@@ -18,14 +30,54 @@ using m01::ReduceStep;
 /// x_i^2: the L2 norm's term.
 struct SquareTerm {
   const float* x;
+  /// Four consecutive elements as one 16-byte load (step 4).
+  struct Chunk {
+    float4 x;
+  };
+  static constexpr bool kHasFinish = true;
+
   __device__ float operator()(std::int64_t i) const { return x[i] * x[i]; }
+
+  // TODO(step 4): load elements 4*i4 .. 4*i4+3 of x with ONE 16-byte load.
+  // Hint 1: x is 16-byte aligned (validate_reduce_args checks it), so x viewed as an
+  //         array of float4 is legal.
+  // Hint 2: reinterpret_cast<const float4*>(x)[i4].
+  __device__ Chunk load4(std::int64_t /*i4*/) const { return {}; }
+  /// The four terms of a chunk, added.
+  __device__ static float sum4(const Chunk& c) {
+    return c.x.x * c.x.x + c.x.y * c.x.y + c.x.z * c.x.z + c.x.w * c.x.w;
+  }
+  __device__ static float finish(float sum) { return sqrtf(sum); }
 };
+
 /// x_i*y_i: the dot product's term.
 struct ProductTerm {
   const float* x;
   const float* y;
+  struct Chunk {
+    float4 x, y;
+  };
+  static constexpr bool kHasFinish = false;
+
   __device__ float operator()(std::int64_t i) const { return x[i] * y[i]; }
+
+  // TODO(step 4): same as SquareTerm::load4, for x and for y.
+  __device__ Chunk load4(std::int64_t /*i4*/) const { return {}; }
+  __device__ static float sum4(const Chunk& c) {
+    return c.x.x * c.y.x + c.x.y * c.y.y + c.x.z * c.y.z + c.x.w * c.y.w;
+  }
+  __device__ static float finish(float sum) { return sum; }
 };
+
+/// Blocks of `threads` threads one SM can hold at once for `kernel`. (Given.)
+template <class Kernel>
+int blocks_per_sm(Kernel kernel, int threads) {
+  int per_sm = 0;
+  COURSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+  return std::max(per_sm, 1);
+}
+/// Streaming multiprocessors of the current GPU. (Given.)
+int num_sms() { return device_properties().multiProcessorCount; }
 
 // ----------------------------------------------------------------------------
 // Step 1: atomic_naive -- one thread per element, each adds its term to *sum.
@@ -49,17 +101,157 @@ void launch_atomic_naive(Term term, const ReduceArgs& a) {
   throw NotImplemented("reduction step atomic_naive", __FILE__);
 }
 
-/// result = sqrt(result): turns the sum of squares into the norm. (Given.)
-__global__ void sqrt_in_place_kernel(float* value) { *value = sqrtf(*value); }
+// ----------------------------------------------------------------------------
+// Step 2: smem_tree -- few blocks, each sums many terms, one atomicAdd per block.
+//
+// TODO(step 2a): each thread sums its terms in a register with a grid-stride loop:
+//                start at its global index, step by the number of threads in the grid.
+// TODO(step 2b): store that sum in shared memory and combine the kThreads values with
+//                a tree: at each level, the lower half of the active threads adds the
+//                upper half's value to its own; halve and repeat until one remains.
+// TODO(step 2c): thread 0 adds the block's total to *sum atomically.
+// Hint 1: "sequential addressing": at the level with `active` threads, thread t < active
+//         adds partial[t + active]. Neighbouring threads touch neighbouring words, so
+//         there are no bank conflicts and whole warps go idle together.
+// Hint 2: every level reads what OTHER warps wrote at the previous one: the block must
+//         wait (__syncthreads()) after the first store and after every level. A barrier
+//         inside `if (t < active)` is a bug: all threads of the block must reach it.
+// Hint 3: for (int active = kThreads / 2; active > 0; active /= 2) {
+//           if (t < active) partial[t] += partial[t + active];
+//           __syncthreads(); }
+// ----------------------------------------------------------------------------
+template <class Term, int kThreads>
+__global__ void reduce_smem_tree_kernel(Term term, std::int64_t n, float* sum) {
+  __shared__ float partial[kThreads];
+  // TODO(step 2)
+}
+
+template <class Term>
+void launch_smem_tree(Term term, const ReduceArgs& a) {
+  constexpr int kThreads = 256;
+  // TODO(step 2d): delete the throw; launch as many blocks as fit on the GPU at once
+  //                (blocks_per_sm(reduce_smem_tree_kernel<Term, kThreads>, kThreads) * num_sms()),
+  //                but no more than ceil(n / kThreads), and nothing when n == 0.
+  // Hint: the occupancy query is a host call; cache it in a `static const int` so it
+  //       runs once, not in every timed call.
+  throw NotImplemented("reduction step smem_tree", __FILE__);
+}
+
+// ----------------------------------------------------------------------------
+// Step 3: warp_shuffle -- the block's combine with register shuffles.
+//
+// TODO(step 3a): write warp_reduce_sum: add up `v` over the 32 lanes of a warp with
+//                __shfl_down_sync (or __shfl_xor_sync), no shared memory.
+// TODO(step 3b): in the kernel, keep step 2's grid-stride loop; reduce each warp with
+//                warp_reduce_sum, let lane 0 of each warp store its total in warp_totals,
+//                wait for the block, let warp 0 reduce the (kThreads / 32) totals, and
+//                have thread 0 do the one atomicAdd.
+// Hint 1: 5 steps of halving distance (16, 8, 4, 2, 1): after them lane 0 (shfl_down)
+//         or every lane (shfl_xor) holds the warp's sum. All 32 lanes must take part:
+//         mask 0xffffffff.
+// Hint 2: lane = threadIdx.x % 32, warp = threadIdx.x / 32. One __syncthreads()
+//         between the stores to warp_totals and warp 0 reading them; warp 0's lanes
+//         beyond the number of warps must contribute 0.
+// Hint 3: for (int offset = 16; offset > 0; offset /= 2)
+//           v += __shfl_down_sync(0xffffffffu, v, offset);
+//         Then compare with common/include/course/cuda/warp_reduce.cuh, which the
+//         later modules use (block_all_reduce gives every thread the result).
+// ----------------------------------------------------------------------------
+__device__ __forceinline__ float warp_reduce_sum(float v) {
+  // TODO(step 3a)
+  return v;
+}
+
+template <class Term, int kThreads>
+__global__ void reduce_warp_shuffle_kernel(Term term, std::int64_t n, float* sum) {
+  __shared__ float warp_totals[32];
+  // TODO(step 3b)
+}
+
+template <class Term>
+void launch_warp_shuffle(Term term, const ReduceArgs& a) {
+  // TODO(step 3c): delete the throw; launch like step 2 (same grid, so the benchmark
+  //                compares only the combine).
+  throw NotImplemented("reduction step warp_shuffle", __FILE__);
+}
+
+// ----------------------------------------------------------------------------
+// Step 4: vectorized -- float4 loads, several in flight, per-block partials and a
+//                       deterministic second pass (no float atomics).
+//
+// TODO(step 4a): write SquareTerm::load4 and ProductTerm::load4 (top of the file).
+// TODO(step 4b): partials kernel. n4 = n / 4 whole float4 chunks. Grid-stride over
+//                chunks, kUnroll chunks per thread per iteration, each into its own
+//                accumulator; then the chunks left over; then the 0-3 tail elements
+//                4*n4 .. n-1 (one each for the first n % 4 threads of the grid, via term(i)).
+//                Reduce the block (step 3) and write the block's sum to partials[blockIdx.x].
+// TODO(step 4c): final kernel, one block: sum partials[0 .. count-1] in a fixed order,
+//                write *result = Term::finish(total).
+// Hint 1: independent loads are what keep HBM busy: issue all kUnroll load4 calls of an
+//         iteration first (into a Chunk array), then add them up. Chunks u*stride apart
+//         keep every warp's access contiguous (coalesced).
+// Hint 2: loop while i + (kUnroll - 1) * stride < n4, stepping i by kUnroll * stride;
+//         then `for (; i < n4; i += stride)`; then the tail. Forget the tail and
+//         n = 1, 2, 3, 5, ... fail.
+// Hint 3: the final pass sums in an order fixed by the grid only: thread t adds
+//         partials t, t + kFinalThreads, ..., then the block reduction; the result is
+//         then bit-identical run to run. It writes *result directly, so it needs no
+//         zeroing, and folds in the norm's sqrt (Term::finish).
+// Going further (optional): the solution launches the final kernel with "programmatic
+// dependent launch" on Hopper to hide the gap between the two launches (~1% at 2^28);
+// read launch_vectorized in solutions/ once yours passes.
+// ----------------------------------------------------------------------------
+template <class Term, int kThreads, int kUnroll>
+__global__ void reduce_vectorized_partials_kernel(Term term, std::int64_t n, float* partials) {
+  __shared__ float warp_totals[32];
+  // TODO(step 4b)
+}
+
+template <class Term, int kThreads>
+__global__ void reduce_vectorized_final_kernel(const float* partials, int count, float* result) {
+  __shared__ float warp_totals[32];
+  // TODO(step 4c)
+}
+
+template <class Term>
+void launch_vectorized(Term term, const ReduceArgs& a) {
+  // TODO(step 4d): delete the throw. For n > 0 launch the partials kernel (256 threads,
+  //                kUnroll = 4) on at most m01::kMaxReduceBlocks blocks: as many as fit at
+  //                once, but no more than ceil(n / (256 * 4 * kUnroll)); the partials go to
+  //                a.workspace. Then ALWAYS launch the final kernel (1 block) with the number
+  //                of partials (0 when n == 0, which makes *result = finish(0) = 0).
+  throw NotImplemented("reduction step vectorized", __FILE__);
+}
+
+// ----------------------------------------------------------------------------
+// Dispatch. (Given.)
+// ----------------------------------------------------------------------------
+
+/// result = finish(result): sqrt for the norm, after the atomic steps' sum.
+template <class Term>
+__global__ void finish_in_place_kernel(float* value) { *value = Term::finish(*value); }
+
+/// Steps 1-3 atomically add into *result: it starts at zero, and the norm's sqrt
+/// is a separate one-thread kernel once every atomic has landed (same stream).
+template <class Term, class Launch>
+void accumulate_atomically(Launch launch, Term term, const ReduceArgs& a) {
+  COURSE_CUDA_CHECK(cudaMemsetAsync(a.result, 0, sizeof(float), a.stream));
+  launch(term, a);
+  if constexpr (Term::kHasFinish) {
+    finish_in_place_kernel<Term><<<1, 1, 0, a.stream>>>(a.result);
+    COURSE_CHECK_LAUNCH("finish_in_place_kernel");
+  }
+}
 
 template <class Term>
 void reduce(ReduceStep step, Term term, const ReduceArgs& a) {
-  COURSE_CUDA_CHECK(cudaMemsetAsync(a.result, 0, sizeof(float), a.stream));
   switch (step) {
-    case ReduceStep::atomic_naive: launch_atomic_naive(term, a); return;
-    default: break;
+    case ReduceStep::atomic_naive: accumulate_atomically(launch_atomic_naive<Term>, term, a); return;
+    case ReduceStep::smem_tree: accumulate_atomically(launch_smem_tree<Term>, term, a); return;
+    case ReduceStep::warp_shuffle: accumulate_atomically(launch_warp_shuffle<Term>, term, a); return;
+    case ReduceStep::vectorized: launch_vectorized(term, a); return;  // writes *result itself
   }
-  throw NotImplemented(std::string("reduction step ") + m01::kReduceSteps[static_cast<int>(step)].name, __FILE__);
+  require_arg(false, "reduce", "step", static_cast<int>(step), "is not a ReduceStep");
 }
 
 }  // namespace
@@ -67,8 +259,6 @@ void reduce(ReduceStep step, Term term, const ReduceArgs& a) {
 void l2_norm(ReduceStep step, const ReduceArgs& args) {
   m01::validate_reduce_args(args, "l2_norm", /*needs_y=*/false);
   reduce(step, SquareTerm{args.x}, args);
-  sqrt_in_place_kernel<<<1, 1, 0, args.stream>>>(args.result);
-  COURSE_CHECK_LAUNCH("sqrt_in_place_kernel");
 }
 
 void dot(ReduceStep step, const ReduceArgs& args) {
