@@ -15,8 +15,10 @@ const char* to_string(DType dtype) {
   return "?";
 }
 
-Tolerance tolerance_for(DType dtype, std::int64_t reduction_length) {
+Tolerance tolerance_for(DType dtype, std::int64_t reduction_length, double result_scale) {
   require_arg(reduction_length >= 1, "tolerance_for", "reduction_length", reduction_length, "must be >= 1");
+  require_arg(result_scale >= 0.0 && std::isfinite(result_scale), "tolerance_for", "result_scale", result_scale,
+              "must be finite and >= 0");
   // Unit roundoff of the *accumulation* (fp32 everywhere in the course) and of the
   // stored result (the output dtype). Random-sign sums grow like sqrt(k) * u; the
   // factor 8 covers reordering (trees, atomics, split accumulators).
@@ -25,10 +27,24 @@ Tolerance tolerance_for(DType dtype, std::int64_t reduction_length) {
   const double k = static_cast<double>(reduction_length);
   Tolerance t;
   t.rtol = 2.0 * u_out + 8.0 * std::sqrt(k) * u_acc;
-  t.atol = t.rtol;  // for elements near zero (cancellation), scaled to unit-size inputs
+  t.atol = t.rtol * std::max(result_scale, 1e-30);  // elements near zero (cancellation)
   if (dtype != DType::f32) t.atol = std::max(t.atol, 4.0 * u_out);
   return t;
 }
+
+template <class T>
+double rms(const HostTensor<T>& t) {
+  const std::int64_t n = t.numel();
+  if (n == 0) return 0.0;
+  double sum_sq = 0.0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double v = static_cast<double>(t.at(t.unravel(i)));
+    sum_sq += v * v;
+  }
+  return std::sqrt(sum_sq / static_cast<double>(n));
+}
+template double rms(const HostTensor<float>&);
+template double rms(const HostTensor<double>&);
 
 namespace {
 

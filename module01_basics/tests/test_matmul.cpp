@@ -87,12 +87,11 @@ struct OffsetBuffer {
 /// alpha * ref::matmul(A, B) + beta * C0 in double. Also checks that the padding of C
 /// (columns n .. ldc-1) was not written. course::NotImplemented propagates.
 ///
-/// Tolerance: tolerance_for(f32, K) gives rtol ~ sqrt(K) * eps. Its atol assumes
-/// unit-size results, but an element of A*B that is near 0 got there by cancellation
-/// of terms whose partial sums were ~ sqrt(K) in size, and carries their rounding
-/// error. So atol = rtol * RMS(reference): near-zero elements get the absolute error
-/// budget of a typical element (an fp32 dot product's error bound is relative to
-/// sum |a_k b_k|, not to |sum a_k b_k|).
+/// Tolerance: tolerance_for(f32, K, rms(reference)) -- rtol ~ sqrt(K) * eps, and an
+/// element of A*B that is near 0 got there by cancellation of terms whose partial
+/// sums were ~ sqrt(K) in size, so it gets the absolute error budget of a typical
+/// element (an fp32 dot product's error bound is relative to sum |a_k b_k|, not to
+/// |sum a_k b_k|).
 course::CompareResult check_matmul(const MatmulFn& fn, MatmulStep step, const Problem& p, std::uint64_t seed) {
   const std::int64_t lda = p.lda ? p.lda : p.k, ldb = p.ldb ? p.ldb : p.n, ldc = p.ldc ? p.ldc : p.n;
   const HostTensor<float> a = random_matrix(p.m, p.k, lda, seed);
@@ -118,16 +117,14 @@ course::CompareResult check_matmul(const MatmulFn& fn, MatmulStep step, const Pr
   got.storage() = dc.download(got.storage().size());
 
   HostTensor<double> want = course::ref::matmul(a.cast<double>(), b.cast<double>());
-  double sum_sq = 0.0;
   for (std::int64_t i = 0; i < p.m; ++i)
     for (std::int64_t j = 0; j < p.n; ++j) {
       double& w = want({i, j});
       w = static_cast<double>(p.alpha) * w;
       if (p.beta != 0.0f) w += static_cast<double>(p.beta) * static_cast<double>(c0({i, j}));
-      sum_sq += w * w;
     }
-  course::Tolerance tol = course::tolerance_for(course::DType::f32, p.k);
-  tol.atol = std::max(tol.atol, tol.rtol * std::sqrt(sum_sq / static_cast<double>(p.m * p.n)));
+  const course::Tolerance tol =
+      course::tolerance_for(course::DType::f32, p.k, std::max(1.0, course::rms(want)));
   course::CompareResult r = course::compare(got, want, tol, {"i", "j"});
 
   // Padding of C (columns n .. ldc-1 of every row but the last) must be untouched.

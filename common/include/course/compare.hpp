@@ -23,7 +23,16 @@ struct Tolerance {
 /// Tolerance for a result computed in `dtype` whose elements each accumulate
 /// `reduction_length` products (1 for element-wise ops). Rounding error of a sum of
 /// k terms grows like sqrt(k) * eps for random-sign data; we allow a safety factor.
-Tolerance tolerance_for(DType dtype, std::int64_t reduction_length = 1);
+///
+/// `result_scale` is the typical magnitude of the result (e.g. rms() of the
+/// reference). A sum's rounding error is relative to the size of its terms, not of
+/// its value: an element that cancels to ~0 still carries the error of a typical
+/// element, so atol = rtol * result_scale.
+Tolerance tolerance_for(DType dtype, std::int64_t reduction_length = 1, double result_scale = 1.0);
+
+/// Root mean square of a tensor's logical elements (0 for an empty tensor).
+template <class T>
+double rms(const HostTensor<T>& t);
 
 struct Mismatch {
   std::vector<std::int64_t> index;  ///< multi-index into the logical shape
