@@ -1,0 +1,284 @@
+/// @file softmax.cu
+/// @brief YOUR ladder for softmax along a dimension of a 2-D matrix (module 1).
+///
+/// Read module01_basics/include/module01/softmax.hpp first (what dim = 0 and dim = 1
+/// mean, the layout with row strides ldx/ldy, in place), then fill in one step at a time.
+/// Run its tests with:   ctest --preset default -L exercise -R Softmax
+/// A step you have not written throws NotImplemented and its tests show SKIPPED.
+///
+/// Every kernel must be correct when y == x (in place): read an element before you
+/// write it, from the same thread, and finish all reads a reduction needs before the
+/// barrier that ends the reduction.
+
+#include "module01/softmax.hpp"
+
+#include "course/cuda/warp_reduce.cuh"
+
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cstdint>
+#include <string>
+
+namespace course::exercise {
+namespace {
+
+using m01::SoftmaxArgs;
+using m01::SoftmaxStep;
+namespace cc = ::course::cuda;
+
+/// Where the slices of the matrix lie (given). A slice is one row (dim = 1) or one
+/// column (dim = 0); element i of slice s is at  s * slice_stride + i * elem_stride.
+///   dim = 1: count = rows, length = cols, slice stride = ld,  element stride = 1
+///   dim = 0: count = cols, length = rows, slice stride = 1,   element stride = ld
+struct Slices {
+  std::int64_t count, length;
+  std::int64_t x_slice, x_elem;
+  std::int64_t y_slice, y_elem;
+};
+
+Slices slices_of(const SoftmaxArgs& a) {
+  if (a.dim == 1) return {a.rows, a.cols, a.ldx, 1, a.ldy, 1};
+  return {a.cols, a.rows, 1, a.ldx, 1, a.ldy};
+}
+
+unsigned grid_size(std::int64_t work, int per_block) {
+  const std::int64_t blocks = (work + per_block - 1) / per_block;
+  require_arg(blocks <= 0x7fffffff, "softmax", "blocks", blocks, "exceeds the grid limit 2^31 - 1");
+  return static_cast<unsigned>(blocks);
+}
+
+// ----------------------------------------------------------------------------
+// Step 1: naive_three_pass -- three kernels, one thread per slice.
+//   kernel 1: slice_max[s] = max_i x(s, i)
+//   kernel 2: slice_sum[s] = sum_i exp(x(s, i) - slice_max[s])
+//   kernel 3: y(s, i) = exp(x(s, i) - slice_max[s]) / slice_sum[s]
+// The workspace (args.workspace) holds slice_max (count floats) then slice_sum.
+//
+// TODO(step 1): write the three kernels and launch them in order on a.stream.
+// Hint 1: thread s = blockIdx.x * blockDim.x + threadIdx.x (64-bit!) owns slice s;
+//         threads with s >= count return at once. Loop i over the slice's length.
+// Hint 2: the address of x(s, i) is x + s * sl.x_slice + i * sl.x_elem; start the
+//         max at -INFINITY, and use expf (not exp, which is double).
+// Hint 3: launch ceil(count / 256) blocks of 256 threads three times, with
+//         COURSE_CHECK_LAUNCH after each; kernels on one stream run in order, so
+//         kernel 2 sees what kernel 1 wrote without any synchronization.
+// Then measure dim = 0 against dim = 1: same code, very different speed. Why?
+// ----------------------------------------------------------------------------
+__global__ void naive_slice_max_kernel(const float* x, Slices sl, float* slice_max) {
+  // TODO(step 1)
+}
+
+__global__ void naive_slice_sum_kernel(const float* x, Slices sl, const float* slice_max, float* slice_sum) {
+  // TODO(step 1)
+}
+
+__global__ void naive_normalize_kernel(const float* x, float* y, Slices sl, const float* slice_max,
+                                       const float* slice_sum) {
+  // TODO(step 1)
+}
+
+void launch_naive_three_pass(const SoftmaxArgs& a) {
+  const Slices sl = slices_of(a);
+  float* slice_max = a.workspace;
+  float* slice_sum = a.workspace + sl.count;
+  // TODO(step 1): delete the throw, then launch the three kernels.
+  (void)slice_max;
+  (void)slice_sum;
+  throw NotImplemented("softmax step naive_three_pass", __FILE__);
+}
+
+// ----------------------------------------------------------------------------
+// Step 2: block_per_row -- one block per row (dim = 1), coalesced loads.
+//
+// TODO(step 2a): in block_row_softmax_kernel, blockIdx.x is the row. The block's
+//   threads stride over the row three times: max, sum of exp(x - max), normalize.
+// Hint 1: thread t handles columns t, t + kRowThreads, t + 2 * kRowThreads, ...:
+//         neighbouring threads touch neighbouring floats (coalesced).
+// Hint 2: each thread's partial max / sum must be combined over the whole block
+//         before anyone uses it: course::cuda::block_all_reduce(v, cc::Max{}, -INFINITY,
+//         scratch) and block_all_reduce(v, cc::Sum{}, 0.f, scratch) do that and give
+//         every thread the result.
+// Hint 3: all threads must reach block_all_reduce (it has __syncthreads inside): no
+//         early return before it. Row pointers: x + blockIdx.x * ldx (64-bit).
+//
+// TODO(step 2b): column_strip_softmax_kernel, for dim = 0 (also used by steps 3 and 4).
+//   One column per thread would be coalesced but too few threads for tall matrices;
+//   instead a block of (kStripCols = 32, kStripRows = 16) threads owns 32 neighbouring
+//   columns: threadIdx.x picks the column, threadIdx.y the rows y, y + 16, y + 32, ...
+// Hint 1: a warp is one threadIdx.y and 32 consecutive threadIdx.x: it reads 32
+//         consecutive floats of one row. Good.
+// Hint 2: combine the 16 partial values of a column through the shared array `red`:
+//         every thread writes red[threadIdx.y][threadIdx.x], __syncthreads(), then each
+//         thread folds red[0..15][threadIdx.x] itself. Add a __syncthreads() before the
+//         next write to `red` so nobody overwrites values still being read.
+// Hint 3: threads whose column is >= cols must not read or write memory, but must still
+//         reach every __syncthreads().
+// ----------------------------------------------------------------------------
+constexpr int kRowThreads = 256;
+constexpr int kStripCols = 32;
+constexpr int kStripRows = 16;
+
+__global__ void __launch_bounds__(kRowThreads)
+    block_row_softmax_kernel(const float* x, std::int64_t ldx, float* y, std::int64_t ldy, int cols) {
+  __shared__ float scratch[cc::kWarpSize];
+  // TODO(step 2a)
+}
+
+__global__ void __launch_bounds__(kStripCols* kStripRows)
+    column_strip_softmax_kernel(const float* x, std::int64_t ldx, float* y, std::int64_t ldy, int rows, int cols) {
+  __shared__ float red[kStripRows][kStripCols];
+  // TODO(step 2b)
+}
+
+void launch_block_row(const SoftmaxArgs& a) {
+  // TODO(step 2a): delete the throw; launch a.rows blocks of kRowThreads threads.
+  throw NotImplemented("softmax step block_per_row (dim = 1: block_row_softmax_kernel)", __FILE__);
+}
+
+void launch_column_strip(const SoftmaxArgs& a) {
+  // TODO(step 2b): delete the throw; launch ceil(cols / kStripCols) blocks of
+  //                dim3(kStripCols, kStripRows) threads.
+  throw NotImplemented("softmax step block_per_row (dim = 0: column_strip_softmax_kernel)", __FILE__);
+}
+
+void launch_block_per_row(const SoftmaxArgs& a) {
+  if (a.dim == 1) launch_block_row(a);
+  else launch_column_strip(a);
+}
+
+// ----------------------------------------------------------------------------
+// Step 3: warp_per_row -- one warp per row, the row held in registers.
+// Lane l keeps elements l, l + 32, l + 64, ... in `float v[kPerLane]`; rows up to
+// 32 * kPerLane = 1024 columns. The row is read once; max and sum are warp shuffles.
+//
+// TODO(step 3): write warp_row_softmax_kernel.
+// Hint 1: row r = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32.
+//         A warp whose r >= rows may return at once (the whole warp leaves together).
+// Hint 2: load with `#pragma unroll` loops over k < kPerLane so v[] stays in registers;
+//         columns >= cols get -INFINITY (exp of it is 0, so they add nothing).
+//         cc::warp_max / cc::warp_sum give every lane the row's max / sum.
+// Hint 3: store exp(v[k] - max) back into v[k] while summing, so the final pass is just
+//         y[j] = v[k] * (1 / sum) for j < cols: one exp per element, no second read.
+// ----------------------------------------------------------------------------
+constexpr int kWarpsPerBlock = 8;
+
+template <int kPerLane>
+__global__ void __launch_bounds__(kWarpsPerBlock* cc::kWarpSize)
+    warp_row_softmax_kernel(const float* x, std::int64_t ldx, float* y, std::int64_t ldy, std::int64_t rows, int cols) {
+  // TODO(step 3)
+}
+
+template <int kPerLane>
+void launch_warp_row(const SoftmaxArgs& a) {
+  // TODO(step 3): delete the throw; launch ceil(rows / kWarpsPerBlock) blocks of
+  //               kWarpsPerBlock * 32 threads of warp_row_softmax_kernel<kPerLane>.
+  throw NotImplemented("softmax step warp_per_row", __FILE__);
+}
+
+void launch_warp_per_row(const SoftmaxArgs& a) {
+  if (a.dim == 0) return launch_column_strip(a);  // your step 2b kernel
+  if (a.cols <= 32) return launch_warp_row<1>(a);
+  if (a.cols <= 64) return launch_warp_row<2>(a);
+  if (a.cols <= 128) return launch_warp_row<4>(a);
+  if (a.cols <= 256) return launch_warp_row<8>(a);
+  if (a.cols <= 512) return launch_warp_row<16>(a);
+  if (a.cols <= m01::kWarpPerRowMaxCols) return launch_warp_row<32>(a);
+  launch_block_row(a);  // rows too long for registers: your step 2a kernel
+}
+
+// ----------------------------------------------------------------------------
+// Step 4: online_vectorized -- the max and the sum in ONE pass, float4 loads.
+//
+// A running pair (m, s): m = the max so far, s = sum of exp(x_i - m) so far.
+// TODO(step 4a): online_update folds one value x into (m, s);
+//                merge combines two pairs (two threads' partial results).
+// Hint 1: if x > m the max changes, and every term already in s was computed
+//         against the OLD max: s must be multiplied by exp(m_old - m_new).
+// Hint 2: compute m_new = max(m, x) first; then s = s * exp(m - m_new) + exp(x - m_new);
+//         only THEN m = m_new. (Replacing m first -- as the seed notes do -- makes the
+//         factor exp(0) = 1 and the sum wrong. The tests keep that bug as a planted one.)
+// Hint 3: merge: m = max(a.m, b.m), s = a.s * exp(a.m - m) + b.s * exp(b.m - m). The
+//         empty pair is (-FLT_MAX, 0): with -INFINITY, exp(-inf - -inf) = NaN.
+//
+// TODO(step 4b): online_row_kernel, one block of kOnlineThreads per row (dim = 1):
+//   pass 1 reads the row once in float4 chunks and folds them into (m, s); block_merge
+//   (given) combines the pairs; pass 2 re-reads the row and writes y.
+// Hint 1: float4 needs 16-byte alignment: use it only when `vec4` is true (x, y 16-byte
+//         aligned and ldx, ldy multiples of 4), else one float at a time.
+// Hint 2: thread t takes chunks starting at j = 4 * t, 4 * t + 4 * kOnlineThreads, ...
+//         *reinterpret_cast<const float4*>(xr + j) when j + 4 <= cols; the last
+//         cols % 4 elements (the tail) need scalar code. Do not drop them!
+// Hint 3: the barriers in block_merge end pass 1 for every thread, so pass 2 may write
+//         y even in place.
+// ----------------------------------------------------------------------------
+struct MaxSum {
+  float m;
+  float s;
+};
+
+__device__ __forceinline__ MaxSum online_update(MaxSum a, float x) {
+  // TODO(step 4a)
+  return a;
+}
+
+__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
+  // TODO(step 4a)
+  return a;
+}
+
+/// Merge the pairs of a whole 1-D block (given; it only calls your merge()). Every
+/// thread gets the result; all threads of the block must call it.
+__device__ MaxSum block_merge(MaxSum v, MaxSum* scratch /* 32 entries */) {
+  for (int offset = 16; offset >= 1; offset /= 2) {
+    MaxSum other;
+    other.m = __shfl_xor_sync(cc::kFullWarpMask, v.m, offset);
+    other.s = __shfl_xor_sync(cc::kFullWarpMask, v.s, offset);
+    v = merge(v, other);
+  }
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  const unsigned lane = threadIdx.x % 32;  // every warp re-reduces the per-warp results
+  v = lane < blockDim.x / 32 ? scratch[lane] : MaxSum{-FLT_MAX, 0.f};
+  for (int offset = 16; offset >= 1; offset /= 2) {
+    MaxSum other;
+    other.m = __shfl_xor_sync(cc::kFullWarpMask, v.m, offset);
+    other.s = __shfl_xor_sync(cc::kFullWarpMask, v.s, offset);
+    v = merge(v, other);
+  }
+  return v;
+}
+
+constexpr int kOnlineThreads = 256;
+
+__global__ void __launch_bounds__(kOnlineThreads)
+    online_row_kernel(const float* x, std::int64_t ldx, float* y, std::int64_t ldy, int cols, bool vec4) {
+  __shared__ MaxSum scratch[cc::kWarpSize];
+  // TODO(step 4b)
+}
+
+void launch_online_vectorized(const SoftmaxArgs& a) {
+  if (a.dim == 0) return launch_column_strip(a);  // your step 2b kernel
+  const bool vec4 = reinterpret_cast<std::uintptr_t>(a.x) % 16 == 0 &&
+                    reinterpret_cast<std::uintptr_t>(a.y) % 16 == 0 && a.ldx % 4 == 0 && a.ldy % 4 == 0;
+  // TODO(step 4b): delete the throw; launch a.rows blocks of kOnlineThreads threads.
+  (void)vec4;
+  throw NotImplemented("softmax step online_vectorized", __FILE__);
+}
+
+}  // namespace
+
+void softmax(SoftmaxStep step, const SoftmaxArgs& args) {
+  m01::validate_softmax_args(args, step, "softmax");
+  if (args.rows == 0 || args.cols == 0) return;  // empty: nothing to do
+  switch (step) {
+    case SoftmaxStep::naive_three_pass: return launch_naive_three_pass(args);
+    case SoftmaxStep::block_per_row: return launch_block_per_row(args);
+    case SoftmaxStep::warp_per_row: return launch_warp_per_row(args);
+    case SoftmaxStep::online_vectorized: return launch_online_vectorized(args);
+  }
+  throw NotImplemented(std::string("softmax step ") + std::to_string(static_cast<int>(step)), __FILE__);
+}
+
+}  // namespace course::exercise

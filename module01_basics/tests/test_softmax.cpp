@@ -1,0 +1,381 @@
+// Tests of the softmax ladder, run against course::solution and course::exercise
+// (built twice; `impl` names the one under test), for every step and both dims.
+#include "course/reference.hpp"
+#include "course/tensor.hpp"
+#include "course/testing.hpp"
+#include "module01/softmax.hpp"
+#include "softmax_planted.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace {
+
+using course::CompareResult;
+using course::DeviceBuffer;
+using course::HostTensor;
+using course::m01::SoftmaxArgs;
+using course::m01::SoftmaxStep;
+using course::testing::GpuTest;
+
+/// Anything with the op's signature: impl::softmax or a planted bug.
+using SoftmaxFn = std::function<void(SoftmaxStep, const SoftmaxArgs&)>;
+
+/// softmax([1, 2, 3]) by hand: e^-2, e^-1, 1 over their sum.
+const std::vector<double> kSoftmax123 = {0.09003057317038046, 0.24472847105479764, 0.6652409557748219};
+
+/// The padding between rows of x holds this: a kernel that reads past `cols`
+/// takes it into its max and sum and its results move.
+constexpr float kPadSentinel = 1000.f;
+
+/// One test input: a rows x cols matrix with row strides, values uniform in [lo, hi).
+struct Case {
+  std::int64_t rows = 1, cols = 1;
+  int dim = 1;
+  std::int64_t ldx = 0, ldy = 0;  ///< 0: contiguous (= cols)
+  double lo = -4.0, hi = 4.0;
+  bool in_place = false;          ///< y = x (then ldy = ldx)
+
+  std::int64_t row_stride_x() const { return ldx > 0 ? ldx : cols; }
+  std::int64_t row_stride_y() const { return in_place ? row_stride_x() : (ldy > 0 ? ldy : cols); }
+  std::string str() const {
+    std::ostringstream os;
+    os << rows << "x" << cols << " dim=" << dim << " ldx=" << row_stride_x() << " ldy=" << row_stride_y()
+       << " values in [" << lo << ", " << hi << ")" << (in_place ? " in place" : "");
+    return os.str();
+  }
+};
+
+struct Outcome {
+  CompareResult cmp;            ///< against course::ref::softmax; includes padding writes
+  std::int64_t padding_writes = 0;
+  double worst_sum_error = 0;   ///< max over slices of |sum(y) - 1|
+  HostTensor<float> y;
+  bool ok() const { return cmp.ok() && padding_writes == 0 && worst_sum_error <= 1e-4; }
+};
+
+std::uint32_t bits_of(float v) {
+  std::uint32_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+
+/// The checking helper every test (and the planted-bug test) uses: builds the input,
+/// poisons y (NaN, padding included), runs `fn`, and checks values against the CPU
+/// reference (double), the padding (never written), and that every slice sums to 1.
+/// Throws course::NotImplemented through for exercise stubs.
+Outcome run_case(const SoftmaxFn& fn, SoftmaxStep step, const Case& c, std::uint64_t seed) {
+  const std::int64_t ldx = c.row_stride_x(), ldy = c.row_stride_y();
+  HostTensor<float> x({c.rows, c.cols}, {ldx, 1});
+  std::fill(x.storage().begin(), x.storage().end(), kPadSentinel);
+  // Random values straight into storage (fill_random walks multi-indices: slow for 16M).
+  const auto values = course::random_vector(static_cast<std::size_t>(c.rows * c.cols), seed,
+                                            static_cast<float>(c.lo), static_cast<float>(c.hi));
+  for (std::int64_t r = 0; r < c.rows; ++r)
+    std::copy_n(values.begin() + r * c.cols, c.cols, x.storage().begin() + r * ldx);
+
+  HostTensor<float> y({c.rows, c.cols}, {ldy, 1});
+  DeviceBuffer<float> dx(x.storage());
+  DeviceBuffer<float> dy(c.in_place ? 0 : y.storage().size());
+  if (!c.in_place) dy.poison();
+  const std::size_t ws_bytes = course::m01::softmax_workspace_bytes(step, c.rows, c.cols, c.dim);
+  DeviceBuffer<float> ws((ws_bytes + sizeof(float) - 1) / sizeof(float));
+  ws.poison();
+
+  SoftmaxArgs a;
+  a.x = dx.data();
+  a.y = c.in_place ? dx.data() : dy.data();
+  a.rows = c.rows;
+  a.cols = c.cols;
+  a.ldx = ldx;
+  a.ldy = ldy;
+  a.dim = c.dim;
+  a.workspace = ws.data();
+  a.workspace_bytes = ws.bytes();
+  fn(step, a);
+  COURSE_CUDA_CHECK(cudaDeviceSynchronize());
+  y.storage() = c.in_place ? dx.download() : dy.download();
+
+  Outcome out;
+  const HostTensor<double> ref = course::ref::softmax(x.cast<double>(), c.dim);
+  const std::int64_t length = c.dim == 1 ? c.cols : c.rows;
+  out.cmp = course::compare(y, ref, course::tolerance_for(course::DType::f32, length), {"i", "j"});
+
+  // Padding (columns cols..ld-1 of every row but the last) must be untouched.
+  const std::uint32_t pad_bits = c.in_place ? bits_of(kPadSentinel) : 0xFFFFFFFFu;
+  for (std::int64_t r = 0; r + 1 < c.rows; ++r)
+    for (std::int64_t j = c.cols; j < ldy; ++j) {
+      const float v = y.storage()[static_cast<std::size_t>(r * ldy + j)];
+      if (bits_of(v) == pad_bits) continue;
+      ++out.padding_writes;
+      ++out.cmp.mismatches;
+      if (out.cmp.first.size() < 8) out.cmp.first.push_back({{r, j}, v, std::nan("")});  // j >= cols: padding
+    }
+
+  // Every slice sums to 1.
+  const std::int64_t slices = c.dim == 1 ? c.rows : c.cols;
+  for (std::int64_t s = 0; s < slices; ++s) {
+    double sum = 0;
+    for (std::int64_t i = 0; i < length; ++i) sum += c.dim == 1 ? y({s, i}) : y({i, s});
+    const double err = std::fabs(sum - 1.0);
+    if (!(err <= out.worst_sum_error)) out.worst_sum_error = std::isnan(err) ? INFINITY : err;
+  }
+  out.y = std::move(y);
+  return out;
+}
+
+::testing::AssertionResult Accepted(const Outcome& o) {
+  if (o.ok()) return ::testing::AssertionSuccess();
+  auto failure = ::testing::AssertionFailure();
+  failure << o.cmp.report();
+  if (o.padding_writes) failure << "\n  " << o.padding_writes << " writes into the row padding (j >= cols)";
+  failure << "\n  worst |sum(y) - 1| over slices = " << o.worst_sum_error << " (allowed 1e-4)";
+  return failure;
+}
+
+/// Run a tiny hand-written input (contiguous) and return y, row-major.
+std::vector<float> run_small(SoftmaxStep step, const std::vector<float>& hx, std::int64_t rows, std::int64_t cols,
+                             int dim) {
+  DeviceBuffer<float> dx(hx), dy(hx.size());
+  dy.poison();
+  const std::size_t ws_bytes = course::m01::softmax_workspace_bytes(step, rows, cols, dim);
+  DeviceBuffer<float> ws((ws_bytes + sizeof(float) - 1) / sizeof(float));
+  SoftmaxArgs a = course::m01::contiguous_softmax_args(dx.data(), dy.data(), rows, cols, dim);
+  a.workspace = ws.data();
+  a.workspace_bytes = ws.bytes();
+  impl::softmax(step, a);
+  COURSE_CUDA_CHECK(cudaDeviceSynchronize());
+  return dy.download();
+}
+
+using Param = std::tuple<course::StepInfo<SoftmaxStep>, int>;
+
+class SoftmaxTest : public GpuTest, public ::testing::WithParamInterface<Param> {
+ protected:
+  SoftmaxStep step() const { return std::get<0>(GetParam()).step; }
+  int dim() const { return std::get<1>(GetParam()); }
+  /// A 1-D example as a slice along dim(): 1 x n for dim = 1, n x 1 for dim = 0.
+  std::vector<float> run_vector(const std::vector<float>& v) {
+    const auto n = static_cast<std::int64_t>(v.size());
+    return dim() == 1 ? run_small(step(), v, 1, n, 1) : run_small(step(), v, n, 1, 0);
+  }
+  Outcome run(const Case& c) {
+    return run_case([](SoftmaxStep s, const SoftmaxArgs& a) { impl::softmax(s, a); }, step(), c,
+                    seed() + static_cast<std::uint64_t>(c.rows * 7919 + c.cols * 31 + c.ldx * 3 + c.ldy));
+  }
+};
+
+std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+  return std::string(std::get<0>(info.param).name) + "_dim" + std::to_string(std::get<1>(info.param));
+}
+
+const auto kF32Tol = [](std::int64_t n) { return course::tolerance_for(course::DType::f32, n); };
+
+// ---- the lesson's worked examples -------------------------------------------
+
+TEST_P(SoftmaxTest, WorkedExample123) {
+  std::vector<float> y;
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(y = run_vector({1.f, 2.f, 3.f}));
+  EXPECT_MATCHES(course::compare(y, kSoftmax123, kF32Tol(3)));  // ~[0.0900, 0.2447, 0.6652]
+}
+
+TEST_P(SoftmaxTest, LargeValuesAreStable) {
+  // exp(1000) overflows fp32; subtracting the max makes this softmax([-2, -1, 0]).
+  std::vector<float> big, shifted;
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(big = run_vector({1000.f, 1001.f, 1002.f}));
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(shifted = run_vector({-2.f, -1.f, 0.f}));
+  for (float v : big) EXPECT_TRUE(std::isfinite(v)) << v;
+  EXPECT_MATCHES(course::compare(big, shifted, kF32Tol(3)));
+  EXPECT_MATCHES(course::compare(big, kSoftmax123, kF32Tol(3)));
+}
+
+TEST_P(SoftmaxTest, Matrix2x3AlongDim) {
+  // x = [[1,2,3],[4,5,6]]. dim = 1: each row -> softmax([1,2,3]).
+  // dim = 0: each column [a, a+3] -> [1/(1+e^3), e^3/(1+e^3)] = [0.0474, 0.9526].
+  std::vector<float> y;
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(y = run_small(step(), {1.f, 2.f, 3.f, 4.f, 5.f, 6.f}, 2, 3, dim()));
+  const double lo = 1.0 / (1.0 + std::exp(3.0)), hi = 1.0 - lo;
+  const std::vector<double> want =
+      dim() == 1 ? std::vector<double>{kSoftmax123[0], kSoftmax123[1], kSoftmax123[2], kSoftmax123[0], kSoftmax123[1],
+                                       kSoftmax123[2]}
+                 : std::vector<double>{lo, lo, lo, hi, hi, hi};
+  EXPECT_MATCHES(course::compare(y, want, kF32Tol(dim() == 1 ? 3 : 2)));
+}
+
+TEST_P(SoftmaxTest, MaskedEntriesGetZero) {
+  // -inf is how attention masks a score: it must come out as exactly 0.
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> y;
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(y = run_vector({-inf, 0.f, -inf, 0.f, -inf}));
+  EXPECT_MATCHES(course::compare(y, std::vector<double>{0, 0.5, 0, 0.5, 0}, kF32Tol(5)));
+}
+
+// ---- random data, awkward shapes, strides --------------------------------------
+
+/// Every size class the steps dispatch on, around warp (32), float4 (4) and register
+/// capacities (1024, 4096, ..., 32768), plus primes and a square.
+const std::vector<std::pair<std::int64_t, std::int64_t>> kShapes = {
+    {1, 1},  {1, 7},  {3, 33},   {129, 255}, {17, 500},  {1000, 1000}, {7, 1025},
+    {2, 4097}, {3, 9000}, {2, 32768}, {5, 32769}};
+
+std::int64_t round_up4(std::int64_t v) { return (v + 3) / 4 * 4; }
+
+TEST_P(SoftmaxTest, RandomShapesAndStrides) {
+  for (const auto& [rows, cols] : kShapes) {
+    // contiguous; odd padding (no float4 possible); float4-friendly padding with a
+    // cols % 4 tail. Each layout also gets its own value range (large ones included).
+    const Case cases[] = {
+        {rows, cols, dim(), 0, 0, -4.0, 4.0},
+        {rows, cols, dim(), cols + 3, cols + 5, -30.0, 30.0},
+        {rows, cols, dim(), round_up4(cols) + 4, round_up4(cols) + 8, 80.0, 120.0},
+    };
+    for (const Case& c : cases) {
+      SCOPED_TRACE(c.str());
+      Outcome o;
+      COURSE_SKIP_IF_NOT_IMPLEMENTED(o = run(c));
+      EXPECT_TRUE(Accepted(o));
+    }
+  }
+}
+
+TEST_P(SoftmaxTest, InPlace) {
+  for (const auto& [rows, cols] : std::vector<std::pair<std::int64_t, std::int64_t>>{{3, 33}, {129, 255}, {7, 1025}, {5, 32769}}) {
+    for (std::int64_t ld : {cols, round_up4(cols) + 4}) {
+      Case c{rows, cols, dim(), ld, ld, -4.0, 4.0, /*in_place=*/true};
+      SCOPED_TRACE(c.str());
+      Outcome o;
+      COURSE_SKIP_IF_NOT_IMPLEMENTED(o = run(c));
+      EXPECT_TRUE(Accepted(o));
+    }
+  }
+}
+
+TEST_P(SoftmaxTest, LargeShape) {
+  const Case c{4096, 4096, dim(), 0, 0, -8.0, 8.0};
+  SCOPED_TRACE(c.str());
+  Outcome o;
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(o = run(c));
+  EXPECT_TRUE(Accepted(o));
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, SoftmaxTest,
+                         ::testing::Combine(::testing::ValuesIn(course::m01::kSoftmaxSteps), ::testing::Values(1, 0)),
+                         param_name);
+
+// ---- planted bugs: the checking helper must reject each -------------------------
+
+class SoftmaxPlantedTest : public GpuTest {
+ protected:
+  void expect_rejected(const SoftmaxFn& bug, const Case& c) {
+    SCOPED_TRACE(c.str());
+    const Outcome o = run_case(bug, SoftmaxStep::block_per_row, c, seed());
+    EXPECT_FALSE(o.ok()) << "the planted bug passed the checks; they cannot catch it";
+  }
+};
+
+TEST_F(SoftmaxPlantedTest, NoMaxSubtractionIsRejected) {
+  expect_rejected(course::planted::softmax_no_max_subtraction, {3, 33, 1, 0, 0, 80.0, 120.0});
+}
+
+TEST_F(SoftmaxPlantedTest, SeedOnlineOrderIsRejected) {
+  expect_rejected(course::planted::softmax_seed_online_order, {129, 255, 1, 0, 0, -4.0, 4.0});
+}
+
+TEST_F(SoftmaxPlantedTest, DroppedTailIsRejected) {
+  expect_rejected(course::planted::softmax_dropped_tail, {3, 33, 1, 40, 44, -4.0, 4.0});
+}
+
+TEST_F(SoftmaxPlantedTest, WrongDimIsRejected) {
+  expect_rejected(course::planted::softmax_wrong_dim, {3, 33, 0, 0, 0, -4.0, 4.0});
+}
+
+// ---- argument validation: host-side, before any launch (no GPU needed) -----------
+
+/// Fake "device" storage: validation only looks at the addresses.
+alignas(16) float g_fake[4096];
+
+SoftmaxArgs good_args() {
+  SoftmaxArgs a = course::m01::contiguous_softmax_args(g_fake, g_fake + 2048, 16, 64, 1);
+  return a;
+}
+
+void expect_named(const SoftmaxArgs& a, const std::string& needle, SoftmaxStep step = SoftmaxStep::block_per_row) {
+  try {
+    impl::softmax(step, a);
+    ADD_FAILURE() << "expected InvalidArgument mentioning " << needle;
+  } catch (const course::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(SoftmaxArgsTest, BadShapesAreNamed) {
+  auto a = good_args();
+  a.rows = -1;
+  expect_named(a, "'rows' = -1");
+  a = good_args();
+  a.cols = -2;
+  expect_named(a, "'cols' = -2");
+  a = good_args();
+  a.dim = 2;
+  expect_named(a, "'dim' = 2");
+  a = good_args();
+  a.ldx = a.cols - 1;
+  expect_named(a, "'ldx' = 63");
+  a = good_args();
+  a.ldy = 0;
+  expect_named(a, "'ldy' = 0");
+  a = good_args();
+  expect_named(a, "'step' = 17", static_cast<SoftmaxStep>(17));
+}
+
+TEST(SoftmaxArgsTest, BadPointersAreNamed) {
+  auto a = good_args();
+  a.x = nullptr;
+  expect_named(a, "'x' = nullptr");
+  a = good_args();
+  a.y = nullptr;
+  expect_named(a, "'y' = nullptr");
+  a = good_args();
+  a.x = reinterpret_cast<const float*>(reinterpret_cast<const char*>(g_fake) + 2);
+  expect_named(a, "'x'");
+  a = good_args();
+  a.y = g_fake + 100;  // inside x's range
+  expect_named(a, "overlaps x");
+  a = good_args();
+  a.y = const_cast<float*>(a.x);  // same start, different stride: not the in-place case
+  a.ldy = a.ldx + 4;
+  expect_named(a, "overlaps x");
+}
+
+TEST(SoftmaxArgsTest, NaiveNeedsItsWorkspace) {
+  auto a = good_args();
+  expect_named(a, "'workspace_bytes' = 0", SoftmaxStep::naive_three_pass);
+  a.workspace_bytes = course::m01::softmax_workspace_bytes(SoftmaxStep::naive_three_pass, a.rows, a.cols, a.dim);
+  EXPECT_EQ(a.workspace_bytes, 2u * 16u * sizeof(float));  // max and sum per row
+  expect_named(a, "'workspace' = nullptr", SoftmaxStep::naive_three_pass);
+}
+
+TEST(SoftmaxArgsTest, EmptyMatrixIsANoOp) {
+  // Nothing to read or write: no pointer is needed and nothing is launched.
+  for (const auto& s : course::m01::kSoftmaxSteps) {
+    SoftmaxArgs a;
+    a.rows = 0;
+    a.cols = 5;
+    a.ldx = a.ldy = 5;
+    EXPECT_NO_THROW(impl::softmax(s.step, a)) << s.name;
+    a.rows = 3;
+    a.cols = 0;
+    a.ldx = a.ldy = 0;
+    EXPECT_NO_THROW(impl::softmax(s.step, a)) << s.name;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,613 @@
+/// @file softmax.cu
+/// @brief Solution ladder for fp32 softmax along a dimension of a 2-D matrix (module 1).
+///
+/// Softmax is memory-bound: per element it does ~5 FLOPs (compare, subtract, exp, add,
+/// multiply) on 8 bytes (read x, write y). The ceiling is therefore a copy: read the
+/// matrix once, write it once. Every step below is about getting closer to that by
+/// reading the input fewer times and with better access patterns.
+///
+/// Byte counts in the predictions are for the benchmark shape 65536 x 1024 (dim = 1):
+/// 256 MiB in, 256 MiB out; the copy of those bytes is the 1.0x reference
+/// (~3.0 TB/s read+write on an H100 SXM, i.e. ~180 us).
+///
+/// dim = 0 (normalize columns) is supported by every step. A "slice" is one row
+/// (dim = 1) or one column (dim = 0); the slice-generic naive kernels cover both, and
+/// the later steps use column-strip kernels for dim = 0 (see block_per_row).
+
+#include "module01/softmax.hpp"
+
+#include "course/cuda/warp_reduce.cuh"
+
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cstdint>
+
+namespace course::solution {
+namespace {
+
+using m01::SoftmaxArgs;
+using m01::SoftmaxStep;
+namespace cc = ::course::cuda;
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+/// exp(x) as one multiply and one MUFU.EX2 (2^x). Its error grows with |x|
+/// (~|x| * 2^-24 relative); softmax only feeds it x <= 0, and the terms with large
+/// |x| are the tiny ones, so the error that reaches y stays a few ulp.
+__device__ __forceinline__ float fast_exp(float x) { return exp2f(x * kLog2e); }
+
+/// Where the slices of a 2-D matrix lie: element i of slice s is at
+/// base + s * slice_stride + i * elem_stride. dim = 1: slices are rows (elem_stride 1),
+/// dim = 0: slices are columns (elem_stride = the row stride).
+struct Slices {
+  std::int64_t count;      ///< number of slices
+  std::int64_t length;     ///< elements per slice
+  std::int64_t x_slice, x_elem;
+  std::int64_t y_slice, y_elem;
+};
+
+Slices slices_of(const SoftmaxArgs& a) {
+  if (a.dim == 1) return {a.rows, a.cols, a.ldx, 1, a.ldy, 1};
+  return {a.cols, a.rows, 1, a.ldx, 1, a.ldy};
+}
+
+unsigned blocks_for(std::int64_t work, int per_block, const char* step) {
+  const std::int64_t blocks = (work + per_block - 1) / per_block;
+  require_arg(blocks <= 0x7fffffff, step, "blocks", blocks, "exceeds the grid limit 2^31 - 1");
+  return static_cast<unsigned>(blocks);
+}
+
+// ============================================================================
+// Step 1: naive_three_pass.
+// Three kernels, one thread per slice: (1) max of the slice, (2) sum of
+// exp(x - max), (3) y = exp(x - max) / sum. The max and sum wait in a workspace
+// between launches.
+//
+// Bytes: x is read three times and y written once: 4 x 256 MiB = 1 GiB, 2x the copy.
+// Worse, for dim = 1 the 32 threads of a warp walk 32 *different rows*, 4 KiB apart:
+// every load instruction touches 32 sectors for 128 useful bytes, and only 65536
+// threads (~15 warps per SM) exist to hide the latency. For dim = 0 the same code is
+// coalesced (neighbouring threads = neighbouring columns): the lesson's first surprise.
+// Prediction (65536 x 1024, dim = 1): 10-30x slower than the copy; at 4096 x 32768
+// only 4096 threads exist (~1 warp per SM) and it is latency-bound: >100x.
+// Measured (H100): TODO
+// ============================================================================
+__global__ void naive_slice_max_kernel(const float* x, Slices sl, float* slice_max) {
+  const std::int64_t s = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (s >= sl.count) return;
+  const float* xs = x + s * sl.x_slice;
+  float m = -INFINITY;
+  for (std::int64_t i = 0; i < sl.length; ++i) m = fmaxf(m, xs[i * sl.x_elem]);
+  slice_max[s] = m;
+}
+
+__global__ void naive_slice_sum_kernel(const float* x, Slices sl, const float* slice_max, float* slice_sum) {
+  const std::int64_t s = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (s >= sl.count) return;
+  const float* xs = x + s * sl.x_slice;
+  const float m = slice_max[s];
+  float sum = 0.f;
+  for (std::int64_t i = 0; i < sl.length; ++i) sum += expf(xs[i * sl.x_elem] - m);
+  slice_sum[s] = sum;
+}
+
+__global__ void naive_normalize_kernel(const float* x, float* y, Slices sl, const float* slice_max,
+                                       const float* slice_sum) {
+  const std::int64_t s = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (s >= sl.count) return;
+  const float* xs = x + s * sl.x_slice;
+  float* ys = y + s * sl.y_slice;
+  const float m = slice_max[s];
+  const float inv = 1.f / slice_sum[s];
+  // Reading x[i] before writing y[i] in the same thread keeps the in-place case correct.
+  for (std::int64_t i = 0; i < sl.length; ++i) ys[i * sl.y_elem] = expf(xs[i * sl.x_elem] - m) * inv;
+}
+
+void launch_naive_three_pass(const SoftmaxArgs& a) {
+  constexpr int kThreads = 256;
+  const Slices sl = slices_of(a);
+  const unsigned blocks = blocks_for(sl.count, kThreads, "naive_three_pass");
+  float* slice_max = a.workspace;
+  float* slice_sum = a.workspace + sl.count;
+  naive_slice_max_kernel<<<blocks, kThreads, 0, a.stream>>>(a.x, sl, slice_max);
+  COURSE_CHECK_LAUNCH("naive_slice_max_kernel");
+  naive_slice_sum_kernel<<<blocks, kThreads, 0, a.stream>>>(a.x, sl, slice_max, slice_sum);
+  COURSE_CHECK_LAUNCH("naive_slice_sum_kernel");
+  naive_normalize_kernel<<<blocks, kThreads, 0, a.stream>>>(a.x, a.y, sl, slice_max, slice_sum);
+  COURSE_CHECK_LAUNCH("naive_normalize_kernel");
+}
+
+// ============================================================================
+// Step 2: block_per_row.
+// One block of 256 threads per row. Neighbouring threads read neighbouring
+// elements (coalesced), and the max and the sum become block-wide reductions
+// (course::cuda::block_all_reduce: warp shuffles, then one value per warp through
+// shared memory). One kernel, no workspace; still three passes over the row
+// (max, sum, normalize), but the 2nd and 3rd read a row that was just read, so
+// they hit L2 (a 4 KiB row; ~132 x 8 rows in flight = 4 MiB << 50 MB of L2).
+//
+// Bytes from DRAM: ~read 1x + write 1x (the re-reads come from L2), so close to the
+// copy if L2 bandwidth and the two barriers per row do not get in the way.
+// Occupancy: 256 threads, few registers: 8 blocks (64 warps) per SM.
+// Prediction (65536 x 1024, dim = 1): 60-75% of the copy; the re-reads cost L2
+// bandwidth and each row pays two reduction latencies with only 4 elements per thread.
+// Measured (H100): TODO
+//
+// dim = 0 -- column strips: a block owns 32 neighbouring columns (threadIdx.x) and
+// kStripRows row phases (threadIdx.y). A warp then reads 32 consecutive floats of
+// one row (128 B, coalesced); each thread walks its column with stride kStripRows,
+// and the kStripRows partial results of a column meet in shared memory. Same three
+// passes (max, sum, normalize). warp_per_row reuses this kernel for dim = 0.
+// ============================================================================
+constexpr int kRowThreads = 256;
+
+__global__ void __launch_bounds__(kRowThreads)
+    block_row_softmax_kernel(const float* x, std::int64_t ldx, float* y, std::int64_t ldy, int cols) {
+  __shared__ float scratch[cc::kWarpSize];
+  const float* xr = x + static_cast<std::int64_t>(blockIdx.x) * ldx;
+  float* yr = y + static_cast<std::int64_t>(blockIdx.x) * ldy;
+
+  float m = -INFINITY;
+  for (std::int64_t j = threadIdx.x; j < cols; j += kRowThreads) m = fmaxf(m, xr[j]);
+  m = cc::block_all_reduce(m, cc::Max{}, -INFINITY, scratch);
+
+  float s = 0.f;
+  for (std::int64_t j = threadIdx.x; j < cols; j += kRowThreads) s += expf(xr[j] - m);
+  s = cc::block_all_reduce(s, cc::Sum{}, 0.f, scratch);
+
+  // Every read of the row above finished before the barrier inside block_all_reduce;
+  // below each thread writes only the elements it reads: in place is safe.
+  const float inv = 1.f / s;
+  for (std::int64_t j = threadIdx.x; j < cols; j += kRowThreads) yr[j] = expf(xr[j] - m) * inv;
+}
+
+void launch_block_row(const SoftmaxArgs& a) {
+  block_row_softmax_kernel<<<blocks_for(a.rows, 1, "block_per_row"), kRowThreads, 0, a.stream>>>(
+      a.x, a.ldx, a.y, a.ldy, static_cast<int>(a.cols));
+  COURSE_CHECK_LAUNCH("block_row_softmax_kernel");
+}
+
+constexpr int kStripCols = 32;  // = warp size: one warp reads one 128-byte row segment
+constexpr int kStripRows = 16;  // row phases per block: 32 x 16 = 512 threads
+
+/// Combine the kStripRows partial values of each column of the strip; every thread
+/// gets its column's result. All threads of the block must call it.
+template <class Op>
+__device__ __forceinline__ float strip_all_reduce(float v, Op op, float (*red)[kStripCols]) {
+  __syncthreads();  // the previous call's readers are done with `red`
+  red[threadIdx.y][threadIdx.x] = v;
+  __syncthreads();
+  float r = red[0][threadIdx.x];
+#pragma unroll
+  for (int k = 1; k < kStripRows; ++k) r = op(r, red[k][threadIdx.x]);
+  return r;
+}
+
+__global__ void __launch_bounds__(kStripCols* kStripRows)
+    column_strip_softmax_kernel(const float* x, std::int64_t ldx, float* y, std::int64_t ldy, int rows, int cols) {
+  __shared__ float red[kStripRows][kStripCols];
+  const int c = blockIdx.x * kStripCols + threadIdx.x;
+  const bool active = c < cols;  // inactive threads still join the barriers
+
+  float m = -INFINITY;
+  if (active)
+    for (std::int64_t r = threadIdx.y; r < rows; r += kStripRows) m = fmaxf(m, x[r * ldx + c]);
+  m = strip_all_reduce(m, cc::Max{}, red);
+
+  float s = 0.f;
+  if (active)
+    for (std::int64_t r = threadIdx.y; r < rows; r += kStripRows) s += expf(x[r * ldx + c] - m);
+  s = strip_all_reduce(s, cc::Sum{}, red);
+
+  if (!active) return;
+  const float inv = 1.f / s;
+  for (std::int64_t r = threadIdx.y; r < rows; r += kStripRows) y[r * ldy + c] = expf(x[r * ldx + c] - m) * inv;
+}
+
+void launch_column_strip(const SoftmaxArgs& a) {
+  const dim3 block(kStripCols, kStripRows);
+  column_strip_softmax_kernel<<<blocks_for(a.cols, kStripCols, "column_strip"), block, 0, a.stream>>>(
+      a.x, a.ldx, a.y, a.ldy, static_cast<int>(a.rows), static_cast<int>(a.cols));
+  COURSE_CHECK_LAUNCH("column_strip_softmax_kernel");
+}
+
+void launch_block_per_row(const SoftmaxArgs& a) {
+  if (a.dim == 1) launch_block_row(a);
+  else launch_column_strip(a);
+}
+
+// ============================================================================
+// Step 3: warp_per_row.
+// One warp per row, and the row lives in registers: lane l holds elements
+// l, l+32, l+64, ... (kPerLane of them; coalesced 128-byte loads). The max and the
+// sum are warp shuffles only -- no shared memory, no __syncthreads -- and the
+// exponentials are computed once and kept, so x is read ONCE and y written once.
+// kPerLane is a compile-time constant (an array indexed by unrolled loops stays in
+// registers) chosen per row length: 1, 2, 4, 8, 16 or 32 -> cols <= 1024.
+// Longer rows would spill registers: they fall back to block_per_row's kernel, and
+// dim = 0 uses block_per_row's column strips.
+//
+// Bytes: read 1x + write 1x = the copy's bytes. Registers: ~32 + ~16 per thread at
+// kPerLane = 32 -> ~5 blocks of 8 warps per SM; each warp has 32 x 4 B x 32 = 4 KiB
+// of loads in flight, ~160 KiB per SM -- plenty to cover DRAM latency.
+// Prediction (65536 x 1024, dim = 1): 80-90% of the copy; scalar (4-byte) loads
+// cost 4x the load instructions of float4, the only thing left for the next step.
+// Measured (H100): TODO
+// ============================================================================
+constexpr int kWarpsPerBlock = 8;
+
+template <int kPerLane>
+__global__ void __launch_bounds__(kWarpsPerBlock* cc::kWarpSize)
+    warp_row_softmax_kernel(const float* x, std::int64_t ldx, float* y, std::int64_t ldy, std::int64_t rows, int cols) {
+  const int lane = threadIdx.x % cc::kWarpSize;
+  const std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / cc::kWarpSize;
+  if (r >= rows) return;  // uniform per warp: the shuffles below see full warps
+  const float* xr = x + r * ldx;
+  float* yr = y + r * ldy;
+
+  float v[kPerLane];
+  float m = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int j = k * cc::kWarpSize + lane;
+    v[k] = j < cols ? xr[j] : -INFINITY;  // -inf pads: exp(-inf - m) = 0 below
+    m = fmaxf(m, v[k]);
+  }
+  m = cc::warp_max(m);
+
+  float s = 0.f;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    v[k] = fast_exp(v[k] - m);
+    s += v[k];
+  }
+  s = cc::warp_sum(s);
+
+  const float inv = 1.f / s;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int j = k * cc::kWarpSize + lane;
+    if (j < cols) yr[j] = v[k] * inv;
+  }
+}
+
+template <int kPerLane>
+void launch_warp_row(const SoftmaxArgs& a) {
+  warp_row_softmax_kernel<kPerLane><<<blocks_for(a.rows, kWarpsPerBlock, "warp_per_row"),
+                                      kWarpsPerBlock * cc::kWarpSize, 0, a.stream>>>(
+      a.x, a.ldx, a.y, a.ldy, a.rows, static_cast<int>(a.cols));
+  COURSE_CHECK_LAUNCH("warp_row_softmax_kernel");
+}
+
+void launch_warp_per_row(const SoftmaxArgs& a) {
+  if (a.dim == 0) return launch_column_strip(a);
+  if (a.cols <= 32) return launch_warp_row<1>(a);
+  if (a.cols <= 64) return launch_warp_row<2>(a);
+  if (a.cols <= 128) return launch_warp_row<4>(a);
+  if (a.cols <= 256) return launch_warp_row<8>(a);
+  if (a.cols <= 512) return launch_warp_row<16>(a);
+  if (a.cols <= m01::kWarpPerRowMaxCols) return launch_warp_row<32>(a);
+  launch_block_row(a);  // too long for registers
+}
+
+// ============================================================================
+// Step 4: online_vectorized.
+//
+// (a) The online update. Softmax needs max(x) before it can sum exp(x - max): two
+// passes. The online form keeps a running pair (m, s) = (max so far, sum of
+// exp(x_i - m) so far) and updates both with each new x:
+//
+//     m_new = max(m, x)
+//     s     = s * exp(m - m_new) + exp(x - m_new)   // rescale the OLD sum to the new max
+//     m     = m_new                                  // ... and only THEN replace m
+//
+// The order matters. The seed notes (document 003) assign `max_val = new_max`
+// before `sum_exp = sum_exp * exp(max_val - new_max) + ...`, so the factor is
+// exp(0) = 1: the old terms are never rescaled and the sum is too large whenever
+// the max grows (tests/planted/softmax_planted.cu keeps that bug; the tests reject it).
+// Two partial pairs merge the same way: m = max(m1, m2),
+// s = s1 * exp(m1 - m) + s2 * exp(m2 - m). An empty pair is (-FLT_MAX, 0), not
+// (-inf, 0): exp(-inf - (-inf)) would be NaN.
+//
+// (b) float4. With x, y 16-byte aligned and ldx, ldy multiples of 4, each thread
+// moves 16 bytes per instruction (4x fewer load/store instructions than step 3);
+// a row's last cols % 4 elements go through scalar code (the tail). Otherwise the
+// same kernels run with scalar accesses (kVec = 1).
+//
+// (c) Dispatch by row length (dim = 1):
+//   cols <= 1024:          one warp per row, 4..32 floats per lane in registers.
+//   1024 < cols <= 32768:  one block per row (128, 256, 512 or 1024 threads), 32 floats
+//                          per thread in registers.
+//       Both: each thread reduces its registers to one (m, s) pair, the pairs merge
+//       with the online rule in ONE reduction (steps 2-3 needed two: max, then sum),
+//       and y_i = exp(x_i - m_t) * (exp(m_t - m) / s) reuses the stored exponentials.
+//       Bytes: read 1x + write 1x.
+//   cols > 32768:          streaming, one block of 512 threads per row: pass 1 folds
+//       float4 chunks into (m, s) with the online rule (one read), the block merges
+//       the pairs, pass 2 re-reads x (mostly from L2) and writes y with streaming
+//       stores (__stcs, evict-first, so y does not push x out of L2).
+//       Bytes: read 2x + write 1x at worst.
+// dim = 0: narrower column strips than step 2, one online pass + one normalize pass.
+//
+// Prediction: >= 85% of the copy at 65536 x 1024 (warp kernel, 8 float4 per lane),
+// 16384 x 4096 (128 threads x 32 floats, ~9 blocks per SM) and 4096 x 32768
+// (1024 threads x 32 floats, 1 block per SM: the weakest, each SM idles on the
+// block reduction between rows with nothing else resident).
+// Measured (H100): TODO
+// ============================================================================
+
+/// A running softmax state: the max so far and the sum of exp(x_i - m) so far.
+struct MaxSum {
+  float m;
+  float s;
+};
+
+__device__ __forceinline__ MaxSum empty_max_sum() { return {-FLT_MAX, 0.f}; }
+
+/// Fold one value into the running pair (rescale the old sum BEFORE replacing m).
+__device__ __forceinline__ MaxSum online_update(MaxSum a, float x) {
+  const float m_new = fmaxf(a.m, x);
+  a.s = a.s * fast_exp(a.m - m_new) + fast_exp(x - m_new);
+  a.m = m_new;
+  return a;
+}
+
+/// Fold four values: one rescale of the old sum per chunk instead of per element.
+__device__ __forceinline__ MaxSum online_update4(MaxSum a, float4 q) {
+  const float m_new = fmaxf(fmaxf(a.m, fmaxf(q.x, q.y)), fmaxf(q.z, q.w));
+  a.s = a.s * fast_exp(a.m - m_new) + (fast_exp(q.x - m_new) + fast_exp(q.y - m_new)) +
+        (fast_exp(q.z - m_new) + fast_exp(q.w - m_new));
+  a.m = m_new;
+  return a;
+}
+
+/// Merge two partial pairs (the online rule for two sums).
+__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
+  const float m = fmaxf(a.m, b.m);
+  return {m, a.s * fast_exp(a.m - m) + b.s * fast_exp(b.m - m)};
+}
+
+__device__ __forceinline__ MaxSum warp_merge(MaxSum v) {
+#pragma unroll
+  for (int offset = cc::kWarpSize / 2; offset > 0; offset /= 2) {
+    const MaxSum o{__shfl_xor_sync(cc::kFullWarpMask, v.m, offset), __shfl_xor_sync(cc::kFullWarpMask, v.s, offset)};
+    v = merge(v, o);
+  }
+  return v;
+}
+
+/// Block-wide merge; every thread gets the result. blockDim.x % 32 == 0, 1-D block.
+__device__ __forceinline__ MaxSum block_merge(MaxSum v, MaxSum* scratch /* >= 32 */) {
+  const int lane = threadIdx.x % cc::kWarpSize;
+  const int warp = threadIdx.x / cc::kWarpSize;
+  const int num_warps = blockDim.x / cc::kWarpSize;
+  v = warp_merge(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < num_warps ? scratch[lane] : empty_max_sum();
+  return warp_merge(v);
+}
+
+/// The kElems values of one thread in registers; kVec consecutive floats per chunk,
+/// chunk c of thread t covers elements [(c * kThreads + t) * kVec, ... + kVec).
+template <int kThreads, int kElems, int kVec>
+struct RowRegisters {
+  static constexpr int kChunks = kElems / kVec;
+  static_assert(kElems % kVec == 0, "kElems must be a multiple of kVec");
+  float v[kElems];
+
+  __device__ __forceinline__ static int first(int c, int t) { return (c * kThreads + t) * kVec; }
+
+  __device__ __forceinline__ void load(const float* xr, int t, int cols) {
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int j = first(c, t);
+      if constexpr (kVec == 4) {
+        if (j + 4 <= cols) {
+          const float4 q = *reinterpret_cast<const float4*>(xr + j);
+          v[4 * c + 0] = q.x; v[4 * c + 1] = q.y; v[4 * c + 2] = q.z; v[4 * c + 3] = q.w;
+        } else {
+#pragma unroll
+          for (int u = 0; u < 4; ++u) v[4 * c + u] = j + u < cols ? xr[j + u] : -INFINITY;  // tail
+        }
+      } else {
+        v[c] = j < cols ? xr[j] : -INFINITY;
+      }
+    }
+  }
+
+  __device__ __forceinline__ void store(float* yr, int t, int cols, float scale) const {
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int j = first(c, t);
+      if constexpr (kVec == 4) {
+        if (j + 4 <= cols) {
+          *reinterpret_cast<float4*>(yr + j) =
+              make_float4(v[4 * c] * scale, v[4 * c + 1] * scale, v[4 * c + 2] * scale, v[4 * c + 3] * scale);
+        } else {
+#pragma unroll
+          for (int u = 0; u < 4; ++u)
+            if (j + u < cols) yr[j + u] = v[4 * c + u] * scale;  // tail
+        }
+      } else {
+        if (j < cols) yr[j] = v[c] * scale;
+      }
+    }
+  }
+
+  /// Replace the values by exp(v - m_t), m_t their own max; return (m_t, sum).
+  __device__ __forceinline__ MaxSum exponentiate() {
+    float m = -FLT_MAX;  // an all-padding thread keeps (-FLT_MAX, 0): merges cleanly
+#pragma unroll
+    for (int k = 0; k < kElems; ++k) m = fmaxf(m, v[k]);
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < kElems; ++k) {
+      v[k] = fast_exp(v[k] - m);  // padding: exp(-inf) = 0
+      s += v[k];
+    }
+    return {m, s};
+  }
+};
+
+constexpr int kOnlineRowsPerBlock = 8;  // warp-per-row variant: 8 rows (warps) per block
+
+/// kRowThreads == 32: one warp per row, kOnlineRowsPerBlock rows per block, shuffles only.
+/// kRowThreads >= 128: one block per row.
+template <int kRowThreads, int kElems, int kVec>
+__global__ void __launch_bounds__(kRowThreads == cc::kWarpSize ? kOnlineRowsPerBlock * cc::kWarpSize : kRowThreads)
+    online_registers_kernel(const float* x, std::int64_t ldx, float* y, std::int64_t ldy, std::int64_t rows, int cols) {
+  constexpr bool kWarpRow = kRowThreads == cc::kWarpSize;
+  int t;
+  std::int64_t r;
+  if constexpr (kWarpRow) {
+    t = threadIdx.x % cc::kWarpSize;
+    r = static_cast<std::int64_t>(blockIdx.x) * kOnlineRowsPerBlock + threadIdx.x / cc::kWarpSize;
+    if (r >= rows) return;  // uniform per warp
+  } else {
+    t = threadIdx.x;
+    r = blockIdx.x;
+  }
+  const float* xr = x + r * ldx;
+  float* yr = y + r * ldy;
+
+  RowRegisters<kRowThreads, kElems, kVec> row;
+  row.load(xr, t, cols);
+  const MaxSum mine = row.exponentiate();
+  MaxSum all;
+  if constexpr (kWarpRow) {
+    all = warp_merge(mine);
+  } else {
+    __shared__ MaxSum scratch[cc::kWarpSize];
+    all = block_merge(mine, scratch);
+  }
+  // y_i = exp(x_i - m_t) * exp(m_t - m) / s: one scale factor per thread.
+  row.store(yr, t, cols, fast_exp(mine.m - all.m) / all.s);
+}
+
+constexpr int kStreamThreads = 512;
+
+template <int kVec>
+__global__ void __launch_bounds__(kStreamThreads)
+    online_stream_kernel(const float* x, std::int64_t ldx, float* y, std::int64_t ldy, int cols) {
+  __shared__ MaxSum scratch[cc::kWarpSize];
+  const float* xr = x + static_cast<std::int64_t>(blockIdx.x) * ldx;
+  float* yr = y + static_cast<std::int64_t>(blockIdx.x) * ldy;
+  constexpr int kStep = kStreamThreads * kVec;
+
+  MaxSum acc = empty_max_sum();
+  for (std::int64_t j = threadIdx.x * kVec; j < cols; j += kStep) {
+    if (kVec == 4 && j + 4 <= cols) {
+      acc = online_update4(acc, *reinterpret_cast<const float4*>(xr + j));
+    } else {
+      for (int u = 0; u < kVec && j + u < cols; ++u) acc = online_update(acc, xr[j + u]);
+    }
+  }
+  const MaxSum all = block_merge(acc, scratch);  // its barriers order every read above before the writes below
+
+  const float inv = 1.f / all.s;
+  for (std::int64_t j = threadIdx.x * kVec; j < cols; j += kStep) {
+    if (kVec == 4 && j + 4 <= cols) {
+      const float4 q = *reinterpret_cast<const float4*>(xr + j);
+      __stcs(reinterpret_cast<float4*>(yr + j),
+             make_float4(fast_exp(q.x - all.m) * inv, fast_exp(q.y - all.m) * inv, fast_exp(q.z - all.m) * inv,
+                         fast_exp(q.w - all.m) * inv));
+    } else {
+      for (int u = 0; u < kVec && j + u < cols; ++u) __stcs(yr + j + u, fast_exp(xr[j + u] - all.m) * inv);
+    }
+  }
+}
+
+/// dim = 0: column strips as in step 2, with two changes. (1) One online pass replaces
+/// the max and sum passes, four rows at a time (online_update4: four independent loads
+/// in flight per thread, one rescale per four values). (2) Narrower strips: 8 columns
+/// (one 32-byte sector per row) x 64 row phases, so a 4096-column matrix gets 512 blocks
+/// instead of 128 -- step 2's strips leave most SMs idle on wide-but-few-strip shapes.
+/// A warp covers 4 rows x 8 columns: four full sectors per load instruction.
+constexpr int kOnlineStripCols = 8;
+constexpr int kOnlineStripRows = 64;
+
+__global__ void __launch_bounds__(kOnlineStripCols* kOnlineStripRows)
+    online_column_strip_kernel(const float* x, std::int64_t ldx, float* y, std::int64_t ldy, int rows, int cols) {
+  constexpr int P = kOnlineStripRows;
+  __shared__ MaxSum red[P][kOnlineStripCols];
+  const int tx = threadIdx.x % kOnlineStripCols;  // column in the strip
+  const int ty = threadIdx.x / kOnlineStripCols;  // row phase
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kOnlineStripCols + tx;
+  const bool active = c < cols;
+
+  MaxSum acc = empty_max_sum();
+  if (active) {
+    std::int64_t r = ty;
+    for (; r + 3 * P < rows; r += 4 * P)
+      acc = online_update4(acc, make_float4(x[r * ldx + c], x[(r + P) * ldx + c], x[(r + 2 * P) * ldx + c],
+                                            x[(r + 3 * P) * ldx + c]));
+    for (; r < rows; r += P) acc = online_update(acc, x[r * ldx + c]);
+  }
+  red[ty][tx] = acc;
+  __syncthreads();  // also orders every read above before the writes below (in place)
+  MaxSum all = red[0][tx];
+  for (int k = 1; k < P; ++k) all = merge(all, red[k][tx]);
+
+  if (!active) return;
+  const float inv = 1.f / all.s;
+  for (std::int64_t r = ty; r < rows; r += P) y[r * ldy + c] = fast_exp(x[r * ldx + c] - all.m) * inv;
+}
+
+template <int kRowThreads, int kElems, int kVec>
+void launch_online_registers(const SoftmaxArgs& a) {
+  constexpr bool kWarpRow = kRowThreads == cc::kWarpSize;
+  constexpr int kBlock = kWarpRow ? kOnlineRowsPerBlock * cc::kWarpSize : kRowThreads;
+  const unsigned blocks = blocks_for(a.rows, kWarpRow ? kOnlineRowsPerBlock : 1, "online_vectorized");
+  online_registers_kernel<kRowThreads, kElems, kVec>
+      <<<blocks, kBlock, 0, a.stream>>>(a.x, a.ldx, a.y, a.ldy, a.rows, static_cast<int>(a.cols));
+  COURSE_CHECK_LAUNCH("online_registers_kernel");
+}
+
+template <int kVec>
+void launch_online_rows(const SoftmaxArgs& a) {
+  const std::int64_t n = a.cols;
+  if (n <= 128) return launch_online_registers<32, 4, kVec>(a);
+  if (n <= 256) return launch_online_registers<32, 8, kVec>(a);
+  if (n <= 512) return launch_online_registers<32, 16, kVec>(a);
+  if (n <= 1024) return launch_online_registers<32, 32, kVec>(a);
+  if (n <= 4096) return launch_online_registers<128, 32, kVec>(a);
+  if (n <= 8192) return launch_online_registers<256, 32, kVec>(a);
+  if (n <= 16384) return launch_online_registers<512, 32, kVec>(a);
+  if (n <= m01::kOnChipMaxCols) return launch_online_registers<1024, 32, kVec>(a);
+  online_stream_kernel<kVec><<<blocks_for(a.rows, 1, "online_vectorized"), kStreamThreads, 0, a.stream>>>(
+      a.x, a.ldx, a.y, a.ldy, static_cast<int>(a.cols));
+  COURSE_CHECK_LAUNCH("online_stream_kernel");
+}
+
+void launch_online_vectorized(const SoftmaxArgs& a) {
+  if (a.dim == 0) {
+    online_column_strip_kernel<<<blocks_for(a.cols, kOnlineStripCols, "online_vectorized"),
+                                 kOnlineStripCols * kOnlineStripRows, 0, a.stream>>>(
+        a.x, a.ldx, a.y, a.ldy, static_cast<int>(a.rows), static_cast<int>(a.cols));
+    COURSE_CHECK_LAUNCH("online_column_strip_kernel");
+    return;
+  }
+  const bool vec4 = reinterpret_cast<std::uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<std::uintptr_t>(a.y) % 16 == 0 &&
+                    a.ldx % 4 == 0 && a.ldy % 4 == 0;
+  if (vec4) launch_online_rows<4>(a);
+  else launch_online_rows<1>(a);
+}
+
+}  // namespace
+
+void softmax(SoftmaxStep step, const SoftmaxArgs& args) {
+  m01::validate_softmax_args(args, step, "softmax");
+  if (args.rows == 0 || args.cols == 0) return;  // empty: nothing to do
+  switch (step) {
+    case SoftmaxStep::naive_three_pass: return launch_naive_three_pass(args);
+    case SoftmaxStep::block_per_row: return launch_block_per_row(args);
+    case SoftmaxStep::warp_per_row: return launch_warp_per_row(args);
+    case SoftmaxStep::online_vectorized: return launch_online_vectorized(args);
+  }
+  require_arg(false, "softmax", "step", static_cast<int>(step), "is not a SoftmaxStep");
+}
+
+}  // namespace course::solution
