@@ -165,7 +165,9 @@ class SummaryReporter : public benchmark::ConsoleReporter {
         const double sol = value("solution"), yours = value("exercise");
         double ceiling = 0.0;
         if (auto it = impls.find("solution"); it != impls.end()) ceiling = it->second.ceiling;
-        const std::string unit = impls.begin()->second.unit;
+        std::string unit = "-";  // from a row that ran: a skipped row has no counters
+        for (const auto& [impl, r] : impls)
+          if (!r.error) { unit = r.unit; break; }
         os << std::left << std::setw(26) << step << std::right << std::setw(12) << cell("solution")
            << std::setw(12) << cell("exercise") << std::setw(12)
            << (lib ? [&] { std::ostringstream c; c << std::fixed << std::setprecision(1) << lib->value; return c.str(); }() : "-")

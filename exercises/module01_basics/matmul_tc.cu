@@ -1,0 +1,250 @@
+/// @file matmul_tc.cu
+/// @brief YOUR ladder for C = A * B on tensor cores: bf16 inputs, fp32 accumulation (module 1).
+///
+/// Read module01_basics/README.md, "Tensor-core matmul", then fill in one step at a time.
+/// Run its tests with:   ctest --preset default -L exercise -R MatmulTc
+/// A step you have not written throws NotImplemented and its tests show SKIPPED.
+///
+/// Contract (module01/matmul_tc.hpp): A is M x K, B is K x N, both row-major bf16 with
+/// leading dimensions lda, ldb that are multiples of 8 (so every 8-element chunk of a
+/// row is one aligned 16-byte load); C is M x N row-major fp32. Any M, N, K >= 1:
+/// zero-fill what lies outside the matrices when loading, mask stores at the edges.
+
+#include "module01/matmul_tc.hpp"
+
+#include "course/device.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <mma.h>
+
+#include <climits>
+#include <cstdint>
+#include <sstream>
+
+namespace course::exercise {
+namespace {
+
+using m01::TcMatmulArgs;
+using m01::TcMatmulStep;
+using bf16 = __nv_bfloat16;
+
+// ============================================================================
+// Step 1: wmma -- nvcuda::wmma fragments, tiles staged through shared memory.
+//
+// Suggested shape: block tile 128 x 128 x 32, 256 threads = 8 warps arranged 2 (M) x 4
+// (N), so each warp owns a 64 x 32 piece of C = 4 x 2 accumulator fragments of 16x16.
+//
+// TODO(step 1): in the kernel
+//   (a) Work out this block's tile origin (m0, n0) from blockIdx, and this warp's
+//       position (warp_m, warp_n) inside the block tile.
+//   (b) Declare and zero the accumulators:
+//         wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[4][2];
+//   (c) Loop over K in slabs of 32. For each slab, all 256 threads copy A[m0:m0+128,
+//       k0:k0+32] into As and B[k0:k0+32, n0:n0+128] into Bs (load_chunk_zfill below
+//       does one 8-element chunk), __syncthreads(), then for kk = 0 and 16: load 4
+//       A fragments and 2 B fragments from shared memory and do the 4 x 2 mma_sync.
+//       __syncthreads() again before the next slab overwrites the tiles.
+//   (d) Store: wmma::store_matrix_sync cannot mask the M/N edges, so store each
+//       fragment into this warp's 16x16 `scratch`, then let the 32 lanes copy the
+//       in-range elements to C.
+// Hint 1: shared rows are padded (kLdsA = 32 + 8, kLdsB = 128 + 8) so that a fragment
+//         load touches 8 different bank groups; pass those as the `ldm` argument.
+// Hint 2: the fragment types are
+//           wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>
+//           wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>
+//         (B is row-major K x N in shared memory, like in global memory).
+// Hint 3: the A fragment of warp row i at k-offset kk starts at &As[warp_m*64 + i*16][kk];
+//         the B fragment of warp column j at &Bs[kk][warp_n*32 + j*16]. The slab loop:
+//           for (int id = threadIdx.x; id < 128 * 4; id += 256) {   // A: 4 chunks per row
+//             int r = id / 4, c = id % 4;
+//             load_chunk_zfill(&As[r][c*8], A, m0 + r < M, int64_t(m0 + r) * lda, k0 + c*8, K);
+//           }
+//         and the same for B with 16 chunks per row, row k0 + r, columns n0 + c*8, limit N.
+// ============================================================================
+namespace wmma_cfg {
+constexpr int kBM = 128, kBN = 128, kBK = 32;
+constexpr int kThreads = 256;
+constexpr int kLdsA = kBK + 8;  // padded shared row of A (bf16 elements)
+constexpr int kLdsB = kBN + 8;  // padded shared row of B
+}  // namespace wmma_cfg
+
+/// Copy the 8 bf16 values base[row_offset + col .. + 7] into dst (16-byte aligned shared
+/// memory), with zeros where the row is out of range or col + e >= limit. (Given.)
+__device__ __forceinline__ void load_chunk_zfill(bf16* dst, const bf16* base, bool row_ok,
+                                                 std::int64_t row_offset, std::int64_t col,
+                                                 std::int64_t limit) {
+  if (row_ok && col + 8 <= limit) {
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(base + row_offset + col);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      dst[e] = (row_ok && col + e < limit) ? base[row_offset + col + e] : __float2bfloat16(0.f);
+  }
+}
+
+__global__ void __launch_bounds__(wmma_cfg::kThreads)
+    matmul_tc_wmma_kernel(const bf16* __restrict__ A, const bf16* __restrict__ B, float* __restrict__ C,
+                          int M, int N, int K, std::int64_t lda, std::int64_t ldb, std::int64_t ldc) {
+  using namespace wmma_cfg;
+  namespace wmma = nvcuda::wmma;
+  __shared__ __align__(128) bf16 As[kBM][kLdsA];
+  __shared__ __align__(128) bf16 Bs[kBK][kLdsB];
+  __shared__ __align__(128) float scratch[kThreads / 32][16 * 16];
+  // TODO(step 1): (a) - (d) above.
+}
+
+void launch_wmma(const TcMatmulArgs& a) {
+  // TODO(step 1): delete this line, then launch a 2-D grid of
+  //   dim3(ceil(n / 128), ceil(m / 128)) blocks of wmma_cfg::kThreads threads on a.stream
+  //   (M and N are below 2^30, see matmul_tc() below, so int arguments are safe; a 2-D
+  //   grid allows up to 65535 * 128 rows), and call
+  //   COURSE_CHECK_LAUNCH("matmul_tc_wmma_kernel") right after.
+  throw NotImplemented("matmul_tc step wmma", __FILE__);
+}
+
+// ============================================================================
+// Step 2: mma_sync -- PTX mma.sync + ldmatrix + a cp.async pipeline.
+//
+// The PTX wrappers below are given (each is one instruction; read their comments). The
+// kernel is yours. Suggested configuration (what the solution does):
+//   block tile 128 x 256 x 32, 256 threads = 8 warps as 2 (M) x 4 (N), warp tile 64 x 64
+//   = 4 (m16) x 8 (n8) mma tiles; 4 shared-memory stages of A[128][32] + B[32][256]
+//   (96 KB: dynamic shared memory, see allow_dynamic_smem).
+//
+// TODO(step 2), in this order (test after each, with the later items still simple):
+//   (1) A single-stage version: per slab, every thread copies its 16-byte chunks with
+//       cp_async_16_zfill (src_bytes < 16 at the K and N edges, 0 outside M/K), then
+//       cp_async_commit(); cp_async_wait<0>(); __syncthreads(); compute; __syncthreads().
+//       Use the plain row-major layout first (chunk c of row r at r * BK + c * 8).
+//   (2) Compute a k16 step: per m16 tile one ldmatrix_x4 of A, per pair of n8 tiles one
+//       ldmatrix_x4_trans of B, then kMTiles x kNTiles mma_bf16_16816.
+//   (3) Epilogue from registers: acc[mt][nt][0..1] are C(row, col), C(row, col+1) with
+//       row = lane/4 and col = 2*(lane%4) inside the 16x8 tile; [2..3] are 8 rows below.
+//   (4) Swizzle: store chunk c of row r at chunk swizzle<chunks_per_row>(r, c), and read
+//       with the same function. Tests must still pass; ncu's shared bank-conflict
+//       counter (l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld) drops to ~0.
+//   (5) Pipeline: kStages stages; prologue issues slabs 0..kStages-2 (one commit each,
+//       even when empty); per slab: cp_async_wait<kStages-2>(), __syncthreads(), issue
+//       slab kt+kStages-1 into the stage slab kt-1 used, commit, compute on slab kt.
+// Hint 1: ldmatrix lane addresses. For the A fragment of an m16 tile at k-step ks: lane l
+//         points at row (l % 16), k-chunk 2*ks + l/16 (chunks are 8 bf16). For B (x4.trans)
+//         covering n8 tiles j and j+1: lane l points at k-row 16*ks + (l % 16), n-chunk
+//         j + l/16; registers r0,r1 are tile j's b-fragment and r2,r3 tile j+1's.
+// Hint 2: why .trans for B: mma wants B "col" (each lane holds two consecutive k of one
+//         n), but row-major B stores consecutive n next to each other. ldmatrix without
+//         .trans would give two consecutive n of one k: wrong operand, wrong answer.
+// Hint 3: the wait count. After the prologue kStages-1 groups are committed and each slab
+//         iteration commits one more. Before computing slab kt, (kStages-1) + kt groups
+//         exist; cp_async_wait<kStages-2>() leaves at most kStages-2 in flight, i.e.
+//         groups 0..kt are complete. Then __syncthreads() publishes them to all warps
+//         AND proves every warp is done with slab kt-1, whose stage you now refill.
+// ============================================================================
+
+/// 32-bit shared-memory address of a generic pointer into shared memory (what PTX wants).
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+/// 16-byte async copy global -> shared. Only `src_bytes` (0..16) bytes are read; the rest
+/// of the 16-byte destination is zero-filled. Both addresses must be 16-byte aligned.
+/// With src_bytes == 0, pass a valid pointer anyway (e.g. the matrix base).
+__device__ __forceinline__ void cp_async_16_zfill(unsigned dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
+               "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
+               : "memory");
+}
+/// Close the group of cp.async issued since the last commit.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/// Wait until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/// Four 8x8 b16 matrices; lane l supplies the address of row (l % 8) of matrix (l / 8).
+/// Register i receives matrix i: lane l holds row l/4, columns 2*(l%4) and 2*(l%4)+1.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+/// Same, each 8x8 matrix transposed: lane l holds column l/4, rows 2*(l%4) and 2*(l%4)+1.
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+/// d += a * b for one m16n8k16 tile: a = 16x16 bf16 (row), b = 16x8 bf16 (col), d fp32.
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+/// Physical 16-byte chunk of logical chunk `chunk` in row `row` of a shared tile whose
+/// rows hold kChunks chunks: XOR with the row's place in its group of 128-byte lines, so
+/// the 8 rows one ldmatrix phase reads land in 8 different bank groups.
+template <int kChunks>
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+  constexpr int kRowsPerLine = kChunks >= 8 ? 1 : 8 / kChunks;
+  constexpr int kMask = (kChunks >= 8 ? 8 : kChunks) - 1;
+  return chunk ^ ((row / kRowsPerLine) & kMask);
+}
+
+namespace mma_cfg {
+constexpr int kBM = 128, kBN = 256, kBK = 32, kStages = 4;
+constexpr int kWarpsM = 2, kWarpsN = 4, kThreads = 32 * kWarpsM * kWarpsN;
+constexpr int kMTiles = (kBM / kWarpsM) / 16;  // 4 m16 tiles per warp
+constexpr int kNTiles = (kBN / kWarpsN) / 8;   // 8 n8 tiles per warp
+constexpr int kSmemBytes = kStages * (kBM * kBK + kBK * kBN) * 2;
+}  // namespace mma_cfg
+
+__global__ void __launch_bounds__(mma_cfg::kThreads, 1)
+    matmul_tc_mma_sync_kernel(const bf16* __restrict__ A, const bf16* __restrict__ B, float* __restrict__ C,
+                              int M, int N, int K, std::int64_t lda, std::int64_t ldb, std::int64_t ldc) {
+  using namespace mma_cfg;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  float acc[kMTiles][kNTiles][4] = {};
+  // TODO(step 2): items (1) - (5) above.
+}
+
+/// Raise the kernel's dynamic shared-memory limit above the 48 KB default. (Given.)
+template <class Kernel>
+void allow_dynamic_smem(Kernel kernel, int bytes) {
+  const int optin = static_cast<int>(device_properties().sharedMemPerBlockOptin);
+  if (bytes > optin) {
+    std::ostringstream os;
+    os << "matmul_tc(mma_sync) needs " << bytes << " bytes of shared memory per block; this device allows "
+       << optin;
+    throw Error(os.str());
+  }
+  COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+void launch_mma_sync(const TcMatmulArgs& a) {
+  // TODO(step 2): delete this line; call allow_dynamic_smem(matmul_tc_mma_sync_kernel,
+  //   mma_cfg::kSmemBytes), launch dim3(ceil(n / kBN), ceil(m / kBM)) blocks of
+  //   mma_cfg::kThreads threads with kSmemBytes of dynamic shared memory on a.stream, then
+  //   COURSE_CHECK_LAUNCH("matmul_tc_mma_sync_kernel").
+  throw NotImplemented("matmul_tc step mma_sync", __FILE__);
+}
+
+}  // namespace
+
+void matmul_tc(TcMatmulStep step, const TcMatmulArgs& args) {
+  m01::validate_tc_matmul_args(args, "matmul_tc");
+  constexpr std::int64_t kLimit = std::int64_t{1} << 30;  // the kernels index with int
+  require_arg(args.m < kLimit, "matmul_tc", "m", args.m, "must be < 2^30");
+  require_arg(args.n < kLimit, "matmul_tc", "n", args.n, "must be < 2^30");
+  require_arg(args.k < kLimit, "matmul_tc", "k", args.k, "must be < 2^30");
+  switch (step) {
+    case TcMatmulStep::wmma: launch_wmma(args); return;
+    case TcMatmulStep::mma_sync: launch_mma_sync(args); return;
+  }
+  require_arg(false, "matmul_tc", "step", static_cast<int>(step), "is not a TcMatmulStep");
+}
+
+}  // namespace course::exercise

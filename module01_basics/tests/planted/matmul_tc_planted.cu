@@ -1,0 +1,143 @@
+/// @file matmul_tc_planted.cu
+/// @brief The planted tensor-core matmul bugs (see matmul_tc_planted.hpp).
+
+#include "matmul_tc_planted.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+
+namespace course::planted {
+namespace {
+
+using m01::TcMatmulArgs;
+using bf16 = __nv_bfloat16;
+
+enum class Bug { dropped_k_tail, b_not_transposed, dropped_m_edge };
+
+constexpr int kBM = 64, kBN = 64, kBK = 32, kThreads = 128;  // 4 warps as 2 x 2, warp tile 32 x 32
+constexpr int kLdsA = kBK + 8, kLdsB = kBN + 8;                // padded shared rows (16-byte aligned)
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/// 8 bf16 of one row into shared memory, zeros outside the matrix.
+__device__ __forceinline__ void load_chunk(bf16* dst, const bf16* base, bool row_ok, std::int64_t row_offset,
+                                           int col, int limit) {
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    dst[e] = (row_ok && col + e < limit) ? base[row_offset + col + e] : __float2bfloat16(0.f);
+}
+
+template <Bug kBug>
+__global__ void __launch_bounds__(kThreads)
+    planted_tc_kernel(const bf16* A, const bf16* B, float* C, int M, int N, int K, std::int64_t lda,
+                      std::int64_t ldb, std::int64_t ldc) {
+  __shared__ __align__(16) bf16 As[kBM][kLdsA];
+  __shared__ __align__(16) bf16 Bs[kBK][kLdsB];
+  const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp_m = warp / 2, warp_n = warp % 2;
+  float acc[2][4][4] = {};
+
+  // BUG (dropped_k_tail): rounds the slab count down.
+  const int k_tiles = kBug == Bug::dropped_k_tail ? K / kBK : (K + kBK - 1) / kBK;
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int k0 = kt * kBK;
+    for (int id = threadIdx.x; id < kBM * kBK / 8; id += kThreads) {
+      const int r = id / (kBK / 8), c = (id % (kBK / 8)) * 8;
+      load_chunk(&As[r][c], A, m0 + r < M, static_cast<std::int64_t>(m0 + r) * lda, k0 + c, K);
+    }
+    for (int id = threadIdx.x; id < kBK * kBN / 8; id += kThreads) {
+      const int r = id / (kBN / 8), c = (id % (kBN / 8)) * 8;
+      load_chunk(&Bs[r][c], B, k0 + r < K, static_cast<std::int64_t>(k0 + r) * ldb, n0 + c, N);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int ks = 0; ks < kBK / 16; ++ks) {
+      unsigned a[2][4], b[4][2];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+        ldmatrix_x4(a[mt], smem_addr(&As[warp_m * 32 + mt * 16 + lane % 16][ks * 16 + (lane / 16) * 8]));
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        unsigned r[4];
+        const unsigned addr = smem_addr(&Bs[ks * 16 + lane % 16][warp_n * 32 + p * 16 + (lane / 16) * 8]);
+        // BUG (b_not_transposed): row-major B needs .trans to become the "col" operand.
+        if (kBug == Bug::b_not_transposed) {
+          ldmatrix_x4(r, addr);
+        } else {
+          ldmatrix_x4_trans(r, addr);
+        }
+        b[2 * p][0] = r[0];
+        b[2 * p][1] = r[1];
+        b[2 * p + 1][0] = r[2];
+        b[2 * p + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) mma_bf16_16816(acc[mt][nt], a[mt], b[nt]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const int row = m0 + warp_m * 32 + mt * 16 + lane / 4;
+      const int col = n0 + warp_n * 32 + nt * 8 + (lane % 4) * 2;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = row + (e / 2) * 8, c = col + e % 2;
+        if (r < M && c < N) C[static_cast<std::int64_t>(r) * ldc + c] = acc[mt][nt][e];
+      }
+    }
+  }
+}
+
+template <Bug kBug>
+void run(const TcMatmulArgs& a) {
+  m01::validate_tc_matmul_args(a, "planted matmul_tc");
+  require_arg(a.m < INT_MAX && a.n < INT_MAX && a.k < INT_MAX, "planted matmul_tc", "m/n/k", a.m,
+              "must fit in int");
+  // BUG (dropped_m_edge): rounds the number of tile-rows down.
+  const std::int64_t tiles_m = kBug == Bug::dropped_m_edge ? a.m / kBM : (a.m + kBM - 1) / kBM;
+  const std::int64_t tiles_n = (a.n + kBN - 1) / kBN;
+  if (tiles_m == 0) return;
+  require_arg(tiles_m <= 65535, "planted matmul_tc", "m", a.m, "too many tile-rows for this kernel");
+  const dim3 grid(static_cast<unsigned>(tiles_n), static_cast<unsigned>(tiles_m));
+  planted_tc_kernel<kBug><<<grid, kThreads, 0, a.stream>>>(a.a, a.b, a.c, static_cast<int>(a.m),
+                                                           static_cast<int>(a.n), static_cast<int>(a.k), a.lda,
+                                                           a.ldb, a.ldc);
+  COURSE_CHECK_LAUNCH("planted_tc_kernel");
+}
+
+}  // namespace
+
+void dropped_k_tail_matmul_tc(m01::TcMatmulStep, const TcMatmulArgs& a) { run<Bug::dropped_k_tail>(a); }
+void b_not_transposed_matmul_tc(m01::TcMatmulStep, const TcMatmulArgs& a) { run<Bug::b_not_transposed>(a); }
+void dropped_m_edge_matmul_tc(m01::TcMatmulStep, const TcMatmulArgs& a) { run<Bug::dropped_m_edge>(a); }
+
+}  // namespace course::planted

@@ -1,0 +1,619 @@
+/// @file matmul_tc.cu
+/// @brief Solution ladder for C = A * B on tensor cores: bf16 inputs, fp32 accumulation (module 1).
+///
+/// Two steps. `wmma` uses the C++ fragment API (nvcuda::wmma), which hides the
+/// register layout of the tensor-core operands; `mma_sync` drops to PTX and takes
+/// control of everything wmma hides: how fragments are loaded (ldmatrix), how shared
+/// memory is laid out (XOR swizzle), and how global loads overlap the math
+/// (a multi-stage cp.async pipeline).
+///
+/// Numbers for the benchmark shape M = N = K = 8192:
+///   FLOPs = 2 * M * N * K = 1.10e12. H100 SXM dense bf16 peak ~990 TFLOP/s (wgmma);
+///   mma.sync, the Ampere instruction, reaches only ~60-70% of that on Hopper, so the
+///   ceiling for this ladder is roughly 600-650 TFLOP/s (cuBLAS, using wgmma, ~750).
+///   Compulsory traffic: A and B 128 MiB each, C 256 MiB: 0.5 GB, ~0.2 ms at 3 TB/s,
+///   against ~1.7 ms of math at 650 TFLOP/s: the kernel must be compute-bound, and
+///   its job is to keep the tensor cores fed from shared memory.
+
+#include "module01/matmul_tc.hpp"
+
+#include "course/device.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <mma.h>
+
+#include <climits>
+#include <cstdint>
+#include <sstream>
+#include <type_traits>
+
+namespace course::solution {
+namespace {
+
+using m01::TcMatmulArgs;
+using m01::TcMatmulStep;
+using bf16 = __nv_bfloat16;
+
+/// Tiles of C are handed to blocks in groups of kGroupM tile-rows: consecutive
+/// blocks walk down a column of kGroupM tiles before moving right. Blocks running at
+/// the same time then share A rows and B columns, so one wave reads ~kGroupM times less
+/// of B from HBM than a plain row-by-row order (B is 128 MiB at 8192^2, far above L2).
+constexpr int kGroupM = 8;
+
+/// Maps the 1-D block index to the (tile row, tile column) of C this block computes.
+template <int kGroup = kGroupM>
+__device__ __forceinline__ void grouped_tile(int pid, int tiles_m, int tiles_n, int& tile_m, int& tile_n) {
+  const int per_group = kGroup * tiles_n;
+  const int group = pid / per_group;
+  const int first_m = group * kGroup;
+  const int rows = min(tiles_m - first_m, kGroup);  // the last group may be short
+  const int local = pid - group * per_group;
+  tile_m = first_m + local % rows;
+  tile_n = local / rows;
+}
+
+/// Number of blocks for a tm x tn grid of tiles (throws if it does not fit a 1-D grid).
+unsigned grid_blocks(std::int64_t m, std::int64_t n, int bm, int bn, const char* fn) {
+  const std::int64_t tiles = ((m + bm - 1) / bm) * ((n + bn - 1) / bn);
+  require_arg(tiles <= INT_MAX, fn, "m*n", m * n, "needs more than 2^31-1 tiles of C");
+  return static_cast<unsigned>(tiles);
+}
+
+/// The kernels index rows and columns with int (and add a tile size to them without
+/// overflow); sizes of 2^30 and beyond are refused.
+void require_int_sizes(const TcMatmulArgs& a, const char* fn) {
+  constexpr std::int64_t kLimit = std::int64_t{1} << 30;
+  require_arg(a.m < kLimit, fn, "m", a.m, "must be < 2^30");
+  require_arg(a.n < kLimit, fn, "n", a.n, "must be < 2^30");
+  require_arg(a.k < kLimit, fn, "k", a.k, "must be < 2^30");
+}
+
+// ============================================================================
+// Step 1: wmma.
+// The first tensor-core kernel. The block tile is the same 128x128 tiling as a
+// classic shared-memory SGEMM, but the inner product is done 16x16x16 at a time by
+// nvcuda::wmma::mma_sync on warp-wide fragments:
+//   * 8 warps as 2 (M) x 4 (N); each warp owns a 64x32 warp tile = 4x2 accumulator
+//     fragments (64 fp32 registers per thread).
+//   * Per K-slab of 32: the block copies A (128x32) and B (32x128) into shared memory
+//     with 16-byte vector loads (zero-filled past M, N and K), __syncthreads, then each
+//     warp loads 4 A and 2 B fragments per 16-wide k-step and issues 8 wmma::mma_sync.
+//   * Shared rows are padded by 8 bf16 (16 bytes): a row stride of 80 B (A) / 272 B (B)
+//     puts the 8 rows a fragment load touches in 8 different bank groups.
+//   * The store goes through a 16x16 per-warp scratch in shared memory, because
+//     wmma::store_matrix_sync cannot mask a partial tile at the M/N edge.
+// What it does NOT do: overlap loads with math. Each slab is load -> wait -> compute
+// -> wait, so the tensor cores idle during every global load unless another resident
+// block fills the gap.
+// Prediction (8192^3): 2 blocks/SM (27 KB static smem, 96 registers, 16 warps/SM);
+// global->shared traffic per block per slab 16 KB for 1 MFLOP (64 FLOP/B), fine for
+// L2; but the synchronous slabs and the fragment API's fixed load order leave the
+// tensor pipe mostly waiting: ~200-300 TFLOP/s, 25-40% of cuBLAS.
+// Measured (H100): TODO
+// ============================================================================
+namespace wmma_cfg {
+constexpr int kBM = 128, kBN = 128, kBK = 32;
+constexpr int kWarpsM = 2, kWarpsN = 4;
+constexpr int kThreads = 32 * kWarpsM * kWarpsN;
+constexpr int kWM = kBM / kWarpsM;  // 64
+constexpr int kWN = kBN / kWarpsN;  // 32
+constexpr int kFragsM = kWM / 16;   // 4
+constexpr int kFragsN = kWN / 16;   // 2
+constexpr int kPad = 8;             // bf16 elements (16 bytes) of padding per shared row
+constexpr int kLdsA = kBK + kPad;   // 40
+constexpr int kLdsB = kBN + kPad;   // 136
+}  // namespace wmma_cfg
+
+/// Copy the 8 bf16 values src[col .. col+7] of one row into dst (16-byte aligned
+/// shared memory), zero where the row is out of range or col+e >= limit.
+__device__ __forceinline__ void load_chunk_zfill(bf16* dst, const bf16* base, bool row_ok,
+                                                 std::int64_t row_offset, std::int64_t col,
+                                                 std::int64_t limit) {
+  if (row_ok && col + 8 <= limit) {
+    // lda/ldb are multiples of 8 and the base is 16-byte aligned: this load is aligned.
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(base + row_offset + col);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      dst[e] = (row_ok && col + e < limit) ? base[row_offset + col + e] : __float2bfloat16(0.f);
+  }
+}
+
+__global__ void __launch_bounds__(wmma_cfg::kThreads)
+    matmul_tc_wmma_kernel(const bf16* __restrict__ A, const bf16* __restrict__ B, float* __restrict__ C,
+                          int M, int N, int K, std::int64_t lda, std::int64_t ldb, std::int64_t ldc,
+                          int tiles_m, int tiles_n) {
+  using namespace wmma_cfg;
+  namespace wmma = nvcuda::wmma;
+  // wmma::load_matrix_sync needs 32-byte aligned fragment pointers.
+  __shared__ __align__(128) bf16 As[kBM][kLdsA];               // 10240 B
+  __shared__ __align__(128) bf16 Bs[kBK][kLdsB];               //  8704 B
+  __shared__ __align__(128) float scratch[kThreads / 32][16 * 16];  // 8192 B
+
+  int tile_m, tile_n;
+  grouped_tile(static_cast<int>(blockIdx.x), tiles_m, tiles_n, tile_m, tile_n);
+  const int m0 = tile_m * kBM;
+  const int n0 = tile_n * kBN;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int warp_m = warp / kWarpsN;
+  const int warp_n = warp % kWarpsN;
+
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kFragsM][kFragsN];
+#pragma unroll
+  for (int i = 0; i < kFragsM; ++i)
+#pragma unroll
+    for (int j = 0; j < kFragsN; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+
+  for (int k0 = 0; k0 < K; k0 += kBK) {
+    // A slab: kBM rows x kBK/8 chunks of 8 bf16.
+    for (int id = threadIdx.x; id < kBM * (kBK / 8); id += kThreads) {
+      const int r = id / (kBK / 8), c = id % (kBK / 8);
+      const int gr = m0 + r;
+      load_chunk_zfill(&As[r][c * 8], A, gr < M, static_cast<std::int64_t>(gr) * lda, k0 + c * 8, K);
+    }
+    // B slab: kBK rows x kBN/8 chunks.
+    for (int id = threadIdx.x; id < kBK * (kBN / 8); id += kThreads) {
+      const int r = id / (kBN / 8), c = id % (kBN / 8);
+      const int gk = k0 + r;
+      load_chunk_zfill(&Bs[r][c * 8], B, gk < K, static_cast<std::int64_t>(gk) * ldb, n0 + c * 8, N);
+    }
+    __syncthreads();  // the slab is complete
+
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a_frag[kFragsM];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> b_frag[kFragsN];
+#pragma unroll
+      for (int i = 0; i < kFragsM; ++i)
+        wmma::load_matrix_sync(a_frag[i], &As[warp_m * kWM + i * 16][kk], kLdsA);
+#pragma unroll
+      for (int j = 0; j < kFragsN; ++j)
+        wmma::load_matrix_sync(b_frag[j], &Bs[kk][warp_n * kWN + j * 16], kLdsB);
+#pragma unroll
+      for (int i = 0; i < kFragsM; ++i)
+#pragma unroll
+        for (int j = 0; j < kFragsN; ++j) wmma::mma_sync(acc[i][j], a_frag[i], b_frag[j], acc[i][j]);
+    }
+    __syncthreads();  // everyone is done reading before the next slab overwrites it
+  }
+
+  // Epilogue: fragment -> per-warp scratch -> masked, coalesced global stores.
+  float* my_scratch = scratch[warp];
+#pragma unroll
+  for (int i = 0; i < kFragsM; ++i) {
+#pragma unroll
+    for (int j = 0; j < kFragsN; ++j) {
+      wmma::store_matrix_sync(my_scratch, acc[i][j], 16, wmma::mem_row_major);
+      __syncwarp();
+      const int row0 = m0 + warp_m * kWM + i * 16;
+      const int col0 = n0 + warp_n * kWN + j * 16;
+      for (int e = lane; e < 256; e += 32) {
+        const int r = row0 + e / 16, c = col0 + e % 16;
+        if (r < M && c < N) C[static_cast<std::int64_t>(r) * ldc + c] = my_scratch[e];
+      }
+      __syncwarp();  // scratch is reused by the next fragment
+    }
+  }
+}
+
+void launch_wmma(const TcMatmulArgs& a) {
+  using namespace wmma_cfg;
+  const int tiles_m = static_cast<int>((a.m + kBM - 1) / kBM);
+  const int tiles_n = static_cast<int>((a.n + kBN - 1) / kBN);
+  const unsigned blocks = grid_blocks(a.m, a.n, kBM, kBN, "matmul_tc(wmma)");
+  matmul_tc_wmma_kernel<<<blocks, kThreads, 0, a.stream>>>(
+      a.a, a.b, a.c, static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), a.lda, a.ldb,
+      a.ldc, tiles_m, tiles_n);
+  COURSE_CHECK_LAUNCH("matmul_tc_wmma_kernel");
+}
+
+// ============================================================================
+// Step 2: mma_sync.
+// Everything wmma decided for us, decided by hand:
+//   * Instruction: PTX mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, one warp
+//     computing a 16x8 fp32 tile from a 16x16 A fragment (4 registers) and a 16x8 B
+//     fragment (2 registers). The register layout is documented in the PTX ISA, so the
+//     epilogue stores straight from registers (no shared-memory round trip).
+//   * Fragment loads: ldmatrix.x4 fills four 8x8 b16 matrices in one instruction (a
+//     whole A fragment, or the B fragments of two n8 tiles). B is row-major K x N,
+//     i.e. its 8x8 blocks are stored transposed w.r.t. the "col" operand mma wants:
+//     ldmatrix .trans transposes them on the way into registers. Fragments are double
+//     buffered: k-step ks+1 is loaded while the mma of k-step ks run.
+//   * Shared-memory layout: rows of 16-byte chunks, the chunk index XORed with the row
+//     (swizzle below). The 8 row addresses one 8x8 ldmatrix phase reads then fall in 8
+//     different 16-byte bank groups: conflict-free without padding.
+//   * Pipeline: kStages shared-memory stages filled by cp.async.cg (global -> shared,
+//     bypassing registers and L1). While the warps compute on slab kt, the copies of
+//     slabs kt+1 .. kt+kStages-1 are in flight; cp.async.wait_group + __syncthreads
+//     hand a slab from the copy engine to the math, one barrier per slab.
+//   * Edges: out-of-range chunks use cp.async's src-size operand (bytes past it are
+//     written as zeros). Only edge slabs pay for that: interior blocks run the steady
+//     state with plain, unpredicated copies (a compile-time variant of the loop).
+//   * Tiles: block 128x256x32, 8 warps as 2 (M) x 4 (N), warp tile 64x64 =
+//     4 (m16) x 8 (n8) mma tiles = 128 fp32 accumulators per thread. A warp issues
+//     4 + 4 ldmatrix.x4 and 32 mma per k16 step.
+// Shared memory per stage: A 128x32x2 = 8 KB + B 32x256x2 = 16 KB = 24 KB;
+// 4 stages = 96 KB (dynamic; needs cudaFuncAttributeMaxDynamicSharedMemorySize).
+// Occupancy: ~250 registers x 256 threads -> 1 block (8 warps, 2 per scheduler) per SM.
+// Latency is hidden by the pipeline and by instruction-level parallelism (32
+// independent mma per k-step), not by more warps.
+// Prediction (8192^3): L2->shared traffic 24 KB per 2 MFLOP slab (85 FLOP/B), shared
+// memory ~35% busy with ldmatrix; 2048 tiles = 15.5 waves over 132 SMs (~3% tail).
+// mma.sync's own ceiling on Hopper is ~65% of the wgmma peak; this kernel should reach
+// 80-85% of that: ~500-550 TFLOP/s, 65-70% of cuBLAS (which uses wgmma + TMA).
+// Measured (H100): TODO
+// ============================================================================
+template <int BM, int BN, int BK, int WarpsM, int WarpsN, int Stages, int GroupM = kGroupM>
+struct MmaConfig {
+  static constexpr int kBM = BM, kBN = BN, kBK = BK, kStages = Stages, kGroupM = GroupM;
+  static constexpr int kWarpsM = WarpsM, kWarpsN = WarpsN;
+  static constexpr int kThreads = 32 * WarpsM * WarpsN;
+  static constexpr int kWM = BM / WarpsM;       // warp tile rows
+  static constexpr int kWN = BN / WarpsN;       // warp tile cols
+  static constexpr int kMTiles = kWM / 16;      // m16 mma tiles per warp
+  static constexpr int kNTiles = kWN / 8;       // n8 mma tiles per warp
+  static constexpr int kKSteps = BK / 16;       // k16 steps per slab
+  static constexpr int kChunksA = BK / 8;       // 16-byte chunks per A row in shared memory
+  static constexpr int kChunksB = BN / 8;       // ... per B row
+  static constexpr int kStageA = BM * BK;       // bf16 elements of one A stage
+  static constexpr int kStageB = BK * BN;
+  static constexpr int kSmemBytes = Stages * (kStageA + kStageB) * static_cast<int>(sizeof(bf16));
+  // Per thread, per slab: kItersA chunks of A and kItersB of B; the rows a thread
+  // copies are kRowStepA (kRowStepB) apart and its chunk column never changes.
+  static constexpr int kItersA = BM * kChunksA / kThreads;
+  static constexpr int kItersB = BK * kChunksB / kThreads;
+  static constexpr int kRowStepA = kThreads / kChunksA;
+  static constexpr int kRowStepB = kThreads / kChunksB;
+
+  static_assert(kWM * kWarpsM == BM && kWN * kWarpsN == BN, "warps must tile the block tile");
+  static_assert(kWM % 16 == 0 && kWN % 16 == 0, "warp tile must be a multiple of 16x16");
+  static_assert(BK % 16 == 0 && kChunksA >= 2, "BK must be a multiple of 16");
+  static_assert(kThreads % kChunksA == 0 && kThreads % kChunksB == 0, "a thread keeps its chunk column");
+  static_assert(BM * kChunksA % kThreads == 0 && BK * kChunksB % kThreads == 0, "whole chunks per thread");
+  static_assert(kRowStepA % 8 == 0 && kRowStepB % 8 == 0, "the swizzle pattern repeats every 8 rows");
+  static_assert(Stages >= 2, "a pipeline needs at least two stages");
+  static_assert(kKSteps % 2 == 0, "fragment buffers alternate: an even number of k-steps per slab");
+};
+using MmaCfg = MmaConfig<128, 256, 32, 2, 4, 4>;
+
+/// 32-bit shared-memory address of a generic pointer into shared memory (what PTX wants).
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+/// 16-byte async copy global -> shared. Only `src_bytes` (0..16) bytes are read; the
+/// rest of the 16-byte destination is zero-filled. Both addresses 16-byte aligned.
+__device__ __forceinline__ void cp_async_16_zfill(unsigned dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
+               "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
+               : "memory");
+}
+/// Close the group of cp.async issued since the last commit.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/// Wait until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/// Four 8x8 b16 matrices; lane l supplies the address of row (l % 8) of matrix (l / 8).
+/// Register i receives matrix i in the mma fragment layout (lane holds row l/4,
+/// columns 2*(l%4) and 2*(l%4)+1).
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+/// Same, each 8x8 matrix transposed: lane holds column l/4, rows 2*(l%4) and 2*(l%4)+1.
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+/// d += a * b for one m16n8k16 tile: a = 16x16 bf16 (row), b = 16x8 bf16 (col), d fp32.
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/// Physical 16-byte chunk of logical chunk `chunk` in row `row`, for a tile whose rows
+/// hold kChunks chunks. Shared memory serves 128 bytes (8 chunks) per wavefront; XOR-ing
+/// the chunk with the row's position inside an 8-row group spreads the 8 rows that one
+/// ldmatrix phase reads (same logical chunk) over 8 distinct chunk slots. Rows narrower
+/// than 128 bytes (kChunks = 4 or 2) share a 128-byte line, so the XOR key is the
+/// line index and only the low bits of the chunk are permuted.
+template <int kChunks>
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+  constexpr int kRowsPerLine = kChunks >= 8 ? 1 : 8 / kChunks;
+  constexpr int kMask = (kChunks >= 8 ? 8 : kChunks) - 1;
+  return chunk ^ ((row / kRowsPerLine) & kMask);
+}
+
+/// Per-thread state of the global -> shared copies. A thread always copies the same
+/// chunk column of A (a K position) and of B (an N position), in kItersA (kItersB)
+/// rows kRowStepA (kRowStepB) apart. So all addressing is set up once, and each slab
+/// only advances two offsets; predicates are evaluated only on edge slabs.
+template <class Cfg>
+struct SlabCopier {
+  std::int64_t a_off = 0;       // element offset of A[m0 + a_row][k0 + a_col]
+  std::int64_t b_off = 0;       // element offset of B[k0 + b_row][n0 + b_col]
+  std::int64_t a_row_step = 0;  // lda * kRowStepA
+  std::int64_t b_row_step = 0;  // ldb * kRowStepB
+  std::int64_t b_slab_step = 0; // ldb * BK
+  unsigned a_dst = 0, b_dst = 0;  // byte offsets of this thread's chunks in a stage (swizzled)
+  int a_col = 0, b_row = 0;       // K position of this thread's chunks within a slab
+  int a_rows_left = 0;            // M - (m0 + a_row): copy i is in range iff i*kRowStepA < a_rows_left
+  int b_cols_left = 0;            // N - (n0 + b_col)
+  bool interior = false;          // the whole block tile lies inside M x N
+
+  __device__ __forceinline__ void init(int M, int N, std::int64_t lda, std::int64_t ldb, int m0, int n0) {
+    const int tid = threadIdx.x;
+    const int a_row = tid / Cfg::kChunksA, a_chunk = tid % Cfg::kChunksA;
+    const int b_chunk = tid % Cfg::kChunksB;
+    b_row = tid / Cfg::kChunksB;
+    a_col = a_chunk * 8;
+    a_off = static_cast<std::int64_t>(m0 + a_row) * lda + a_col;
+    b_off = static_cast<std::int64_t>(b_row) * ldb + n0 + b_chunk * 8;
+    a_row_step = lda * Cfg::kRowStepA;
+    b_row_step = ldb * Cfg::kRowStepB;
+    b_slab_step = ldb * Cfg::kBK;
+    // The row steps are multiples of 8, so every copy i has the swizzle of row 0.
+    a_dst = (a_row * Cfg::kBK + swizzle<Cfg::kChunksA>(a_row, a_chunk) * 8) * 2;
+    b_dst = (b_row * Cfg::kBN + swizzle<Cfg::kChunksB>(b_row, b_chunk) * 8) * 2;
+    a_rows_left = M - (m0 + a_row);
+    b_cols_left = N - (n0 + b_chunk * 8);
+    interior = m0 + Cfg::kBM <= M && n0 + Cfg::kBN <= N;
+  }
+
+  /// Issue the copies of the slab starting at k0 into the stage at (sA, sB), then advance
+  /// to the next slab. kChecked = false: the slab lies entirely inside A and B (an
+  /// interior block, a full K slab), so every chunk is a plain 16-byte copy.
+  /// kChecked = true: an edge slab; read only what is in range, zero-fill the rest.
+  template <bool kChecked>
+  __device__ __forceinline__ void copy(unsigned sA, unsigned sB, const bf16* A, const bf16* B, int K, int k0) {
+    constexpr unsigned kDstStepA = Cfg::kRowStepA * Cfg::kBK * 2;
+    constexpr unsigned kDstStepB = Cfg::kRowStepB * Cfg::kBN * 2;
+    if constexpr (!kChecked) {
+#pragma unroll
+      for (int i = 0; i < Cfg::kItersA; ++i) cp_async_16_zfill(sA + a_dst + i * kDstStepA, A + a_off + i * a_row_step, 16);
+#pragma unroll
+      for (int i = 0; i < Cfg::kItersB; ++i) cp_async_16_zfill(sB + b_dst + i * kDstStepB, B + b_off + i * b_row_step, 16);
+    } else {
+      // An out-of-range chunk still passes a valid address (the matrix base) with 0 bytes.
+      const int a_bytes = max(0, min(K - (k0 + a_col), 8)) * 2;  // valid bytes along K
+#pragma unroll
+      for (int i = 0; i < Cfg::kItersA; ++i) {
+        const bool ok = i * Cfg::kRowStepA < a_rows_left && a_bytes > 0;
+        cp_async_16_zfill(sA + a_dst + i * kDstStepA, ok ? A + a_off + i * a_row_step : A, ok ? a_bytes : 0);
+      }
+      const int b_bytes = max(0, min(b_cols_left, 8)) * 2;  // valid bytes along N
+#pragma unroll
+      for (int i = 0; i < Cfg::kItersB; ++i) {
+        const bool ok = k0 + b_row + i * Cfg::kRowStepB < K && b_bytes > 0;
+        cp_async_16_zfill(sB + b_dst + i * kDstStepB, ok ? B + b_off + i * b_row_step : B, ok ? b_bytes : 0);
+      }
+    }
+    a_off += Cfg::kBK;
+    b_off += b_slab_step;
+  }
+};
+
+/// Store two horizontally adjacent accumulators (row, col) and (row, col+1), masked.
+__device__ __forceinline__ void store_pair(float* C, int M, int N, std::int64_t ldc, bool vec_ok, int row,
+                                           int col, float v0, float v1) {
+  if (row >= M) return;
+  float* p = C + static_cast<std::int64_t>(row) * ldc + col;
+  if (vec_ok && col + 1 < N) {
+    *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+  } else {
+    if (col < N) p[0] = v0;
+    if (col + 1 < N) p[1] = v1;
+  }
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    matmul_tc_mma_sync_kernel(const bf16* __restrict__ A, const bf16* __restrict__ B, float* __restrict__ C,
+                              int M, int N, int K, std::int64_t lda, std::int64_t ldb, std::int64_t ldc,
+                              int tiles_m, int tiles_n, bool vec_store_ok) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  // Stages: kStages x A[BM][BK], then kStages x B[BK][BN], addressed in bytes.
+  const unsigned smem_a = smem_addr(smem_raw);
+  const unsigned smem_b = smem_a + Cfg::kStages * Cfg::kStageA * 2;
+  constexpr unsigned kStageBytesA = Cfg::kStageA * 2;
+  constexpr unsigned kStageBytesB = Cfg::kStageB * 2;
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int warp_m = warp / Cfg::kWarpsN;
+  const int warp_n = warp % Cfg::kWarpsN;
+  const int k_tiles = (K + Cfg::kBK - 1) / Cfg::kBK;
+  int tile_m, tile_n;
+  grouped_tile<Cfg::kGroupM>(static_cast<int>(blockIdx.x), tiles_m, tiles_n, tile_m, tile_n);
+  const int m0 = tile_m * Cfg::kBM;
+  const int n0 = tile_n * Cfg::kBN;
+
+  // Prologue: start the copies of the first kStages-1 slabs. A group is committed even
+  // when empty, so "commit group g holds slab g" stays true for every wait below.
+  SlabCopier<Cfg> copier;
+  copier.init(M, N, lda, ldb, m0, n0);
+#pragma unroll
+  for (int s = 0; s < Cfg::kStages - 1; ++s) {
+    if (s < k_tiles)
+      copier.template copy<true>(smem_a + s * kStageBytesA, smem_b + s * kStageBytesB, A, B, K, s * Cfg::kBK);
+    cp_async_commit();
+  }
+
+  // Per-thread byte offsets of the ldmatrix row addresses inside a stage.
+  //   A (x4): lanes 0-15 address rows 0-15 of an m16 tile at k-chunk 2*ks, lanes 16-31
+  //     the same rows at k-chunk 2*ks+1: registers = a0a1, a2a3, a4a5, a6a7 of the
+  //     fragment. Tile mt adds mt*16 rows (same swizzle: 16 is a multiple of 8).
+  //   B (x4.trans): lanes 0-15 address k-rows 0-15 of n-chunk j, lanes 16-31 the same
+  //     k-rows of n-chunk j+1: registers = (b0b1, b2b3) of n8 tile j, then of tile j+1.
+  //     Step ks adds 16 k-rows (same swizzle).
+  unsigned a_lds[Cfg::kKSteps];
+  unsigned b_lds[Cfg::kNTiles / 2];
+  {
+    const int row = warp_m * Cfg::kWM + lane % 16;
+#pragma unroll
+    for (int ks = 0; ks < Cfg::kKSteps; ++ks)
+      a_lds[ks] = (row * Cfg::kBK + swizzle<Cfg::kChunksA>(row, 2 * ks + lane / 16) * 8) * 2;
+    const int krow = lane % 16;
+#pragma unroll
+    for (int p = 0; p < Cfg::kNTiles / 2; ++p) {
+      const int chunk = warp_n * (Cfg::kWN / 8) + 2 * p + lane / 16;
+      b_lds[p] = (krow * Cfg::kBN + swizzle<Cfg::kChunksB>(krow, chunk) * 8) * 2;
+    }
+  }
+
+  float acc[Cfg::kMTiles][Cfg::kNTiles][4];
+  unsigned a_frag[2][Cfg::kMTiles][4];
+  unsigned b_frag[2][Cfg::kNTiles][2];
+  // Fragments of k-step ks of the stage at (sA, sB) into register buffer `buf`.
+  auto load_fragments = [&](unsigned sA, unsigned sB, int ks, int buf) {
+#pragma unroll
+    for (int mt = 0; mt < Cfg::kMTiles; ++mt) ldmatrix_x4(a_frag[buf][mt], sA + a_lds[ks] + mt * 16 * Cfg::kBK * 2);
+#pragma unroll
+    for (int p = 0; p < Cfg::kNTiles / 2; ++p) {
+      unsigned r[4];
+      ldmatrix_x4_trans(r, sB + b_lds[p] + ks * 16 * Cfg::kBN * 2);
+      b_frag[buf][2 * p][0] = r[0];
+      b_frag[buf][2 * p][1] = r[1];
+      b_frag[buf][2 * p + 1][0] = r[2];
+      b_frag[buf][2 * p + 1][1] = r[3];
+    }
+  };
+
+#pragma unroll
+  for (int i = 0; i < Cfg::kMTiles; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::kNTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+  // Slab 0 (commit group 0) has landed once at most kStages-2 groups are in flight;
+  // the barrier makes every thread's copies visible to every warp.
+  cp_async_wait<Cfg::kStages - 2>();
+  __syncthreads();
+  int read_stage = 0;                  // stage the warps compute on
+  int write_stage = Cfg::kStages - 1;  // stage the next copies fill
+  unsigned sA = smem_a, sB = smem_b;
+  load_fragments(sA, sB, 0, 0);
+
+  // The main loop over slabs [kt_begin, kt_end); `checked` (std::true_type or
+  // std::false_type) selects the copy variant at compile time, so the steady state
+  // carries no predicates at all (a runtime `if` would be if-converted by the
+  // compiler, and the predicated-off edge code would still cost issue slots).
+  auto run_slabs = [&](int kt_begin, int kt_end, auto checked) {
+    constexpr bool kChecked = decltype(checked)::value;
+    for (int kt = kt_begin; kt < kt_end; ++kt) {
+#pragma unroll
+      for (int ks = 0; ks < Cfg::kKSteps; ++ks) {
+        // 1. Fragments for the next k-step: from this stage, or (last step) from the
+        //    next stage, which the barrier at ks == kKSteps-2 has already published.
+        if (ks + 1 < Cfg::kKSteps) {
+          load_fragments(sA, sB, ks + 1, (ks + 1) % 2);
+        } else if (kt + 1 < k_tiles) {
+          load_fragments(sA, sB, 0, 0);
+        }
+        // 2. Once per slab: refill the stage freed by slab kt-1 with slab
+        //    kt+kStages-1. Every warp finished reading it before the last barrier.
+        if (ks == 0) {
+          const int next = kt + Cfg::kStages - 1;
+          if (next < k_tiles)
+            copier.template copy<kChecked>(smem_a + write_stage * kStageBytesA,
+                                           smem_b + write_stage * kStageBytesB, A, B, K, next * Cfg::kBK);
+          cp_async_commit();
+          write_stage = write_stage + 1 == Cfg::kStages ? 0 : write_stage + 1;
+        }
+        // 3. Before the last k-step's fragments are fetched from the next stage: wait
+        //    for slab kt+1 (its group and all older ones done) and publish it. This
+        //    also certifies that every warp fetched its last fragments of this stage.
+        if (ks == Cfg::kKSteps - 2) {
+          cp_async_wait<Cfg::kStages - 2>();
+          __syncthreads();
+          read_stage = read_stage + 1 == Cfg::kStages ? 0 : read_stage + 1;
+          sA = smem_a + read_stage * kStageBytesA;
+          sB = smem_b + read_stage * kStageBytesB;
+        }
+        // 4. The math of this k-step: kMTiles x kNTiles independent mma.
+#pragma unroll
+        for (int mt = 0; mt < Cfg::kMTiles; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < Cfg::kNTiles; ++nt)
+            mma_bf16_16816(acc[mt][nt], a_frag[ks % 2][mt], b_frag[ks % 2][nt]);
+      }
+    }
+  };
+  if (copier.interior) {
+    // Unchecked while the slab being copied (kt + kStages-1) is a full K slab.
+    const int steady_end = min(k_tiles, max(0, K / Cfg::kBK - (Cfg::kStages - 1)));
+    run_slabs(0, steady_end, std::false_type{});
+    run_slabs(steady_end, k_tiles, std::true_type{});
+  } else {
+    run_slabs(0, k_tiles, std::true_type{});
+  }
+
+  // Epilogue straight from registers: c0,c1 at (lane/4, 2*(lane%4) + {0,1}) of each
+  // 16x8 tile, c2,c3 eight rows below.
+#pragma unroll
+  for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
+    const int row = m0 + warp_m * Cfg::kWM + mt * 16 + lane / 4;
+#pragma unroll
+    for (int nt = 0; nt < Cfg::kNTiles; ++nt) {
+      const int col = n0 + warp_n * Cfg::kWN + nt * 8 + (lane % 4) * 2;
+      store_pair(C, M, N, ldc, vec_store_ok, row, col, acc[mt][nt][0], acc[mt][nt][1]);
+      store_pair(C, M, N, ldc, vec_store_ok, row + 8, col, acc[mt][nt][2], acc[mt][nt][3]);
+    }
+  }
+  cp_async_wait<0>();  // no copy may outlive the block (the trailing groups are empty)
+}
+
+/// Raise the kernel's dynamic shared-memory limit to what it needs (above the 48 KB
+/// default), after checking the device can give it.
+template <class Kernel>
+void allow_dynamic_smem(Kernel kernel, int bytes, const char* what) {
+  const int optin = static_cast<int>(device_properties().sharedMemPerBlockOptin);
+  if (bytes > optin) {
+    std::ostringstream os;
+    os << what << " needs " << bytes << " bytes of shared memory per block; this device allows " << optin;
+    throw Error(os.str());
+  }
+  COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+void launch_mma_sync(const TcMatmulArgs& a) {
+  using Cfg = MmaCfg;
+  const int tiles_m = static_cast<int>((a.m + Cfg::kBM - 1) / Cfg::kBM);
+  const int tiles_n = static_cast<int>((a.n + Cfg::kBN - 1) / Cfg::kBN);
+  const unsigned tiles = grid_blocks(a.m, a.n, Cfg::kBM, Cfg::kBN, "matmul_tc(mma_sync)");
+  // float2 stores need an even ldc and an 8-byte aligned C (col is always even).
+  const bool vec_ok = a.ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(a.c) % 8 == 0;
+  auto kernel = matmul_tc_mma_sync_kernel<Cfg>;
+  allow_dynamic_smem(kernel, Cfg::kSmemBytes, "matmul_tc(mma_sync)");
+  kernel<<<tiles, Cfg::kThreads, Cfg::kSmemBytes, a.stream>>>(
+      a.a, a.b, a.c, static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), a.lda, a.ldb, a.ldc,
+      tiles_m, tiles_n, vec_ok);
+  COURSE_CHECK_LAUNCH("matmul_tc_mma_sync_kernel");
+}
+
+}  // namespace
+
+void matmul_tc(TcMatmulStep step, const TcMatmulArgs& args) {
+  m01::validate_tc_matmul_args(args, "matmul_tc");
+  require_int_sizes(args, "matmul_tc");
+  switch (step) {
+    case TcMatmulStep::wmma: launch_wmma(args); return;
+    case TcMatmulStep::mma_sync: launch_mma_sync(args); return;
+  }
+  require_arg(false, "matmul_tc", "step", static_cast<int>(step), "is not a TcMatmulStep");
+}
+
+}  // namespace course::solution
