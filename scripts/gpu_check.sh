@@ -81,11 +81,12 @@ if ((run_sanitizer)); then
     [[ "$bin" == *_solution ]] && tools="memcheck racecheck"
     for tool in $tools; do
       echo "=== $tool $(basename "$bin")" >>"$out/sanitizer.log"
-      compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
+      timeout "${SANITIZER_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
         "$bin" --gtest_filter='-*Large*' --gtest_brief=1 >>"$out/sanitizer.log" 2>&1
       rc=$?
       errs=$(tail -5 "$out/sanitizer.log" | sed -n 's/.*ERROR SUMMARY: \([0-9]*\).*/\1/p' | tail -1)
       [[ -z "$errs" ]] && errs="?"
+      ((rc == 124)) && errs="timeout"
       echo "=== $tool $(basename "$bin"): rc=$rc errors=$errs" >>"$out/sanitizer.log"
       if [[ "$rc" != 0 || "$errs" != 0 ]]; then
         note "  sanitizer $tool $(basename "$bin"): rc=$rc errors=$errs"
