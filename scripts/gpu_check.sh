@@ -41,7 +41,9 @@ note() { echo "$*" | tee -a "$summary"; }
 
 # ---- environment
 {
-  date -u; git -C "$root" rev-parse HEAD 2>/dev/null || echo "(no git)"; git -C "$root" status --short | head -20
+  date -u
+  # The device copy of the tree has no git history: the caller passes COURSE_COMMIT.
+  echo "commit: ${COURSE_COMMIT:-$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)}"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
   nvcc --version | tail -2; cmake --version | head -1
 } >"$out/env.txt" 2>&1
