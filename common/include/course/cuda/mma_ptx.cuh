@@ -1,0 +1,175 @@
+#pragma once
+/// @file mma_ptx.cuh
+/// @brief Inline-PTX wrappers for the Ampere-style tensor-core path (sm_80 and newer):
+/// asynchronous global->shared copies (cp.async), shared->register fragment loads
+/// (ldmatrix) and the warp-wide matrix multiply-accumulate mma.sync m16n8k16 (bf16 in,
+/// fp32 accumulate). Shared by the tensor-core steps of modules 2, 3 and 4.
+///
+/// Why PTX and not a C++ API: these instructions have no stable C++ wrapper that
+/// exposes their register layouts (nvcuda::wmma hides them). Knowing the layout is
+/// what lets a kernel load fragments straight from a swizzled shared-memory tile and
+/// store results straight from registers.
+///
+/// Notation used below (PTX ISA, "Matrix fragments for mma.m16n8k16"): a warp has 32
+/// lanes; for lane `l`, `g = l / 4` (the "group", 0..7) and `t = l % 4` (the thread in
+/// the group, 0..3). A 32-bit register holding two b16 values holds the lower column
+/// (or row) index in its low half.
+///
+/// All wrappers are `__forceinline__` and compile to exactly one instruction (plus
+/// address conversion). They must be reached by the whole warp where the ISA says
+/// `.sync.aligned` (ldmatrix, mma): every lane, same instruction, no divergence.
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace course::cuda {
+
+/// The 32-bit shared-state-space address of a generic pointer into shared memory,
+/// which is what the `.shared` forms of cp.async and ldmatrix take.
+__device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ------------------------------------------------------------------ cp.async -----
+
+/// `cp.async.cg.shared.global [dst], [src], 16, src_bytes;`
+///
+/// PTX semantics: starts an asynchronous copy of 16 bytes (the cp-size) from global
+/// memory `src` to shared memory `dst` without going through registers; `.cg` caches
+/// the source in L2 only (it is the only cache hint allowed with cp-size 16). Only the
+/// first `src_bytes` (0..16) bytes are read from `src`; the remaining
+/// 16 - src_bytes bytes of `dst` are filled with zeros. So one instruction loads a
+/// partial chunk at a matrix edge and zero-pads it, and `src_bytes = 0` writes 16 zero
+/// bytes and reads nothing (`src` must still be a valid global address).
+/// Both addresses must be 16-byte aligned. The copy is NOT complete when the
+/// instruction retires: group it with cp_async_commit() and wait for it with
+/// cp_async_wait<N>(); the bytes are then visible to the issuing thread, and to the
+/// rest of the block after a __syncthreads().
+__device__ __forceinline__ void cp_async_16_zfill(std::uint32_t dst_smem, const void* src, int src_bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst_smem),
+               "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
+               : "memory");
+#else
+  __trap();  // cp.async needs sm_80
+#endif
+}
+
+/// `cp.async.commit_group;`
+///
+/// PTX semantics: closes the "cp.async-group" of every cp.async this thread issued
+/// since the previous commit (possibly none: an empty group is legal and completes at
+/// once). Groups complete in commit order, which is what makes a pipeline countable.
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+/// `cp.async.wait_group N;`
+///
+/// PTX semantics: blocks the thread until at most `N` of its most recent committed
+/// groups are still pending; every older group has completed and its writes to
+/// shared memory are visible to this thread. `N = 0` waits for everything. Other
+/// threads' copies are covered only by their own wait, hence the __syncthreads()
+/// that follows in a block-cooperative pipeline.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// ------------------------------------------------------------------ ldmatrix -----
+
+/// `ldmatrix.sync.aligned.m8n8.x4.shared.b16 {r0, r1, r2, r3}, [addr];`
+///
+/// PTX semantics: the warp loads four 8x8 matrices of 16-bit elements from shared
+/// memory. Each matrix row is 16 contiguous bytes (16-byte aligned); lanes 8i..8i+7
+/// supply the addresses of rows 0..7 of matrix i (every lane passes `addr`, and only
+/// those 32 addresses are used). Register r[i] of lane l receives two elements of
+/// matrix i: row g = l/4, columns 2t and 2t+1 (t = l%4), the lower column in the low
+/// half. That is exactly the fragment layout mma.m16n8k16 expects for A (row) and for
+/// B (col) when B's 8x8 blocks are stored with k contiguous.
+/// The 8 row addresses of one matrix are served in one shared-memory wavefront when
+/// they fall in 8 distinct 16-byte bank groups: swizzle the tile so they do.
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t addr_smem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr_smem)
+               : "memory");
+#else
+  r[0] = r[1] = r[2] = r[3] = 0u;
+  __trap();
+#endif
+}
+
+/// `ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {r0, r1, r2, r3}, [addr];`
+///
+/// PTX semantics: as ldmatrix_x4, but each 8x8 matrix is transposed on the way:
+/// register r[i] of lane l receives the elements at stored rows 2t and 2t+1, stored
+/// column g. Use it for a B operand stored with n contiguous (row-major K x N, e.g. V
+/// in P*V): the lane then holds (k = 2t, 2t+1; n = g), the mma "col" B layout.
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::uint32_t addr_smem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr_smem)
+               : "memory");
+#else
+  r[0] = r[1] = r[2] = r[3] = 0u;
+  __trap();
+#endif
+}
+
+// ------------------------------------------------------------------ mma.sync -----
+
+/// `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 d, a, b, d;`  (d += a * b)
+///
+/// PTX semantics: the warp multiplies a 16x16 bf16 tile A (row-major fragment) by a
+/// 16x8 bf16 tile B (column-major fragment) and adds the 16x8 fp32 tile D. Products
+/// of bf16 values are exact; the sum is accumulated in (at least) fp32. The fragments,
+/// for lane l with g = l/4 and t = l%4 (each a-/b- register packs 2 bf16):
+///   a[0] = A[g   ][2t, 2t+1]     a[1] = A[g+8][2t, 2t+1]
+///   a[2] = A[g   ][2t+8, 2t+9]   a[3] = A[g+8][2t+8, 2t+9]
+///   b[0] = B[2t, 2t+1  ][g]      b[1] = B[2t+8, 2t+9][g]
+///   d[0], d[1] = D[g  ][2t, 2t+1]      d[2], d[3] = D[g+8][2t, 2t+1]
+/// ldmatrix_x4 on a 16x16 A tile (lanes 0-15: rows 0-15 at k 0; lanes 16-31: rows
+/// 0-15 at k 8) yields a[0..3] in this order.
+__device__ __forceinline__ void mma_m16n8k16_bf16_f32(float (&d)[4], const std::uint32_t (&a)[4],
+                                                      const std::uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  __trap();
+#endif
+}
+
+// ------------------------------------------------------------------ swizzle ------
+
+/// Physical 16-byte chunk of logical chunk `chunk` in row `row` of a shared-memory
+/// tile whose rows hold `kChunks` chunks (kChunks * 16 bytes; a power of two).
+///
+/// Shared memory serves one 128-byte line (8 chunks, all 32 banks) per wavefront. An
+/// ldmatrix phase reads the SAME logical chunk of 8 consecutive rows; without a
+/// swizzle those 8 addresses map to the same bank group whenever the row length is a
+/// multiple of 128 bytes (an 8-way conflict). XOR-ing the chunk index with the row's
+/// position inside its group of 8 lines spreads them over 8 distinct bank groups.
+/// Rows shorter than 128 bytes share a line (kRowsPerLine rows each), so the XOR key
+/// is the line index and only the low log2(kChunks) bits of the chunk change.
+/// The writer (cp.async) and the reader (ldmatrix) must both use this mapping.
+template <int kChunks>
+__device__ __forceinline__ int swizzle_chunk(int row, int chunk) {
+  static_assert(kChunks >= 2 && (kChunks & (kChunks - 1)) == 0, "kChunks must be a power of two >= 2");
+  constexpr int kRowsPerLine = kChunks >= 8 ? 1 : 8 / kChunks;
+  constexpr int kMask = (kChunks >= 8 ? 8 : kChunks) - 1;
+  return chunk ^ ((row / kRowsPerLine) & kMask);
+}
+
+}  // namespace course::cuda

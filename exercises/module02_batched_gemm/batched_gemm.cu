@@ -1,0 +1,212 @@
+/// @file batched_gemm.cu
+/// @brief YOUR batched GEMM (module 2): C[b,h] = alpha * A[b,h] * op(B[b,h]) for every
+/// batch index b and head h.
+///
+/// Read module02_batched_gemm/README.md first. Three exercises, in order:
+///   1. the grid mapping          batched_gemm_grid()                 (no GPU needed to test)
+///   2. the strided kernel        StridedOperand::matrix, the smem_tiled kernel, its launch
+///   3. the pointer-array kernel  PointerArrayOperand::matrix, then delete one throw
+/// Run the tests with:   ctest --preset default -L exercise -R Bgemm
+/// and the benchmark:    ./build/module02_batched_gemm/m02_bench --benchmark_filter='smem_tiled'
+/// Steps register_blocked and tensor_core are not exercises here: their tiling is the
+/// one of module 1's matmul ladders, and what is new in this module (finding a block's
+/// matrices) is the same for every step. Read them in solutions/module02_batched_gemm/.
+
+#include "module02/batched_gemm.hpp"
+
+#include "course/error.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace course::exercise {
+
+// ----------------------------------------------------------------------------
+// Exercise 1: the grid mapping.
+// Return the launch grid for an M x N output cut into tile_m x tile_n tiles, for
+// batch x num_heads independent matrices:
+//     x = tiles_m * tiles_n,  y = num_heads,  z = batch
+// and fill tiles_m, tiles_n. Throw course::InvalidArgument (use require_arg, which
+// names the argument and its value) when something does not fit the hardware:
+//   tile_m, tile_n, M, N < 1; num_heads or batch outside [1, 65535];
+//   tiles_m * tiles_n > 2^31 - 1 (m02::kMaxGridX).
+// Hint 1: gridDim.x may be as large as 2^31 - 1, gridDim.y and gridDim.z only 65535.
+//         Which of the three numbers grows with the sequence length squared?
+// Hint 2: tiles = ceil(M / tile_m) = (M + tile_m - 1) / tile_m. Test the product
+//         against the limit without computing an overflowing product:
+//         tiles_m <= kMaxGridX / tiles_n.
+// Hint 3: require_arg(batch >= 1 && batch <= m02::kMaxGridYZ, "batched_gemm_grid",
+//                     "batch", batch, "must be in [1, 65535] (gridDim.z)");
+//         ... the same for num_heads (gridDim.y), then
+//         g.x = static_cast<unsigned>(g.tiles_m * g.tiles_n); g.y = heads; g.z = batch.
+// ----------------------------------------------------------------------------
+m02::BgemmGrid batched_gemm_grid(std::int64_t M, std::int64_t N, std::int64_t batch, std::int64_t num_heads,
+                                 int tile_m, int tile_n) {
+  // TODO(exercise 1): delete the throw and compute the grid.
+  (void)M, (void)N, (void)batch, (void)num_heads, (void)tile_m, (void)tile_n;
+  throw NotImplemented("batched_gemm_grid (exercise 1)", __FILE__);
+}
+
+namespace {
+
+using m02::BgemmStep;
+
+// ----------------------------------------------------------------------------
+// Operand addressing: the ONLY code that differs between the two APIs. The kernel
+// asks `op.matrix(b, h)` for the first element of matrix (b, h) and reads `op.ld`
+// for its row stride; it never needs to know which API it serves.
+// ----------------------------------------------------------------------------
+
+/// Matrix (b, h) of a strided operand.
+/// TODO(exercise 2a): return the address of element (0, 0) of matrix (b, h).
+/// Hint 1: strides are in elements, and `base` is a typed pointer: plain pointer
+///         arithmetic is already in elements.
+/// Hint 2: offsets can pass 2^31 - 1: the fp32 scores of B = 16, H = 32, N = 2048
+///         are 2^31 elements. int * int64_t is computed in 64 bits; int * int is not.
+template <class T>
+struct StridedOperand {
+  T* base;
+  std::int64_t stride_batch, stride_head, ld;
+  __device__ __forceinline__ T* matrix(int b, int h) const {
+    (void)b, (void)h;
+    return base;  // TODO(exercise 2a)
+  }
+};
+
+/// Matrix (b, h) of a pointer-array operand: entry b * num_heads + h of `ptrs`.
+/// TODO(exercise 3a): return that entry.
+/// Hint: the array lives in device memory, so the kernel can read it like any other
+///       global array: one load per operand per block.
+template <class T>
+struct PointerArrayOperand {
+  T* const* ptrs;
+  std::int64_t ld;
+  int num_heads;
+  __device__ __forceinline__ T* matrix(int b, int h) const {
+    (void)b, (void)h;
+    return ptrs[0];  // TODO(exercise 3a)
+  }
+};
+
+/// What every launch needs besides the operands. (Given.)
+struct Problem {
+  int M, N, K, batch, heads;
+  float alpha;
+  bool trans_b;
+  cudaStream_t stream;
+};
+
+// ----------------------------------------------------------------------------
+// Exercise 2: step smem_tiled (fp32), the kernel both APIs run.
+// A block of 32 x 32 threads computes one 32 x 32 tile of C[b, h], one output per
+// thread: for each 32-wide slab of K, copy a 32 x 32 tile of A and of op(B) into
+// shared memory (one element per thread), wait, accumulate 32 products, wait.
+//
+// TODO(exercise 2b): which tile, head and batch does this block own? Mirror the grid
+//                    of exercise 1: blockIdx.x counts tiles (row-major over
+//                    tiles_m x tiles_n), blockIdx.y is the head, blockIdx.z the batch.
+// TODO(exercise 2c): the block's three matrices: A.matrix(b, h), B.matrix(b, h),
+//                    C.matrix(b, h), with row strides A.ld, B.ld, C.ld.
+// TODO(exercise 2d): the tiled loop, then store alpha * acc if the output is inside C.
+//   op(B)(k, n) is B[k * ldb + n] when B is stored K x N (kTransB == false), and
+//   B[n * ldb + k] when it is stored N x K (kTransB == true, the K of Q*K^T).
+// Hint 1: thread (tx, ty) = (threadIdx.x, threadIdx.y) owns output row
+//         tile_m * 32 + ty and column tile_n * 32 + tx. Out-of-range elements of the
+//         tiles must be loaded as 0 (M, N, K need not be multiples of 32), and
+//         out-of-range outputs must not be stored.
+// Hint 2: for kTransB, let consecutive threads (tx) read consecutive k of row
+//         n = tile_n * 32 + ty -- the coalesced direction -- and store the value
+//         transposed, Bs[tx][ty]. The padding column of Bs keeps that store free of
+//         bank conflicts. Two __syncthreads() per slab: after the tiles are written,
+//         and after they are used.
+// Hint 3: the loop body, for kTransB == false:
+//           As[ty][tx] = (row < M && k0 + tx < K) ? a[row * lda + k0 + tx] : 0.f;
+//           Bs[ty][tx] = (k0 + ty < K && col < N) ? b[(k0 + ty) * ldb + col] : 0.f;
+//           __syncthreads();
+//           for (int k = 0; k < 32; ++k) acc += As[ty][k] * Bs[k][tx];
+//           __syncthreads();
+// ----------------------------------------------------------------------------
+constexpr int kSmemTile = 32;
+
+template <bool kTransB, class OpA, class OpB, class OpC>
+__global__ void __launch_bounds__(kSmemTile * kSmemTile)
+    bgemm_smem_tiled_kernel(OpA A, OpB B, OpC C, int M, int N, int K, float alpha, int tiles_n) {
+  constexpr int T = kSmemTile;
+  __shared__ float As[T][T];      // As[row][k]
+  __shared__ float Bs[T][T + 1];  // Bs[k][col]; +1 column: conflict-free transposed store
+  // TODO(exercise 2b, 2c, 2d)
+}
+
+template <class OpA, class OpB, class OpC>
+void launch_smem_tiled(const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
+  // TODO(exercise 2e): delete the throw. Get the grid from YOUR batched_gemm_grid(p.M,
+  //   p.N, p.batch, p.heads, kSmemTile, kSmemTile), launch bgemm_smem_tiled_kernel<true>
+  //   or <false> (p.trans_b) with dim3(g.x, g.y, g.z) blocks of dim3(32, 32) threads on
+  //   p.stream, passing static_cast<int>(g.tiles_n); then
+  //   COURSE_CHECK_LAUNCH("bgemm_smem_tiled_kernel").
+  (void)A, (void)B, (void)C, (void)p;
+  throw NotImplemented("batched_gemm step smem_tiled (exercise 2)", __FILE__);
+}
+
+// ----------------------------------------------------------------------------
+// Dispatch. (Given.)
+// ----------------------------------------------------------------------------
+template <class T, class OpA, class OpB, class OpC>
+void run_step(BgemmStep step, const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (step == BgemmStep::smem_tiled) {
+      launch_smem_tiled(A, B, C, p);
+      return;
+    }
+  }
+  throw NotImplemented(std::string("batched_gemm step ") + m02::step_name(step) +
+                           " (not an exercise: read solutions/module02_batched_gemm/batched_gemm.cu)",
+                       __FILE__);
+}
+
+template <class Args>
+Problem problem_of(const Args& s) {
+  return Problem{static_cast<int>(s.M), static_cast<int>(s.N), static_cast<int>(s.K), static_cast<int>(s.batch),
+                 static_cast<int>(s.num_heads), s.alpha, s.b_transposed, s.stream};
+}
+
+template <class T>
+void strided(BgemmStep step, const m02::StridedBatchedGemmArgs<T>& s) {
+  m02::validate_strided_args(s, step, "batched_gemm_strided");
+  run_step<T>(step, StridedOperand<const T>{s.a, s.stride_a_batch, s.stride_a_head, s.stride_a_row},
+              StridedOperand<const T>{s.b, s.stride_b_batch, s.stride_b_head, s.stride_b_row},
+              StridedOperand<float>{s.c, s.stride_c_batch, s.stride_c_head, s.stride_c_row}, problem_of(s));
+}
+
+template <class T>
+void ptr_array(BgemmStep step, const m02::PtrArrayBatchedGemmArgs<T>& p) {
+  m02::validate_ptr_array_args(p, step, "batched_gemm_ptr_array");
+  // TODO(exercise 3b): once PointerArrayOperand::matrix is written, set this to true.
+  //   Nothing else changes: the same kernel, the same launch. That is the point.
+  constexpr bool kExercise3Done = false;
+  if (!kExercise3Done) throw NotImplemented("batched_gemm_ptr_array (exercise 3)", __FILE__);
+  const int heads = static_cast<int>(p.num_heads);
+  run_step<T>(step, PointerArrayOperand<const T>{p.a_ptrs, p.lda, heads},
+              PointerArrayOperand<const T>{p.b_ptrs, p.ldb, heads}, PointerArrayOperand<float>{p.c_ptrs, p.ldc, heads},
+              problem_of(p));
+}
+
+}  // namespace
+
+void batched_gemm_strided(m02::BgemmStep step, const m02::StridedBatchedGemmArgs<float>& args) {
+  strided(step, args);
+}
+void batched_gemm_strided(m02::BgemmStep step, const m02::StridedBatchedGemmArgs<__nv_bfloat16>& args) {
+  strided(step, args);
+}
+void batched_gemm_ptr_array(m02::BgemmStep step, const m02::PtrArrayBatchedGemmArgs<float>& args) {
+  ptr_array(step, args);
+}
+void batched_gemm_ptr_array(m02::BgemmStep step, const m02::PtrArrayBatchedGemmArgs<__nv_bfloat16>& args) {
+  ptr_array(step, args);
+}
+
+}  // namespace course::exercise

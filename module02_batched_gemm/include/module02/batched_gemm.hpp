@@ -1,0 +1,511 @@
+#pragma once
+/// @file batched_gemm.hpp
+/// @brief Module 2 API: batched GEMM over (batch, head), the two matrix products of
+/// multi-head attention, with two ways of telling the kernel where each matrix lives.
+///
+/// For every batch index b < batch and head h < num_heads:
+///
+///     C[b,h] (M x N)  =  alpha * A[b,h] (M x K) * op(B[b,h])
+///
+/// op(B) = B^T when `b_transposed` (B stored N x K: the K of Q*K^T), else B (K x N: the
+/// V of P*V). Everything is row-major with a unit column stride; the row stride and the
+/// per-batch / per-head strides are in ELEMENTS (not bytes).
+///
+///     scores = Q K^T : A = Q [B,H,N,d], B = K [B,H,N,d], b_transposed = true,  M = N = seq, K = d
+///     out    = P V   : A = P [B,H,N,N], B = V [B,H,N,d], b_transposed = false, M = K = seq, N = d
+///
+/// ## Two dispatch strategies, one kernel body
+/// - StridedBatchedGemmArgs: one base pointer per operand plus strides. Matrix (b, h) of A
+///   starts at `a + b*stride_a_batch + h*stride_a_head`. Any layout that is an affine
+///   function of (b, h) fits: contiguous [B,H,N,d], the [B,N,H,d] of a fused QKV
+///   projection (stride_row = H*d, stride_head = d), padded rows, and broadcasting
+///   (stride 0: every head reads the same K, as in multi-query attention).
+/// - PtrArrayBatchedGemmArgs: a DEVICE array of batch*num_heads matrix pointers per operand,
+///   entry b*num_heads + h, and one row stride per operand. Fits matrices that live in
+///   unrelated allocations (a paged KV cache, a list of differently allocated heads).
+///   Costs: building and uploading the arrays (see build_ptr_arrays), and one dependent
+///   global load per operand at the start of every block.
+/// The solutions template each kernel on an "operand addressing" policy, so the two APIs
+/// run the very same kernel body and differ only in how a block finds its matrices.
+///
+/// ## Input and output types
+/// Steps smem_tiled and register_blocked read fp32 A and B; step tensor_core reads bf16
+/// A and B (call the __nv_bfloat16 overloads). Every step accumulates AND writes fp32 C:
+/// one output type keeps the API small, and fp32 scores are what a following softmax
+/// wants. (A production kernel would often write bf16 scores to halve the bytes of C;
+/// for Q*K^T with d = 64 those bytes dominate, see the lesson.)
+///
+/// ## Grid mapping (every step)
+///     grid.x = tiles_m * tiles_n   (tile of C; up to 2^31 - 1)
+///     grid.y = num_heads           (<= 65535)
+///     grid.z = batch               (<= 65535)
+/// gridDim.y and gridDim.z are limited to 65535 by the hardware, gridDim.x to 2^31 - 1.
+/// The tile count is the only extent that grows with the sequence length squared
+/// (N = 32768 with 128 x 128 tiles is already 65536 tiles), so it goes on x; heads and
+/// batch are small in practice and are validated against 65535. x varies fastest in
+/// launch order, so the blocks of one (b, h) run together and share its A and B in L2.
+///
+/// ## Contract (checked before any launch; violations throw course::InvalidArgument
+/// naming the argument and its value)
+/// - M, N, K, batch, num_heads >= 1 (an empty problem is rejected: in attention a zero
+///   extent is always an upstream bug); M, N, K <= 2^31 - 1; batch, num_heads <= 65535.
+/// - Non-null pointers, aligned to their element type. No larger alignment is
+///   required: every vectorized path (float4 loads, 16-byte cp.async) is chosen per
+///   block at run time when its matrix start and row stride allow it, with a scalar
+///   fallback otherwise (same result, slower).
+/// - Row strides: stride_a_row >= K, stride_b_row >= (b_transposed ? K : N),
+///   stride_c_row >= N. All strides >= 0; input batch/head strides may be 0 (broadcast).
+/// - C must not alias itself: distinct (b, h, row, col) must be distinct addresses.
+///   Checked exactly for the strided API (each stride, in increasing order, must clear
+///   the span of the smaller ones) and for pointer arrays when their host copies are
+///   at hand (validate_ptr_array_contents, which build_ptr_arrays runs).
+/// - Strided API: C's address range must not intersect A's or B's (no in-place GEMM).
+
+#include "course/device.hpp"
+#include "course/error.hpp"
+#include "course/impl.hpp"
+#include "course/reference.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <limits>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace course::m02 {
+
+/// The batched-GEMM ladder, in teaching order.
+enum class BgemmStep {
+  smem_tiled,        ///< fp32: 32x32 tiles of A and op(B) in shared memory, one output per thread
+  register_blocked,  ///< fp32: 128x128 block tile, 8x8 outputs per thread in registers, float4 loads
+  tensor_core,       ///< bf16: mma.sync m16n8k16 + ldmatrix on swizzled tiles, 3-stage cp.async pipeline
+};
+
+inline constexpr StepInfo<BgemmStep> kBgemmSteps[] = {
+    {BgemmStep::smem_tiled, "smem_tiled",
+     "fp32; 32x32 tiles of A and op(B) staged in shared memory, one output per thread"},
+    {BgemmStep::register_blocked, "register_blocked",
+     "fp32; 128x128 (or 128x64) block tile, 8x8 outputs per thread, float4 loads, double buffering"},
+    {BgemmStep::tensor_core, "tensor_core",
+     "bf16 in, fp32 out; mma.sync m16n8k16 + ldmatrix, swizzled smem, 3-stage cp.async pipeline"},
+};
+
+/// Element type of A and B a step reads (C is always fp32).
+enum class BgemmInput { f32, bf16 };
+
+constexpr BgemmInput step_input(BgemmStep step) {
+  return step == BgemmStep::tensor_core ? BgemmInput::bf16 : BgemmInput::f32;
+}
+inline const char* step_name(BgemmStep step) {
+  for (const auto& info : kBgemmSteps)
+    if (info.step == step) return info.name;
+  return "?";
+}
+
+inline constexpr std::int64_t kMaxGridX = 2147483647;  ///< gridDim.x limit (2^31 - 1)
+inline constexpr std::int64_t kMaxGridYZ = 65535;      ///< gridDim.y and gridDim.z limit
+inline constexpr std::int64_t kMaxExtent = 2147483647;  ///< M, N, K are int inside the kernels
+
+/// Strided-batched GEMM: one base pointer per operand plus strides (in elements).
+/// Element (r, c) of A[b,h] is a[b*stride_a_batch + h*stride_a_head + r*stride_a_row + c];
+/// likewise B (rows = N if b_transposed else K) and C (M x N). All DEVICE pointers.
+template <class T>
+struct StridedBatchedGemmArgs {
+  const T* a = nullptr;
+  const T* b = nullptr;
+  float* c = nullptr;
+  std::int64_t M = 0, N = 0, K = 0;
+  std::int64_t batch = 1, num_heads = 1;
+  std::int64_t stride_a_batch = 0, stride_a_head = 0, stride_a_row = 0;
+  std::int64_t stride_b_batch = 0, stride_b_head = 0, stride_b_row = 0;
+  std::int64_t stride_c_batch = 0, stride_c_head = 0, stride_c_row = 0;
+  bool b_transposed = false;  ///< true: B[b,h] is stored N x K and used as B^T (Q*K^T)
+  float alpha = 1.0f;         ///< C = alpha * A * op(B) (e.g. 1/sqrt(d) for attention scores)
+  cudaStream_t stream = nullptr;
+};
+
+/// Pointer-array batched GEMM: a DEVICE array of batch*num_heads DEVICE pointers per
+/// operand; entry i = b*num_heads + h is the first element of that (b, h)'s matrix.
+/// One row stride per operand (ld*, in elements).
+template <class T>
+struct PtrArrayBatchedGemmArgs {
+  const T* const* a_ptrs = nullptr;  ///< device array: a_ptrs[b*num_heads + h] -> M x K
+  const T* const* b_ptrs = nullptr;  ///< device array: -> N x K (b_transposed) or K x N
+  float* const* c_ptrs = nullptr;    ///< device array: -> M x N
+  std::int64_t M = 0, N = 0, K = 0;
+  std::int64_t batch = 1, num_heads = 1;
+  std::int64_t lda = 0, ldb = 0, ldc = 0;
+  bool b_transposed = false;
+  float alpha = 1.0f;
+  cudaStream_t stream = nullptr;
+};
+
+/// The launch grid of one batched GEMM (see "Grid mapping" above).
+struct BgemmGrid {
+  unsigned x = 0, y = 0, z = 0;  ///< tiles_m * tiles_n, num_heads, batch
+  std::int64_t tiles_m = 0;      ///< ceil(M / tile_m)
+  std::int64_t tiles_n = 0;      ///< ceil(N / tile_n); block x covers tile (x / tiles_n, x % tiles_n)
+};
+
+namespace detail {
+
+template <class T>
+constexpr const char* input_type_name() {
+  return std::is_same_v<T, float> ? "float" : "__nv_bfloat16";
+}
+
+inline std::string msg(const std::string& s) { return s; }
+template <class A, class... Rest>
+std::string msg(const std::string& s, const A& a, const Rest&... rest) {
+  std::ostringstream os;
+  os << s << a;
+  return msg(os.str(), rest...);
+}
+
+/// One dimension of a strided index space: offset contribution index * stride.
+struct StrideDim {
+  std::int64_t extent;
+  std::int64_t stride;
+  const char* name;  ///< the argument that holds `stride`
+};
+
+/// Largest offset a strided index space reaches (extents >= 1, strides >= 0).
+inline std::int64_t max_offset(const std::vector<StrideDim>& dims) {
+  std::int64_t off = 0;
+  for (const auto& d : dims) off += (d.extent - 1) * d.stride;
+  return off;
+}
+
+/// Throws unless distinct indices of `dims` map to distinct offsets. The test: sort
+/// the dimensions (extent > 1) by stride; each stride must exceed the largest offset
+/// the smaller-stride dimensions reach. That holds for every ordinary layout (row-major,
+/// [B,N,H,d], padded) and rules out any aliasing; exotic interleavings that happen to
+/// be injective are rejected too (conservative).
+inline void require_no_self_overlap(std::vector<StrideDim> dims, const char* fn, const char* what) {
+  dims.erase(std::remove_if(dims.begin(), dims.end(), [](const StrideDim& d) { return d.extent <= 1; }), dims.end());
+  std::stable_sort(dims.begin(), dims.end(), [](const StrideDim& x, const StrideDim& y) { return x.stride < y.stride; });
+  std::int64_t span = 0;
+  for (const auto& d : dims) {
+    if (d.stride <= span) {
+      const std::string req =
+          msg("makes two elements of ", what, " share an address: with extent ", d.extent,
+              " it must be > ", span, ", the largest offset reached by the dimensions with smaller strides");
+      require_arg(false, fn, d.name, d.stride, req.c_str());
+    }
+    const std::int64_t room = (std::numeric_limits<std::int64_t>::max() - span) / d.stride;
+    require_arg(d.extent - 1 <= room, fn, d.name, d.stride, "makes the offsets overflow int64");
+    span += (d.extent - 1) * d.stride;
+  }
+}
+
+/// True if the byte ranges [p, p + bytes_p) and [q, q + bytes_q) intersect.
+inline bool ranges_intersect(const void* p, std::size_t bytes_p, const void* q, std::size_t bytes_q) {
+  const auto a0 = reinterpret_cast<std::uintptr_t>(p), b0 = reinterpret_cast<std::uintptr_t>(q);
+  return a0 < b0 + bytes_q && b0 < a0 + bytes_p;
+}
+
+/// Do two M x N matrices with row stride ld (>= N), starting `delta` elements apart,
+/// share an element? Only if delta = dm*ld + dn with |dm| <= M-1 and |dn| <= N-1.
+inline bool matrices_overlap(std::int64_t delta, std::int64_t M, std::int64_t N, std::int64_t ld) {
+  if (delta < 0) delta = -delta;  // the set of such deltas is symmetric
+  const std::int64_t q = delta / ld;
+  for (std::int64_t dm : {q, q + 1}) {
+    dm = std::min(dm, M - 1);  // the nearest allowed row offset
+    const std::int64_t dn = delta - dm * ld;
+    if (dn <= N - 1 && dn >= -(N - 1)) return true;
+  }
+  return false;
+}
+
+inline void require_sizes(std::int64_t M, std::int64_t N, std::int64_t K, std::int64_t batch,
+                          std::int64_t heads, const char* fn) {
+  require_arg(M >= 1 && M <= kMaxExtent, fn, "M", M, "must be in [1, 2^31 - 1]");
+  require_arg(N >= 1 && N <= kMaxExtent, fn, "N", N, "must be in [1, 2^31 - 1]");
+  require_arg(K >= 1 && K <= kMaxExtent, fn, "K", K, "must be in [1, 2^31 - 1]");
+  require_arg(batch >= 1 && batch <= kMaxGridYZ, fn, "batch", batch,
+              "must be in [1, 65535]: the batch index is gridDim.z, limited to 65535 by the hardware");
+  require_arg(heads >= 1 && heads <= kMaxGridYZ, fn, "num_heads", heads,
+              "must be in [1, 65535]: the head index is gridDim.y, limited to 65535 by the hardware");
+}
+
+inline void require_row_strides(std::int64_t K, std::int64_t N, bool b_transposed, std::int64_t lda,
+                                std::int64_t ldb, std::int64_t ldc, const char* fn, const char* lda_name,
+                                const char* ldb_name, const char* ldc_name) {
+  require_arg(lda >= K, fn, lda_name, lda, msg("must be >= K = ", K, " (A is M x K, row-major)").c_str());
+  const std::int64_t b_cols = b_transposed ? K : N;
+  require_arg(ldb >= b_cols, fn, ldb_name, ldb,
+              (b_transposed ? msg("must be >= K = ", K, " (b_transposed: B is stored N x K)")
+                            : msg("must be >= N = ", N, " (B is stored K x N)"))
+                  .c_str());
+  require_arg(ldc >= N, fn, ldc_name, ldc, msg("must be >= N = ", N, " (C is M x N, row-major)").c_str());
+}
+
+}  // namespace detail
+
+/// Throws unless `step` reads inputs of type T (fp32 steps: float; tensor_core: bf16).
+template <class T>
+void validate_step_input(BgemmStep step, const char* fn) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, __nv_bfloat16>, "A and B are float or bf16");
+  const int s = static_cast<int>(step);
+  require_arg(s >= 0 && s < static_cast<int>(std::size(kBgemmSteps)), fn, "step", s, "is not a BgemmStep");
+  const bool want_bf16 = step_input(step) == BgemmInput::bf16;
+  require_arg(want_bf16 == std::is_same_v<T, __nv_bfloat16>, fn, "step", std::string(step_name(step)),
+              detail::msg("reads ", want_bf16 ? "__nv_bfloat16" : "float", " A and B, but this overload takes ",
+                          detail::input_type_name<T>(), "; call the matching overload")
+                  .c_str());
+}
+
+/// Everything about a strided problem that does not depend on the step.
+template <class T>
+void validate_strided_layout(const StridedBatchedGemmArgs<T>& s, const char* fn) {
+  using detail::StrideDim;
+  detail::require_sizes(s.M, s.N, s.K, s.batch, s.num_heads, fn);
+  const std::vector<StrideDim> strides = {
+      {0, s.stride_a_batch, "stride_a_batch"}, {0, s.stride_a_head, "stride_a_head"},
+      {0, s.stride_a_row, "stride_a_row"},     {0, s.stride_b_batch, "stride_b_batch"},
+      {0, s.stride_b_head, "stride_b_head"},   {0, s.stride_b_row, "stride_b_row"},
+      {0, s.stride_c_batch, "stride_c_batch"}, {0, s.stride_c_head, "stride_c_head"},
+      {0, s.stride_c_row, "stride_c_row"}};
+  for (const StrideDim& d : strides)
+    require_arg(d.stride >= 0, fn, d.name, d.stride,
+                "must be >= 0 (strides are in elements; negative strides are not supported)");
+  detail::require_row_strides(s.K, s.N, s.b_transposed, s.stride_a_row, s.stride_b_row, s.stride_c_row, fn,
+                              "stride_a_row", "stride_b_row", "stride_c_row");
+  require_not_null(s.a, fn, "a");
+  require_not_null(s.b, fn, "b");
+  require_not_null(s.c, fn, "c");
+  require_aligned(s.a, alignof(T), fn, "a");
+  require_aligned(s.b, alignof(T), fn, "b");
+  require_aligned(s.c, alignof(float), fn, "c");
+  // C must not alias itself: (b, h, row, col) -> offset must be one-to-one.
+  const std::vector<StrideDim> c_dims = {{s.N, 1, "N (the unit column stride of C)"},
+                                         {s.M, s.stride_c_row, "stride_c_row"},
+                                         {s.num_heads, s.stride_c_head, "stride_c_head"},
+                                         {s.batch, s.stride_c_batch, "stride_c_batch"}};
+  detail::require_no_self_overlap(c_dims, fn, "C");
+  // No in-place GEMM: C's address range must not meet A's or B's (conservative: ranges).
+  const std::int64_t b_rows = s.b_transposed ? s.N : s.K, b_cols = s.b_transposed ? s.K : s.N;
+  const std::vector<StrideDim> a_dims = {
+      {s.K, 1, "K"}, {s.M, s.stride_a_row, "stride_a_row"}, {s.num_heads, s.stride_a_head, "stride_a_head"},
+      {s.batch, s.stride_a_batch, "stride_a_batch"}};
+  const std::vector<StrideDim> b_dims = {
+      {b_cols, 1, "cols of B"}, {b_rows, s.stride_b_row, "stride_b_row"},
+      {s.num_heads, s.stride_b_head, "stride_b_head"}, {s.batch, s.stride_b_batch, "stride_b_batch"}};
+  const std::size_t a_bytes = sizeof(T) * static_cast<std::size_t>(1 + detail::max_offset(a_dims));
+  const std::size_t b_bytes = sizeof(T) * static_cast<std::size_t>(1 + detail::max_offset(b_dims));
+  const std::size_t c_bytes = sizeof(float) * static_cast<std::size_t>(1 + detail::max_offset(c_dims));
+  require_arg(!detail::ranges_intersect(s.c, c_bytes, s.a, a_bytes), fn, "c", static_cast<const void*>(s.c),
+              "C's address range intersects A's: in-place batched GEMM is not supported");
+  require_arg(!detail::ranges_intersect(s.c, c_bytes, s.b, b_bytes), fn, "c", static_cast<const void*>(s.c),
+              "C's address range intersects B's: in-place batched GEMM is not supported");
+}
+
+/// The validation every strided launch runs first (both implementations).
+template <class T>
+void validate_strided_args(const StridedBatchedGemmArgs<T>& s, BgemmStep step, const char* fn) {
+  validate_step_input<T>(step, fn);
+  validate_strided_layout(s, fn);
+}
+
+/// The validation every pointer-array launch runs first (both implementations). The
+/// pointer arrays live on the device: checking their entries here would cost a
+/// synchronous copy per call, the very overhead the API exists to avoid. Entries are
+/// checked where the host has them: validate_ptr_array_contents (build_ptr_arrays).
+template <class T>
+void validate_ptr_array_args(const PtrArrayBatchedGemmArgs<T>& p, BgemmStep step, const char* fn) {
+  validate_step_input<T>(step, fn);
+  detail::require_sizes(p.M, p.N, p.K, p.batch, p.num_heads, fn);
+  detail::require_row_strides(p.K, p.N, p.b_transposed, p.lda, p.ldb, p.ldc, fn, "lda", "ldb", "ldc");
+  require_not_null(p.a_ptrs, fn, "a_ptrs");
+  require_not_null(p.b_ptrs, fn, "b_ptrs");
+  require_not_null(p.c_ptrs, fn, "c_ptrs");
+  require_aligned(p.a_ptrs, alignof(void*), fn, "a_ptrs");
+  require_aligned(p.b_ptrs, alignof(void*), fn, "b_ptrs");
+  require_aligned(p.c_ptrs, alignof(void*), fn, "c_ptrs");
+}
+
+/// Checks HOST copies of the pointer arrays of `p`: batch*num_heads entries each, none
+/// null, each aligned to its element type, and no two C matrices sharing an element.
+/// (p's own device arrays are not read.)
+template <class T>
+void validate_ptr_array_contents(const PtrArrayBatchedGemmArgs<T>& p, const std::vector<const T*>& a,
+                                 const std::vector<const T*>& b, const std::vector<float*>& c, const char* fn) {
+  detail::require_sizes(p.M, p.N, p.K, p.batch, p.num_heads, fn);
+  detail::require_row_strides(p.K, p.N, p.b_transposed, p.lda, p.ldb, p.ldc, fn, "lda", "ldb", "ldc");
+  const std::size_t count = static_cast<std::size_t>(p.batch * p.num_heads);
+  require_arg(a.size() == count, fn, "a_ptrs.size()", a.size(), "must equal batch * num_heads");
+  require_arg(b.size() == count, fn, "b_ptrs.size()", b.size(), "must equal batch * num_heads");
+  require_arg(c.size() == count, fn, "c_ptrs.size()", c.size(), "must equal batch * num_heads");
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::string idx = "[" + std::to_string(i) + "]";
+    require_not_null(a[i], fn, ("a_ptrs" + idx).c_str());
+    require_not_null(b[i], fn, ("b_ptrs" + idx).c_str());
+    require_not_null(c[i], fn, ("c_ptrs" + idx).c_str());
+    require_aligned(a[i], alignof(T), fn, ("a_ptrs" + idx).c_str());
+    require_aligned(b[i], alignof(T), fn, ("b_ptrs" + idx).c_str());
+    require_aligned(c[i], alignof(float), fn, ("c_ptrs" + idx).c_str());
+  }
+  // C matrices pairwise disjoint. Sort by address; a pair can only share an element if
+  // the later one starts inside the earlier one's [first, last] element range.
+  std::vector<std::size_t> order(count);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  const auto addr = [&](std::size_t i) { return reinterpret_cast<std::uintptr_t>(c[i]); };
+  std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return addr(x) < addr(y); });
+  const std::uintptr_t hull = ((p.M - 1) * p.ldc + p.N) * sizeof(float);
+  for (std::size_t u = 0; u < count; ++u) {
+    const std::size_t i = order[u];
+    for (std::size_t v = u + 1; v < count && addr(order[v]) < addr(i) + hull; ++v) {
+      const std::size_t j = order[v];
+      const std::int64_t delta = static_cast<std::int64_t>(addr(j) - addr(i)) / static_cast<std::int64_t>(sizeof(float));
+      if (detail::matrices_overlap(delta, p.M, p.N, p.ldc)) {
+        const std::string req = detail::msg("shares elements with c_ptrs[", i, "] (M = ", p.M, ", N = ", p.N,
+                                            ", ldc = ", p.ldc, "): C matrices must not overlap");
+        require_arg(false, fn, ("c_ptrs[" + std::to_string(j) + "]").c_str(), static_cast<const void*>(c[j]),
+                    req.c_str());
+      }
+    }
+  }
+}
+
+/// Strided arguments for contiguous [batch, num_heads, rows, cols] operands (each head's
+/// matrix contiguous): A is M x K, B is N x K (b_transposed) or K x N, C is M x N.
+template <class T>
+StridedBatchedGemmArgs<T> contiguous_strided_args(const T* a, const T* b, float* c, std::int64_t batch,
+                                                  std::int64_t num_heads, std::int64_t M, std::int64_t N,
+                                                  std::int64_t K, bool b_transposed, float alpha = 1.0f,
+                                                  cudaStream_t stream = nullptr) {
+  StridedBatchedGemmArgs<T> s;
+  s.a = a;
+  s.b = b;
+  s.c = c;
+  s.M = M;
+  s.N = N;
+  s.K = K;
+  s.batch = batch;
+  s.num_heads = num_heads;
+  const std::int64_t b_rows = b_transposed ? N : K, b_cols = b_transposed ? K : N;
+  s.stride_a_row = K;
+  s.stride_a_head = M * K;
+  s.stride_a_batch = num_heads * M * K;
+  s.stride_b_row = b_cols;
+  s.stride_b_head = b_rows * b_cols;
+  s.stride_b_batch = num_heads * b_rows * b_cols;
+  s.stride_c_row = N;
+  s.stride_c_head = M * N;
+  s.stride_c_batch = num_heads * M * N;
+  s.b_transposed = b_transposed;
+  s.alpha = alpha;
+  s.stream = stream;
+  return s;
+}
+
+/// The CPU reference's descriptor for the same problem (course::ref::batched_gemm_strided).
+template <class T>
+course::ref::BatchedGemmDesc reference_desc(const StridedBatchedGemmArgs<T>& s) {
+  course::ref::BatchedGemmDesc d;
+  d.M = s.M;
+  d.N = s.N;
+  d.K = s.K;
+  d.batch = s.batch;
+  d.num_heads = s.num_heads;
+  d.stride_a_batch = s.stride_a_batch;
+  d.stride_a_head = s.stride_a_head;
+  d.stride_a_row = s.stride_a_row;
+  d.stride_b_batch = s.stride_b_batch;
+  d.stride_b_head = s.stride_b_head;
+  d.stride_b_row = s.stride_b_row;
+  d.stride_c_batch = s.stride_c_batch;
+  d.stride_c_head = s.stride_c_head;
+  d.stride_c_row = s.stride_c_row;
+  d.b_transposed = s.b_transposed;
+  d.alpha = s.alpha;
+  return d;
+}
+
+/// Device pointer arrays for the pointer-array API, with the host copies they were
+/// uploaded from (kept for validation and for the CPU reference).
+template <class T>
+struct BatchedPtrArrays {
+  std::vector<const T*> host_a, host_b;
+  std::vector<float*> host_c;
+  DeviceBuffer<const T*> a, b;
+  DeviceBuffer<float*> c;
+};
+
+/// Builds, on the host, the batch*num_heads matrix pointers of each operand of a
+/// strided layout (entry b*num_heads + h), validates them, and uploads them into `out`
+/// (synchronously; the device buffers are reused when their size already fits).
+/// This is the set-up cost the pointer-array API adds: O(batch*num_heads) host work and
+/// three host->device copies (the benchmark times it: rows bgemm_ptr_build/...).
+template <class T>
+void build_ptr_arrays(const StridedBatchedGemmArgs<T>& s, BatchedPtrArrays<T>& out) {
+  const char* fn = "build_ptr_arrays";
+  validate_strided_layout(s, fn);
+  const std::size_t count = static_cast<std::size_t>(s.batch * s.num_heads);
+  out.host_a.resize(count);
+  out.host_b.resize(count);
+  out.host_c.resize(count);
+  for (std::int64_t bi = 0; bi < s.batch; ++bi)
+    for (std::int64_t h = 0; h < s.num_heads; ++h) {
+      const std::size_t i = static_cast<std::size_t>(bi * s.num_heads + h);
+      out.host_a[i] = s.a + bi * s.stride_a_batch + h * s.stride_a_head;
+      out.host_b[i] = s.b + bi * s.stride_b_batch + h * s.stride_b_head;
+      out.host_c[i] = s.c + bi * s.stride_c_batch + h * s.stride_c_head;
+    }
+  if (out.a.size() != count) out.a = DeviceBuffer<const T*>(count);
+  if (out.b.size() != count) out.b = DeviceBuffer<const T*>(count);
+  if (out.c.size() != count) out.c = DeviceBuffer<float*>(count);
+  out.a.upload(out.host_a);
+  out.b.upload(out.host_b);
+  out.c.upload(out.host_c);
+}
+
+/// Pointer-array arguments for the problem `s` over arrays built by build_ptr_arrays(s, ...).
+template <class T>
+PtrArrayBatchedGemmArgs<T> ptr_array_args(const StridedBatchedGemmArgs<T>& s, const BatchedPtrArrays<T>& arrays) {
+  PtrArrayBatchedGemmArgs<T> p;
+  p.a_ptrs = arrays.a.data();
+  p.b_ptrs = arrays.b.data();
+  p.c_ptrs = arrays.c.data();
+  p.M = s.M;
+  p.N = s.N;
+  p.K = s.K;
+  p.batch = s.batch;
+  p.num_heads = s.num_heads;
+  p.lda = s.stride_a_row;
+  p.ldb = s.stride_b_row;
+  p.ldc = s.stride_c_row;
+  p.b_transposed = s.b_transposed;
+  p.alpha = s.alpha;
+  p.stream = s.stream;
+  return p;
+}
+
+}  // namespace course::m02
+
+COURSE_DECLARE_FOR_BOTH_IMPLS(
+    /// The grid for an M x N output tiled by tile_m x tile_n blocks, over batch x num_heads
+    /// matrices (see "Grid mapping"). Throws InvalidArgument naming the extent that does
+    /// not fit: a tile count above 2^31 - 1, num_heads or batch above 65535, sizes < 1.
+    ::course::m02::BgemmGrid batched_gemm_grid(std::int64_t M, std::int64_t N, std::int64_t batch,
+                                               std::int64_t num_heads, int tile_m, int tile_n);
+    /// C[b,h] = alpha * A[b,h] * op(B[b,h]) for every (b, h); fp32 steps (asynchronous on args.stream).
+    void batched_gemm_strided(::course::m02::BgemmStep step,
+                              const ::course::m02::StridedBatchedGemmArgs<float>& args);
+    /// Same, bf16 inputs (step tensor_core), fp32 accumulation and output.
+    void batched_gemm_strided(::course::m02::BgemmStep step,
+                              const ::course::m02::StridedBatchedGemmArgs<__nv_bfloat16>& args);
+    /// Pointer-array form; the same kernels as batched_gemm_strided (asynchronous on args.stream).
+    void batched_gemm_ptr_array(::course::m02::BgemmStep step,
+                                const ::course::m02::PtrArrayBatchedGemmArgs<float>& args);
+    /// Pointer-array form, bf16 inputs (step tensor_core).
+    void batched_gemm_ptr_array(::course::m02::BgemmStep step,
+                                const ::course::m02::PtrArrayBatchedGemmArgs<__nv_bfloat16>& args);)

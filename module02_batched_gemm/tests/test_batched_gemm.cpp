@@ -1,0 +1,679 @@
+// Tests of the batched GEMM ladder (strided and pointer-array APIs), run against
+// course::solution and course::exercise (built twice; `impl` names the one under test),
+// and against the planted bugs of tests/planted/batched_gemm_planted.cu, which the same
+// check must reject.
+//
+// Every case draws fresh random data for every element of every operand (so each batch
+// and head differs), poisons C with NaN, and compares the defined elements of C with
+// the CPU reference (double accumulation) within tolerance_for(); elements of C's
+// storage that the GEMM does not define (row padding, gaps between heads) must still
+// hold the poison afterwards. Tests with "Large" in their name use big shapes and are
+// left out of the compute-sanitizer run.
+#include "course/bf16.hpp"
+#include "course/reference.hpp"
+#include "course/testing.hpp"
+#include "module02/batched_gemm.hpp"
+#include "batched_gemm_planted.hpp"
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+using course::DeviceBuffer;
+using course::m02::BgemmInput;
+using course::m02::BgemmStep;
+using course::m02::PtrArrayBatchedGemmArgs;
+using course::m02::StridedBatchedGemmArgs;
+using course::testing::GpuTest;
+
+// ------------------------------------------------------------------ layouts -----
+
+/// Storage orders of one [batch, heads, rows, cols] operand.
+enum class Layout {
+  contiguous,      ///< [B, H, rows, cols] packed
+  bnhd,            ///< [B, rows, H, cols]: row stride H*cols, head stride cols (fused QKV projection)
+  padded_aligned,  ///< rows padded to a multiple of 8 (+8), gaps between heads and batches: vector paths
+  padded_odd,      ///< rows padded by 3, odd gaps: misaligned rows and heads, scalar fallbacks
+};
+const char* to_string(Layout l) {
+  switch (l) {
+    case Layout::contiguous: return "contiguous";
+    case Layout::bnhd: return "bnhd";
+    case Layout::padded_aligned: return "padded_aligned";
+    case Layout::padded_odd: return "padded_odd";
+  }
+  return "?";
+}
+
+struct OperandLayout {
+  std::int64_t sb = 0, sh = 0, ld = 0;  ///< batch, head, row strides (elements)
+  std::int64_t storage = 0;             ///< elements to allocate (last element + a guard)
+};
+
+OperandLayout make_layout(Layout l, std::int64_t B, std::int64_t H, std::int64_t rows, std::int64_t cols) {
+  OperandLayout o;
+  switch (l) {
+    case Layout::contiguous:
+      o.ld = cols;
+      o.sh = rows * cols;
+      o.sb = H * o.sh;
+      break;
+    case Layout::bnhd:
+      o.ld = H * cols;
+      o.sh = cols;
+      o.sb = rows * H * cols;
+      break;
+    case Layout::padded_aligned:
+      o.ld = (cols + 8 + 7) / 8 * 8;
+      o.sh = rows * o.ld + 8;
+      o.sb = H * o.sh + 16;
+      break;
+    case Layout::padded_odd:
+      o.ld = cols + 3;
+      o.sh = rows * o.ld + 5;
+      o.sb = H * o.sh + 7;
+      break;
+  }
+  o.storage = (B - 1) * o.sb + (H - 1) * o.sh + (rows - 1) * o.ld + cols + 16;  // 16-element guard
+  return o;
+}
+
+// ------------------------------------------------------------------ cases -------
+
+/// One batched GEMM problem: shapes, layouts of A, B, C, alpha, and the data range of A.
+struct Case {
+  std::int64_t B, H, M, N, K;
+  bool trans_b;
+  Layout la = Layout::contiguous, lb = Layout::contiguous, lc = Layout::contiguous;
+  float alpha = 1.0f;
+  bool broadcast_b = false;  ///< stride_b_head = 0: all heads share one B (multi-query attention)
+  float a_lo = -1.0f, a_hi = 1.0f;
+};
+
+std::string describe(const Case& c) {
+  std::ostringstream os;
+  os << "B=" << c.B << " H=" << c.H << " M=" << c.M << " N=" << c.N << " K=" << c.K
+     << (c.trans_b ? " A*B^T" : " A*B") << " layouts(a,b,c)=" << to_string(c.la) << "," << to_string(c.lb) << ","
+     << to_string(c.lc);
+  if (c.alpha != 1.0f) os << " alpha=" << c.alpha;
+  if (c.broadcast_b) os << " broadcast_b";
+  return os.str();
+}
+
+/// Host data of a case, and the CPU reference for it.
+struct Problem {
+  Case cs;
+  OperandLayout la, lb, lc;
+  std::vector<float> a, b;             ///< storage of A and B (bf16-rounded for bf16 steps)
+  std::vector<float> ref_strided;      ///< course::ref::batched_gemm_strided; NaN where C is undefined
+  std::vector<float> ref_ptr;          ///< course::ref::batched_gemm_ptr_array on the same matrices
+  std::vector<char> defined;           ///< 1 where C defines an element
+};
+
+template <class T>
+StridedBatchedGemmArgs<T> args_on(const Problem& p, const T* a, const T* b, float* c) {
+  StridedBatchedGemmArgs<T> s;
+  s.a = a;
+  s.b = b;
+  s.c = c;
+  s.M = p.cs.M;
+  s.N = p.cs.N;
+  s.K = p.cs.K;
+  s.batch = p.cs.B;
+  s.num_heads = p.cs.H;
+  s.stride_a_batch = p.la.sb;
+  s.stride_a_head = p.la.sh;
+  s.stride_a_row = p.la.ld;
+  s.stride_b_batch = p.lb.sb;
+  s.stride_b_head = p.cs.broadcast_b ? 0 : p.lb.sh;
+  s.stride_b_row = p.lb.ld;
+  s.stride_c_batch = p.lc.sb;
+  s.stride_c_head = p.lc.sh;
+  s.stride_c_row = p.lc.ld;
+  s.b_transposed = p.cs.trans_b;
+  s.alpha = p.cs.alpha;
+  return s;
+}
+
+enum class Api { strided, ptr_array };
+const char* to_string(Api api) { return api == Api::strided ? "strided" : "ptr_array"; }
+
+/// Data for `cs` and the reference of `api` (the other reference stays empty).
+Problem make_problem(const Case& cs, std::uint64_t seed, bool bf16_inputs, Api api) {
+  Problem p;
+  p.cs = cs;
+  const std::int64_t b_rows = cs.trans_b ? cs.N : cs.K, b_cols = cs.trans_b ? cs.K : cs.N;
+  p.la = make_layout(cs.la, cs.B, cs.H, cs.M, cs.K);
+  p.lb = make_layout(cs.lb, cs.B, cs.broadcast_b ? 1 : cs.H, b_rows, b_cols);
+  p.lc = make_layout(cs.lc, cs.B, cs.H, cs.M, cs.N);
+  p.a = course::random_vector(static_cast<std::size_t>(p.la.storage), seed, cs.a_lo, cs.a_hi);
+  p.b = course::random_vector(static_cast<std::size_t>(p.lb.storage), seed ^ 0x9e3779b97f4a7c15ull);
+  if (bf16_inputs) {  // the values a bf16 kernel actually sees
+    p.a = course::round_to_bf16(p.a);
+    p.b = course::round_to_bf16(p.b);
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  if (api == Api::strided) {
+    p.ref_strided.assign(static_cast<std::size_t>(p.lc.storage), nan);
+    const auto s = args_on<float>(p, p.a.data(), p.b.data(), p.ref_strided.data());
+    course::ref::batched_gemm_strided(course::m02::reference_desc(s), s.a, s.b, s.c);
+  } else {
+    // The same matrices through the pointer-array reference.
+    p.ref_ptr.assign(static_cast<std::size_t>(p.lc.storage), nan);
+    const auto s = args_on<float>(p, p.a.data(), p.b.data(), p.ref_ptr.data());
+    std::vector<const float*> pa, pb;
+    std::vector<float*> pc;
+    for (std::int64_t bi = 0; bi < cs.B; ++bi)
+      for (std::int64_t h = 0; h < cs.H; ++h) {
+        pa.push_back(s.a + bi * s.stride_a_batch + h * s.stride_a_head);
+        pb.push_back(s.b + bi * s.stride_b_batch + h * s.stride_b_head);
+        pc.push_back(s.c + bi * s.stride_c_batch + h * s.stride_c_head);
+      }
+    course::ref::batched_gemm_ptr_array(course::m02::reference_desc(s), pa.data(), s.stride_a_row, pb.data(),
+                                        s.stride_b_row, pc.data(), s.stride_c_row);
+  }
+
+  p.defined.assign(static_cast<std::size_t>(p.lc.storage), 0);
+  for (std::int64_t bi = 0; bi < cs.B; ++bi)
+    for (std::int64_t h = 0; h < cs.H; ++h)
+      for (std::int64_t i = 0; i < cs.M; ++i)
+        for (std::int64_t j = 0; j < cs.N; ++j)
+          p.defined[static_cast<std::size_t>(bi * p.lc.sb + h * p.lc.sh + i * p.lc.ld + j)] = 1;
+  return p;
+}
+
+// ------------------------------------------------------------------ running ------
+
+/// The functions under test. The real tests fill all four; a planted bug only the first.
+struct Impl {
+  std::function<void(BgemmStep, const StridedBatchedGemmArgs<float>&)> strided_f32;
+  std::function<void(BgemmStep, const StridedBatchedGemmArgs<bf16>&)> strided_bf16;
+  std::function<void(BgemmStep, const PtrArrayBatchedGemmArgs<float>&)> ptr_f32;
+  std::function<void(BgemmStep, const PtrArrayBatchedGemmArgs<bf16>&)> ptr_bf16;
+};
+
+Impl impl_under_test() {
+  Impl i;
+  i.strided_f32 = static_cast<void (*)(BgemmStep, const StridedBatchedGemmArgs<float>&)>(&impl::batched_gemm_strided);
+  i.strided_bf16 = static_cast<void (*)(BgemmStep, const StridedBatchedGemmArgs<bf16>&)>(&impl::batched_gemm_strided);
+  i.ptr_f32 = static_cast<void (*)(BgemmStep, const PtrArrayBatchedGemmArgs<float>&)>(&impl::batched_gemm_ptr_array);
+  i.ptr_bf16 = static_cast<void (*)(BgemmStep, const PtrArrayBatchedGemmArgs<bf16>&)>(&impl::batched_gemm_ptr_array);
+  return i;
+}
+
+template <class T>
+std::vector<T> as_input(const std::vector<float>& x) {
+  if constexpr (std::is_same_v<T, float>)
+    return x;
+  else
+    return course::to_bf16(x);
+}
+
+/// Runs `fn` on the device (C poisoned first) and returns C's whole storage.
+template <class T, class Fn>
+std::vector<float> run_on_device(const Fn& fn, Api api, BgemmStep step, const Problem& p) {
+  if (!fn) throw std::logic_error(std::string("no ") + to_string(api) + " function for this input type");
+  DeviceBuffer<T> a(as_input<T>(p.a)), b(as_input<T>(p.b));
+  DeviceBuffer<float> c(static_cast<std::size_t>(p.lc.storage));
+  c.poison();
+  const StridedBatchedGemmArgs<T> s = args_on<T>(p, a.data(), b.data(), c.data());
+  if constexpr (std::is_invocable_v<Fn, BgemmStep, const StridedBatchedGemmArgs<T>&>) {
+    fn(step, s);
+  } else {
+    course::m02::BatchedPtrArrays<T> arrays;
+    course::m02::build_ptr_arrays(s, arrays);
+    fn(step, course::m02::ptr_array_args(s, arrays));
+    COURSE_CUDA_CHECK(cudaDeviceSynchronize());  // the arrays are freed at the end of this scope
+  }
+  COURSE_CUDA_CHECK(cudaDeviceSynchronize());
+  return c.download();
+}
+
+std::vector<float> run(const Impl& impl, Api api, BgemmStep step, const Problem& p) {
+  const bool bf = course::m02::step_input(step) == BgemmInput::bf16;
+  if (api == Api::strided)
+    return bf ? run_on_device<bf16>(impl.strided_bf16, api, step, p) : run_on_device<float>(impl.strided_f32, api, step, p);
+  return bf ? run_on_device<bf16>(impl.ptr_bf16, api, step, p) : run_on_device<float>(impl.ptr_f32, api, step, p);
+}
+
+/// Compares C's defined elements with the reference and checks that nothing else changed.
+/// Returns "" when the result is right, else a report.
+std::string judge(const Problem& p, BgemmStep step, const std::vector<float>& got, const std::vector<float>& ref) {
+  const course::Shape shape{p.cs.B, p.cs.H, p.cs.M, p.cs.N};
+  const course::Shape strides{p.lc.sb, p.lc.sh, p.lc.ld, 1};
+  course::HostTensor<float> g(shape, strides), r(shape, strides);
+  std::copy_n(got.begin(), g.storage().size(), g.storage().begin());
+  std::copy_n(ref.begin(), r.storage().size(), r.storage().begin());
+  const auto dtype = course::m02::step_input(step) == BgemmInput::bf16 ? course::DType::bf16 : course::DType::f32;
+  const auto result = course::compare(g, r, course::tolerance_for(dtype, p.cs.K), {"b", "h", "i", "j"});
+  std::ostringstream os;
+  if (!result.ok()) os << result.report();
+  std::int64_t stray = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, &got[i], sizeof bits);
+    if (!p.defined[i] && bits != 0xFFFFFFFFu) {
+      if (stray++ == 0) os << (result.ok() ? "" : "\n") << "wrote outside C's elements, first at storage offset " << i;
+    }
+  }
+  if (stray) os << " (" << stray << " stray writes)";
+  return os.str();
+}
+
+/// THE check, shared by the real tests and the planted-bug tests: every case on fresh
+/// random data (seed + case index), one API, one step. course::NotImplemented propagates
+/// (callers wrap it in COURSE_SKIP_IF_NOT_IMPLEMENTED).
+::testing::AssertionResult check_cases(const Impl& impl, Api api, BgemmStep step, const std::vector<Case>& cases,
+                                       std::uint64_t seed) {
+  std::ostringstream failures;
+  int failed = 0;
+  const bool bf = course::m02::step_input(step) == BgemmInput::bf16;
+  for (std::size_t k = 0; k < cases.size(); ++k) {
+    const Problem p = make_problem(cases[k], seed + 101 * k, bf, api);
+    const std::vector<float> got = run(impl, api, step, p);
+    const std::string verdict = judge(p, step, got, api == Api::strided ? p.ref_strided : p.ref_ptr);
+    if (!verdict.empty()) {
+      ++failed;
+      failures << "\n  [" << describe(cases[k]) << "]: " << verdict;
+    }
+  }
+  if (failed == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << to_string(api) << " / " << course::m02::step_name(step) << ": " << failed
+                                       << " of " << cases.size() << " cases failed (seed " << seed << "):"
+                                       << failures.str();
+}
+
+/// Cases on which the planted bugs stay inside the buffers (batch == heads, K <= N);
+/// the real tests run them too.
+std::vector<Case> shared_cases() {
+  return {
+      {2, 2, 33, 40, 17, true},
+      {2, 2, 33, 40, 17, false, Layout::bnhd, Layout::bnhd, Layout::bnhd},
+      {3, 3, 17, 29, 5, true, Layout::padded_odd, Layout::padded_odd, Layout::padded_odd},
+      {2, 2, 20, 24, 24, false, Layout::padded_aligned, Layout::padded_aligned, Layout::padded_aligned, 0.5f},
+  };
+}
+
+/// Awkward sizes: 1, primes, tile +- 1 (17, 127, 129, 65), several tiles and K slabs,
+/// every layout, alpha != 1, a broadcast B, mixed layouts.
+std::vector<Case> odd_cases() {
+  std::vector<Case> c = shared_cases();
+  c.push_back({1, 1, 1, 1, 1, true});
+  c.push_back({1, 1, 1, 1, 1, false});
+  c.push_back({2, 3, 17, 129, 127, true});
+  c.push_back({2, 3, 129, 17, 127, false});
+  c.push_back({1, 2, 127, 129, 17, false, Layout::padded_odd, Layout::padded_odd, Layout::padded_odd});
+  c.push_back({2, 2, 129, 127, 1, true, Layout::padded_aligned, Layout::padded_aligned, Layout::padded_aligned});
+  c.push_back({3, 2, 65, 64, 129, false, Layout::bnhd, Layout::bnhd, Layout::bnhd});          // P*V-like, d = 64
+  c.push_back({2, 3, 130, 130, 64, true, Layout::bnhd, Layout::bnhd, Layout::contiguous, 0.125f});  // Q*K^T-like
+  c.push_back({2, 4, 33, 65, 64, true, Layout::contiguous, Layout::contiguous, Layout::padded_odd, 1.0f, true});
+  c.push_back({2, 2, 70, 129, 40, false, Layout::bnhd, Layout::padded_odd, Layout::padded_aligned, -2.0f});
+  return c;
+}
+
+class BgemmTest : public GpuTest, public ::testing::WithParamInterface<course::StepInfo<BgemmStep>> {};
+
+std::string step_param_name(const ::testing::TestParamInfo<course::StepInfo<BgemmStep>>& info) {
+  return info.param.name;
+}
+
+// ---- the lesson's worked example: B=1, H=2, N=3, d=4; exact small integers.
+
+/// Q, K, V of the lesson, [1, 2, 3, 4] contiguous.
+struct WorkedExample {
+  std::vector<float> q = {1, 0, 2, -1, 0, 1, -1, 2, 2, 1, 0, 1,    // head 0
+                          1, 2, 0, 0,  0, 0, 1,  1, -1, 1, 1, 0};  // head 1
+  std::vector<float> k = {1, 1, 0, 0, 0, 2, 1, -1, 1, 0, -1, 1,    // head 0
+                          0, 1, 0, 1, 1, 0, 1, 0,  2, -1, 0, 1};   // head 1
+  std::vector<float> v = {1, 0, 0, 1, 0, 1, 0, -1, 1, 1, 1, 0,     // head 0
+                          2, 0, 1, 0, 0, 1, 0, 1,  1, 0, 0, 1};    // head 1
+};
+
+/// Runs Q*K^T then S*V on the device through `api` and returns {S, O}.
+template <class T>
+std::pair<std::vector<float>, std::vector<float>> worked_example_on_device(const Impl& impl, Api api, BgemmStep step) {
+  const WorkedExample ex;
+  DeviceBuffer<T> q(as_input<T>(ex.q)), k(as_input<T>(ex.k)), v(as_input<T>(ex.v)), s_in(2 * 3 * 3);
+  DeviceBuffer<float> s(2 * 3 * 3), o(2 * 3 * 4);
+  s.poison();
+  o.poison();
+  auto call = [&](const StridedBatchedGemmArgs<T>& args) {
+    if (api == Api::strided) {
+      if constexpr (std::is_same_v<T, float>) impl.strided_f32(step, args); else impl.strided_bf16(step, args);
+    } else {
+      course::m02::BatchedPtrArrays<T> arrays;
+      course::m02::build_ptr_arrays(args, arrays);
+      if constexpr (std::is_same_v<T, float>)
+        impl.ptr_f32(step, course::m02::ptr_array_args(args, arrays));
+      else
+        impl.ptr_bf16(step, course::m02::ptr_array_args(args, arrays));
+      COURSE_CUDA_CHECK(cudaDeviceSynchronize());
+    }
+  };
+  call(course::m02::contiguous_strided_args<T>(q.data(), k.data(), s.data(), 1, 2, 3, 3, 4, /*b_transposed=*/true));
+  COURSE_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> scores = s.download();
+  s_in.upload(as_input<T>(scores));  // small integers: exact in bf16 too
+  call(course::m02::contiguous_strided_args<T>(s_in.data(), v.data(), o.data(), 1, 2, 3, 4, 3, /*b_transposed=*/false));
+  COURSE_CUDA_CHECK(cudaDeviceSynchronize());
+  return {scores, o.download()};
+}
+
+TEST_P(BgemmTest, WorkedExampleIsExact) {
+  const BgemmStep step = GetParam().step;
+  const WorkedExample ex;
+  std::vector<float> want_s(18), want_o(24);
+  course::ref::batched_gemm_strided(course::m02::reference_desc(course::m02::contiguous_strided_args<float>(
+                                        ex.q.data(), ex.k.data(), want_s.data(), 1, 2, 3, 3, 4, true)),
+                                    ex.q.data(), ex.k.data(), want_s.data());
+  course::ref::batched_gemm_strided(course::m02::reference_desc(course::m02::contiguous_strided_args<float>(
+                                        want_s.data(), ex.v.data(), want_o.data(), 1, 2, 3, 4, 3, false)),
+                                    want_s.data(), ex.v.data(), want_o.data());
+  // The lesson's hand-computed entries: scores[h=0] row 0 = [1, 3, -2]; scores[h=1] row 2 = [1, 0, -3];
+  // out[h=0] row 0 = 1*v0 + 3*v1 - 2*v2 = [-1, 1, -2, -2].
+  ASSERT_EQ((std::vector<float>{want_s[0], want_s[1], want_s[2]}), (std::vector<float>{1, 3, -2}));
+  ASSERT_EQ((std::vector<float>{want_s[15], want_s[16], want_s[17]}), (std::vector<float>{1, 0, -3}));
+  ASSERT_EQ((std::vector<float>{want_o[0], want_o[1], want_o[2], want_o[3]}), (std::vector<float>{-1, 1, -2, -2}));
+
+  const Impl impl = impl_under_test();
+  for (const Api api : {Api::strided, Api::ptr_array}) {
+    SCOPED_TRACE(to_string(api));
+    std::pair<std::vector<float>, std::vector<float>> got;
+    COURSE_SKIP_IF_NOT_IMPLEMENTED(got = course::m02::step_input(step) == BgemmInput::bf16
+                                             ? worked_example_on_device<bf16>(impl, api, step)
+                                             : worked_example_on_device<float>(impl, api, step));
+    EXPECT_EQ(got.first, want_s) << "Q*K^T";
+    EXPECT_EQ(got.second, want_o) << "scores*V";
+  }
+}
+
+/// Awkward shapes and layouts, strided API.
+TEST_P(BgemmTest, StridedOddShapesAndLayouts) {
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(
+      EXPECT_TRUE(check_cases(impl_under_test(), Api::strided, GetParam().step, odd_cases(), seed())));
+}
+
+/// The same cases through the pointer-array API (arrays built from the strided layout).
+TEST_P(BgemmTest, PtrArrayOddShapesAndLayouts) {
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(
+      EXPECT_TRUE(check_cases(impl_under_test(), Api::ptr_array, GetParam().step, odd_cases(), seed())));
+}
+
+/// One kernel body for both APIs: on the same data they must agree bit for bit.
+TEST_P(BgemmTest, BothApisGiveIdenticalBits) {
+  const BgemmStep step = GetParam().step;
+  const bool bf = course::m02::step_input(step) == BgemmInput::bf16;
+  const Impl impl = impl_under_test();
+  const std::vector<Case> cases = {{2, 3, 129, 130, 72, true, Layout::bnhd, Layout::bnhd, Layout::contiguous},
+                                   {2, 3, 100, 64, 129, false, Layout::padded_odd, Layout::contiguous, Layout::bnhd}};
+  for (std::size_t k = 0; k < cases.size(); ++k) {
+    SCOPED_TRACE(describe(cases[k]));
+    const Problem p = make_problem(cases[k], seed() + k, bf, Api::strided);
+    std::vector<float> s, q;
+    COURSE_SKIP_IF_NOT_IMPLEMENTED(s = run(impl, Api::strided, step, p));
+    COURSE_SKIP_IF_NOT_IMPLEMENTED(q = run(impl, Api::ptr_array, step, p));
+    ASSERT_EQ(s.size(), q.size());
+    std::size_t differ = 0, first = 0;
+    for (std::size_t i = 0; i < s.size(); ++i)
+      if (std::memcmp(&s[i], &q[i], sizeof(float)) != 0 && differ++ == 0) first = i;
+    EXPECT_EQ(differ, 0u) << "strided and pointer-array results differ in " << differ
+                          << " elements, first at storage offset " << first << ": " << s[first] << " vs " << q[first];
+  }
+}
+
+/// Attention's two products at a realistic size, both APIs: Q*K^T (contiguous, d = 64
+/// and 128) and P*V with P like softmax output (non-negative, rows summing to ~1) and V,
+/// O in the fused [B, N, H, d] layout. Random-sign P with K = 1024 would put the
+/// cancellation error of near-zero outputs at the edge of the absolute tolerance.
+TEST_P(BgemmTest, LargeAttentionShapes) {
+  const BgemmStep step = GetParam().step;
+  const Impl impl = impl_under_test();
+  const std::vector<Case> cases = {
+      {2, 4, 1024, 1024, 64, true, Layout::contiguous, Layout::contiguous, Layout::contiguous, 0.125f},
+      {2, 4, 1024, 64, 1024, false, Layout::contiguous, Layout::bnhd, Layout::bnhd, 1.0f, false, 0.0f, 2.0f / 1024},
+      {1, 2, 1000, 1000, 128, true, Layout::bnhd, Layout::bnhd, Layout::contiguous},
+      {1, 2, 1000, 128, 1000, false, Layout::contiguous, Layout::bnhd, Layout::bnhd, 1.0f, false, 0.0f, 2.0f / 1000},
+      {64, 12, 128, 128, 64, true},
+      {64, 12, 128, 64, 128, false, Layout::contiguous, Layout::contiguous, Layout::contiguous, 1.0f, false, 0.0f,
+       2.0f / 128},
+  };
+  for (const Api api : {Api::strided, Api::ptr_array})
+    COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(check_cases(impl, api, step, cases, seed())));
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, BgemmTest, ::testing::ValuesIn(course::m02::kBgemmSteps), step_param_name);
+
+// ---- planted bugs: the same check must reject each of them (proof that it can fail).
+
+class PlantedBgemmTest : public GpuTest, public ::testing::WithParamInterface<course::planted::PlantedBgemm> {};
+
+TEST_P(PlantedBgemmTest, ChecksRejectIt) {
+  const auto& bug = GetParam();
+  Impl planted;
+  planted.strided_f32 = bug.fn;
+  EXPECT_FALSE(check_cases(planted, Api::strided, BgemmStep::smem_tiled, shared_cases(), seed()))
+      << "planted bug '" << bug.name << "' passed the checks: they are too weak to catch it";
+}
+
+INSTANTIATE_TEST_SUITE_P(Bugs, PlantedBgemmTest, ::testing::ValuesIn(course::planted::kPlantedBgemms),
+                         [](const ::testing::TestParamInfo<course::planted::PlantedBgemm>& info) {
+                           return std::string(info.param.name);
+                         });
+
+// ---- the grid mapping (host only: runs without a GPU).
+
+TEST(BgemmGridTest, TilesOnXHeadsOnYBatchOnZ) {
+  course::m02::BgemmGrid g;
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(g = impl::batched_gemm_grid(1000, 64, 8, 16, 128, 64));
+  EXPECT_EQ(g.tiles_m, 8);  // ceil(1000 / 128)
+  EXPECT_EQ(g.tiles_n, 1);
+  EXPECT_EQ(g.x, 8u);
+  EXPECT_EQ(g.y, 16u);
+  EXPECT_EQ(g.z, 8u);
+  g = impl::batched_gemm_grid(129, 130, 1, 1, 32, 32);
+  EXPECT_EQ(g.tiles_m, 5);
+  EXPECT_EQ(g.tiles_n, 5);
+  EXPECT_EQ(g.x, 25u);
+}
+
+TEST(BgemmGridTest, TileCountMayExceed65535OnX) {
+  course::m02::BgemmGrid g;
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(g = impl::batched_gemm_grid(65536, 65536, 1, 1, 128, 128));
+  EXPECT_EQ(g.x, 512u * 512u);
+}
+
+/// Calls `f` and expects InvalidArgument whose message contains every one of `needles`.
+template <class F>
+void expect_invalid(F f, std::initializer_list<const char*> needles) {
+  try {
+    f();
+    ADD_FAILURE() << "expected course::InvalidArgument";
+  } catch (const course::NotImplemented&) {
+    throw;
+  } catch (const course::InvalidArgument& e) {
+    for (const char* n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+  }
+}
+
+TEST(BgemmGridTest, LimitsAreNamed) {
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(impl::batched_gemm_grid(1, 1, 1, 1, 1, 1));
+  expect_invalid([] { impl::batched_gemm_grid(64, 64, 1, 65536, 32, 32); }, {"'num_heads' = 65536"});
+  expect_invalid([] { impl::batched_gemm_grid(64, 64, 70000, 1, 32, 32); }, {"'batch' = 70000"});
+  expect_invalid([] { impl::batched_gemm_grid(64, 64, 0, 1, 32, 32); }, {"'batch' = 0"});
+  expect_invalid([] { impl::batched_gemm_grid(std::int64_t{1} << 20, std::int64_t{1} << 20, 1, 1, 16, 16); }, {"'M'"});
+  expect_invalid([] { impl::batched_gemm_grid(0, 8, 1, 1, 32, 32); }, {"'M' = 0"});
+  expect_invalid([] { impl::batched_gemm_grid(8, 8, 1, 1, 0, 32); }, {"'tile_m' = 0"});
+}
+
+// ---- argument validation: host-side, before any launch (no GPU needed: the pointers are
+// host pointers that are never dereferenced, because every case here is invalid).
+
+/// Valid host-side strided arguments (contiguous B=2, H=3, M=5, N=6, K=4), to break one at a time.
+struct HostStrided {
+  alignas(16) float a[2 * 3 * 5 * 4] = {};
+  alignas(16) float b[2 * 3 * 6 * 4] = {};
+  alignas(16) float c[2 * 3 * 5 * 6] = {};
+  StridedBatchedGemmArgs<float> args() {
+    return course::m02::contiguous_strided_args<float>(a, b, c, 2, 3, 5, 6, 4, /*b_transposed=*/true);
+  }
+};
+
+/// Calls impl::batched_gemm_strided with `s` for every fp32 step.
+void strided_all_f32_steps(const StridedBatchedGemmArgs<float>& s) {
+  for (const auto& info : course::m02::kBgemmSteps)
+    if (course::m02::step_input(info.step) == BgemmInput::f32) impl::batched_gemm_strided(info.step, s);
+}
+
+TEST(BgemmArgsTest, ValidLayoutsAreAccepted) {
+  HostStrided h;
+  EXPECT_NO_THROW(course::m02::validate_strided_layout(h.args(), "test"));
+  // [B, N, H, d] output (row stride H*N, head stride N): interleaved but not aliased.
+  auto s = h.args();
+  s.stride_c_row = 3 * 6;
+  s.stride_c_head = 6;
+  s.stride_c_batch = 5 * 3 * 6;
+  EXPECT_NO_THROW(course::m02::validate_strided_layout(s, "test"));
+  s = h.args();
+  s.stride_b_head = 0;  // broadcast input: allowed
+  EXPECT_NO_THROW(course::m02::validate_strided_layout(s, "test"));
+}
+
+TEST(BgemmArgsTest, ZeroSizesAreNamed) {
+  HostStrided h;
+  expect_invalid([&] { auto s = h.args(); s.M = 0; strided_all_f32_steps(s); }, {"'M' = 0"});
+  expect_invalid([&] { auto s = h.args(); s.N = 0; strided_all_f32_steps(s); }, {"'N' = 0"});
+  expect_invalid([&] { auto s = h.args(); s.K = 0; strided_all_f32_steps(s); }, {"'K' = 0"});
+  expect_invalid([&] { auto s = h.args(); s.batch = 0; strided_all_f32_steps(s); }, {"'batch' = 0"});
+  expect_invalid([&] { auto s = h.args(); s.num_heads = 0; strided_all_f32_steps(s); }, {"'num_heads' = 0"});
+}
+
+TEST(BgemmArgsTest, GridLimitsAreNamed) {
+  HostStrided h;
+  expect_invalid([&] { auto s = h.args(); s.num_heads = 65536; strided_all_f32_steps(s); },
+                 {"'num_heads' = 65536", "gridDim.y"});
+  expect_invalid([&] { auto s = h.args(); s.batch = 65536; strided_all_f32_steps(s); }, {"'batch' = 65536", "gridDim.z"});
+}
+
+TEST(BgemmArgsTest, NullPointersAreNamed) {
+  HostStrided h;
+  expect_invalid([&] { auto s = h.args(); s.a = nullptr; strided_all_f32_steps(s); }, {"'a' = nullptr"});
+  expect_invalid([&] { auto s = h.args(); s.b = nullptr; strided_all_f32_steps(s); }, {"'b' = nullptr"});
+  expect_invalid([&] { auto s = h.args(); s.c = nullptr; strided_all_f32_steps(s); }, {"'c' = nullptr"});
+}
+
+TEST(BgemmArgsTest, NegativeAndShortStridesAreNamed) {
+  HostStrided h;
+  expect_invalid([&] { auto s = h.args(); s.stride_b_head = -24; strided_all_f32_steps(s); }, {"'stride_b_head' = -24"});
+  expect_invalid([&] { auto s = h.args(); s.stride_a_row = 3; strided_all_f32_steps(s); }, {"'stride_a_row' = 3", "K = 4"});
+  // b_transposed: B is N x K, so its rows hold K = 4 elements.
+  expect_invalid([&] { auto s = h.args(); s.stride_b_row = 3; strided_all_f32_steps(s); }, {"'stride_b_row' = 3"});
+}
+
+TEST(BgemmArgsTest, OverlappingCIsNamed) {
+  HostStrided h;
+  // Rows overlap.
+  expect_invalid([&] { auto s = h.args(); s.stride_c_row = 5; strided_all_f32_steps(s); }, {"'stride_c_row' = 5"});
+  // Every head writes the same matrix.
+  expect_invalid([&] { auto s = h.args(); s.stride_c_head = 0; strided_all_f32_steps(s); },
+                 {"'stride_c_head' = 0", "share an address"});
+  // Heads overlap by one row.
+  expect_invalid([&] { auto s = h.args(); s.stride_c_head = 4 * 6; strided_all_f32_steps(s); }, {"'stride_c_head' = 24"});
+  // Batch 1 lands on head 1 of batch 0.
+  expect_invalid([&] { auto s = h.args(); s.stride_c_batch = 30; strided_all_f32_steps(s); }, {"'stride_c_batch' = 30"});
+}
+
+TEST(BgemmArgsTest, InPlaceIsRejected) {
+  HostStrided h;
+  expect_invalid([&] { auto s = h.args(); s.c = h.a; strided_all_f32_steps(s); }, {"'c'", "intersects A"});
+}
+
+TEST(BgemmArgsTest, MisalignedElementPointerIsNamed) {
+  HostStrided h;
+  const float* odd = reinterpret_cast<const float*>(reinterpret_cast<const char*>(h.a) + 2);
+  expect_invalid([&] { auto s = h.args(); s.a = odd; strided_all_f32_steps(s); }, {"'a'", "aligned to 4 bytes"});
+}
+
+TEST(BgemmArgsTest, StepAndInputTypeMustMatch) {
+  HostStrided h;
+  expect_invalid([&] { impl::batched_gemm_strided(BgemmStep::tensor_core, h.args()); }, {"'step' = tensor_core"});
+  alignas(16) bf16 a[120] = {}, b[144] = {};
+  auto s = course::m02::contiguous_strided_args<bf16>(a, b, h.c, 2, 3, 5, 6, 4, true);
+  expect_invalid([&] { impl::batched_gemm_strided(BgemmStep::smem_tiled, s); }, {"'step' = smem_tiled", "float"});
+}
+
+TEST(BgemmArgsTest, PtrArrayArgumentsAreNamed) {
+  HostStrided h;
+  const float* ap[6] = {};
+  float* cp[6] = {};
+  PtrArrayBatchedGemmArgs<float> p;
+  p.a_ptrs = ap;
+  p.b_ptrs = ap;
+  p.c_ptrs = cp;
+  p.M = 5;
+  p.N = 6;
+  p.K = 4;
+  p.batch = 2;
+  p.num_heads = 3;
+  p.lda = 4;
+  p.ldb = 4;
+  p.ldc = 6;
+  p.b_transposed = true;
+  const auto call = [](const PtrArrayBatchedGemmArgs<float>& q) {
+    impl::batched_gemm_ptr_array(BgemmStep::register_blocked, q);
+  };
+  expect_invalid([&] { auto q = p; q.a_ptrs = nullptr; call(q); }, {"'a_ptrs' = nullptr"});
+  expect_invalid([&] { auto q = p; q.lda = 3; call(q); }, {"'lda' = 3"});
+  expect_invalid([&] { auto q = p; q.ldc = 5; call(q); }, {"'ldc' = 5"});
+  expect_invalid([&] { auto q = p; q.K = 0; call(q); }, {"'K' = 0"});
+  (void)h;
+}
+
+TEST(BgemmArgsTest, PtrArrayContentsAreChecked) {
+  HostStrided h;
+  PtrArrayBatchedGemmArgs<float> p;
+  p.M = 5;
+  p.N = 6;
+  p.K = 4;
+  p.batch = 2;
+  p.num_heads = 3;
+  p.lda = 4;
+  p.ldb = 4;
+  p.ldc = 6;
+  p.b_transposed = true;
+  std::vector<const float*> a, b;
+  std::vector<float*> c;
+  for (int i = 0; i < 6; ++i) {
+    a.push_back(h.a + i * 20);
+    b.push_back(h.b + i * 24);
+    c.push_back(h.c + i * 30);
+  }
+  EXPECT_NO_THROW(course::m02::validate_ptr_array_contents(p, a, b, c, "test"));
+  // Interleaved heads ([B, N, H, d]-style, ldc = 3*6) do not share elements: accepted.
+  {
+    auto q = p;
+    q.batch = 1;
+    q.ldc = 18;
+    std::vector<float*> ci = {h.c, h.c + 6, h.c + 12};
+    std::vector<const float*> a3(a.begin(), a.begin() + 3), b3(b.begin(), b.begin() + 3);
+    EXPECT_NO_THROW(course::m02::validate_ptr_array_contents(q, a3, b3, ci, "test"));
+  }
+  expect_invalid([&] { auto bb = b; bb[3] = nullptr; course::m02::validate_ptr_array_contents(p, a, bb, c, "test"); },
+                 {"'b_ptrs[3]' = nullptr"});
+  expect_invalid([&] { auto cc = c; cc[4] = cc[1] + 7; course::m02::validate_ptr_array_contents(p, a, b, cc, "test"); },
+                 {"c_ptrs[", "must not overlap"});
+  expect_invalid([&] { auto cc = c; cc.pop_back(); course::m02::validate_ptr_array_contents(p, a, b, cc, "test"); },
+                 {"'c_ptrs.size()' = 5"});
+}
+
+}  // namespace
