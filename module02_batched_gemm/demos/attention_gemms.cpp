@@ -16,9 +16,7 @@
 #include "course/tensor.hpp"
 #include "course/timer.hpp"
 #include "module02/batched_gemm.hpp"
-#ifdef COURSE_HAVE_M01_SOFTMAX
 #include "module01/softmax.hpp"
-#endif
 
 #include <CLI/CLI.hpp>
 #include <cuda_bf16.h>
@@ -172,23 +170,8 @@ void example_on_device(const Impl& impl, Api api, BgemmStep step, const Example&
 
 /// P = softmax(S) along each row of the [rows x cols] matrix S (device buffers).
 void row_softmax(const float* s, float* p, std::int64_t rows, std::int64_t cols) {
-#ifdef COURSE_HAVE_M01_SOFTMAX
   course::solution::softmax(course::m01::SoftmaxStep::online_vectorized,
                             course::m01::contiguous_softmax_args(s, p, rows, cols, /*dim=*/1));
-#else
-  // Module 1's softmax is not linked into this build: do it on the host (slow, but the
-  // point here is the two GEMMs).
-  std::vector<float> h(static_cast<std::size_t>(rows * cols));
-  COURSE_CUDA_CHECK(cudaMemcpy(h.data(), s, h.size() * sizeof(float), cudaMemcpyDeviceToHost));
-  for (std::int64_t r = 0; r < rows; ++r) {
-    float* row = h.data() + r * cols;
-    const float mx = *std::max_element(row, row + cols);
-    double sum = 0.0;
-    for (std::int64_t c = 0; c < cols; ++c) sum += (row[c] = std::exp(row[c] - mx));
-    for (std::int64_t c = 0; c < cols; ++c) row[c] = static_cast<float>(row[c] / sum);
-  }
-  COURSE_CUDA_CHECK(cudaMemcpy(p, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
-#endif
 }
 
 struct AttentionProblem {
@@ -324,11 +307,7 @@ int main(int argc, char** argv) {
                 " (seed %llu)\n",
                 static_cast<long long>(batch), static_cast<long long>(heads), static_cast<long long>(seq),
                 static_cast<long long>(dim), static_cast<unsigned long long>(seed));
-#ifdef COURSE_HAVE_M01_SOFTMAX
     std::printf("softmax: module 1's solution (online_vectorized); reference: course::ref::attention_forward\n");
-#else
-    std::printf("softmax: on the host (module 1's softmax is not linked); reference: course::ref::attention_forward\n");
-#endif
     if (ref_cost > (std::int64_t{1} << 33))
       std::printf("(the CPU reference of this size takes a while)\n");
     for (const Impl& impl : impls)
