@@ -133,4 +133,33 @@ GradCheckResult check_gradient(const std::function<double(const std::vector<doub
                                const std::vector<double>& x, const std::vector<double>& analytic,
                                double h = 1e-6, double atol = 1e-7, double rtol = 1e-5);
 
+// ------------------------------------------- module 3: positional options -----
+// (implemented in common/src/reference_rope_alibi.cpp)
+
+/// Rotary position embedding of a tensor indexed [B, H, N, d] (any strides, d even), in
+/// the "rotate-half" pairing: element c pairs with c + d/2 (c < d/2),
+///     angle = (n + position_offset) * theta^(-2c/d)
+///     x'[c] = x[c] cos(angle) - x[c + d/2] sin(angle),  x'[c + d/2] = x[c] sin(angle) + x[c + d/2] cos(angle).
+/// Returns a contiguous tensor. Computed in double.
+template <class T>
+HostTensor<T> apply_rope(const HostTensor<T>& x, double theta = 10000.0, std::int64_t position_offset = 0);
+
+/// ALiBi slope of head h (0-based) of H heads: 2^(-8 (h + 1) / H).
+double alibi_slope(std::int64_t h, std::int64_t H);
+
+/// Positional options of module 3's attention (see module03/attention.hpp).
+struct PositionalOptions {
+  bool rope = false;           ///< rotate Q (positions i + N_k - N_q) and K (positions j)
+  double rope_theta = 10000.0;
+  bool alibi = false;          ///< add alibi_slope(h, H) * (j - (i + N_k - N_q)) to each scaled score
+};
+
+/// attention_forward with RoPE and/or ALiBi (same conventions: causal bottom-right aligned,
+/// grouped-query heads, fully masked rows give O = 0 and lse = -inf). With both options
+/// off it computes exactly what attention_forward does.
+template <class T>
+AttentionResult<T> attention_forward_positional(const HostTensor<T>& q, const HostTensor<T>& k,
+                                                const HostTensor<T>& v, const AttentionOptions& opts,
+                                                const PositionalOptions& pos);
+
 }  // namespace course::ref

@@ -1,0 +1,427 @@
+#pragma once
+/// @file attention.hpp
+/// @brief Module 3 API: fp32 scaled dot-product attention (forward), as a ladder of steps.
+///
+/// For every batch index b and query head h:
+///
+///     O[b,h] = softmax( scale * Q[b,h] K[b,g(h)]^T  [+ ALiBi bias] [masked] ) V[b,g(h)]
+///     lse[b,h,i] = log sum_j exp(scale * q_i . k_j [+ bias])      (over the visible keys j)
+///
+/// Q and O are indexed [B, H, N_q, d]; K and V are indexed [B, H_kv, N_k, d]; query head h
+/// reads key/value head g(h) = h / (H / H_kv) (grouped-query attention; H_kv = H is ordinary
+/// multi-head attention, H_kv = 1 multi-query attention).
+///
+/// ## Layouts: four strides per tensor, in ELEMENTS
+/// Element (b, h, n, c) of X lives at  X + b*s.batch + h*s.head + n*s.seq + c  (the
+/// dimension stride is always 1). Both common storage orders are just strides:
+///
+///     [B, H, N, d] ("BHND", heads outer):   batch = H*N*d, head = N*d, seq = d
+///     [B, N, H, d] ("BNHD", a fused QKV projection's output): batch = N*H*d, head = d, seq = H*d
+///
+/// attention_strides() builds either; padded rows (seq > d) are allowed too.
+///
+/// ## Options
+/// - scale: 0 selects 1/sqrt(d).
+/// - causal: query i sees key j iff j <= i + (N_k - N_q): the mask is aligned to the
+///   bottom-right corner, so with N_q < N_k (decoding with a KV cache) the last query sees
+///   every key, and with N_q > N_k the first N_q - N_k queries see nothing (O = 0, lse = -inf).
+///   This is course::ref::attention_forward's convention.
+/// - rope (step fused_options): rotary position embedding applied to Q and K inside the
+///   kernel, the "rotate-half" (GPT-NeoX / Llama) pairing: element c pairs with c + d/2,
+///       angle = pos * rope_theta^(-2c/d),   c = 0 .. d/2 - 1
+///       x'[c]       = x[c] cos(angle) - x[c + d/2] sin(angle)
+///       x'[c + d/2] = x[c] sin(angle) + x[c + d/2] cos(angle)
+///   Positions are token indices, queries aligned to the END of the keys like the causal
+///   mask: key j is at position j, query i at position i + (N_k - N_q).
+///   (Not the interleaved GPT-J pairing (2c, 2c+1): same idea, different memory pairs.)
+/// - alibi (step fused_options): a per-head linear bias added to the scaled score,
+///       bias(h, i, j) = m_h * (j - (i + N_k - N_q)),   m_h = 2^(-8 (h + 1) / H)
+///   (equivalently -m_h * (distance back from the query); <= 0 for every key a causal query
+///   sees). Without the causal mask the same formula is applied as is (keys ahead of the
+///   query get a positive bias); the symmetric -m|i-j| variant is not implemented.
+///   Slopes use the QUERY head h and the query head count H.
+/// - kv_heads < heads (step fused_options): grouped-query attention, see above.
+///
+/// ## Contract (validate_attention_args, run by both implementations before any launch;
+/// each violation throws course::InvalidArgument naming the argument and its value)
+/// - batch, heads, kv_heads, seq_q, seq_k >= 1; seq_q, seq_k <= 2^31 - 1; heads % kv_heads == 0;
+///   batch * heads <= 65535 (the (batch, head) pair is blockIdx.y, see the lesson).
+/// - head_dim in {16, 32, 64, 96, 128} and <= the step's limit (step_support()).
+/// - q, k, v, o non-null and 16-byte aligned; every stride >= 0 and a multiple of 4, so each
+///   row starts 16-byte aligned (float4 and cp.async loads); seq strides >= head_dim.
+///   Input batch/head strides may be 0 (broadcast); O must not map two elements to one address.
+/// - O must not overlap Q, K or V; lse (B*H*N_q contiguous floats, optional) must not overlap
+///   any of them; the workspace (step naive) must not overlap anything either.
+/// - Features a step lacks are rejected, not silently ignored (step_support()).
+
+#include "course/error.hpp"
+#include "course/impl.hpp"
+#include "course/tensor.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace course::m03 {
+
+/// The attention ladder, in teaching order.
+enum class AttentionStep {
+  naive,          ///< S materialized: module 2's GEMM, module 1's softmax, GEMM again
+  tiled_online,   ///< one kernel, K/V tiles in shared memory, online softmax, a thread per query row
+  causal,         ///< tiled_online + causal masking only on diagonal tiles, later tiles skipped
+  fused,          ///< register-blocked micro-tiles, cp.async pipeline, every head dim, lse
+  fused_options,  ///< the fused kernel with RoPE, ALiBi and grouped-query attention
+};
+
+inline constexpr StepInfo<AttentionStep> kAttentionSteps[] = {
+    {AttentionStep::naive, "naive",
+     "S = scale*Q*K^T in a [B,H,N_q,N_k] workspace (module 2 GEMM), module 1 softmax in place, O = P*V"},
+    {AttentionStep::tiled_online, "tiled_online",
+     "one kernel: K/V tiles staged in shared memory, running max/sum/accumulator in registers, S never stored"},
+    {AttentionStep::causal, "causal",
+     "tiled_online with the causal mask applied only in diagonal tiles; tiles past the diagonal skipped"},
+    {AttentionStep::fused, "fused",
+     "8x4 register micro-tiles, P through shared memory, cp.async K/V prefetch, d in {16..128}, lse"},
+    {AttentionStep::fused_options, "fused_options",
+     "the fused kernel plus RoPE on Q/K tiles, ALiBi bias on scores, grouped-query K/V heads"},
+};
+
+/// What a step accepts. Anything else is rejected by validate_attention_args.
+struct StepSupport {
+  int max_head_dim;  ///< 64 when a thread keeps a whole q row and accumulator in registers
+  bool causal;       ///< args.causal may be true
+  bool lse;          ///< args.lse may be non-null
+  bool options;      ///< rope, alibi and kv_heads < heads
+  bool workspace;    ///< needs attention_workspace_bytes() of scratch
+};
+
+constexpr StepSupport step_support(AttentionStep step) {
+  switch (step) {
+    case AttentionStep::naive: return {128, true, false, false, true};
+    case AttentionStep::tiled_online: return {64, false, true, false, false};
+    case AttentionStep::causal: return {64, true, true, false, false};
+    case AttentionStep::fused: return {128, true, true, false, false};
+    case AttentionStep::fused_options: return {128, true, true, true, false};
+  }
+  return {0, false, false, false, false};
+}
+
+inline const char* step_name(AttentionStep step) {
+  for (const auto& info : kAttentionSteps)
+    if (info.step == step) return info.name;
+  return "?";
+}
+
+/// Head dimensions the kernels are instantiated for.
+inline constexpr int kHeadDims[] = {16, 32, 64, 96, 128};
+inline constexpr std::int64_t kMaxGridY = 65535;           ///< gridDim.y limit
+inline constexpr std::int64_t kMaxSeq = 2147483647;        ///< sequence lengths are int in the kernels
+
+/// Strides of one [B, H, N, d] tensor in elements (the d stride is 1).
+struct AttentionStrides {
+  std::int64_t batch = 0;
+  std::int64_t head = 0;
+  std::int64_t seq = 0;
+};
+
+/// Strides of a dense tensor with `heads` heads of `seq` rows of `head_dim` floats.
+inline AttentionStrides attention_strides(AttentionLayout layout, std::int64_t heads, std::int64_t seq,
+                                          std::int64_t head_dim) {
+  if (layout == AttentionLayout::BHND) return {heads * seq * head_dim, seq * head_dim, head_dim};
+  return {seq * heads * head_dim, head_dim, heads * head_dim};
+}
+
+/// Device-side arguments of attention(). All pointers are DEVICE pointers.
+struct AttentionArgs {
+  const float* q = nullptr;  ///< [B, H, N_q, d]
+  const float* k = nullptr;  ///< [B, H_kv, N_k, d]
+  const float* v = nullptr;  ///< [B, H_kv, N_k, d]
+  float* o = nullptr;        ///< [B, H, N_q, d]
+  float* lse = nullptr;      ///< optional, [B, H, N_q] contiguous: natural-log logsumexp of each score row
+  std::int64_t batch = 0;     ///< B
+  std::int64_t heads = 0;     ///< H, query heads
+  std::int64_t kv_heads = 0;  ///< H_kv, key/value heads (H % H_kv == 0)
+  std::int64_t seq_q = 0;     ///< N_q
+  std::int64_t seq_k = 0;     ///< N_k
+  std::int64_t head_dim = 0;  ///< d
+  AttentionStrides q_strides, k_strides, v_strides, o_strides;
+  float scale = 0.f;           ///< 0 selects 1/sqrt(d)
+  bool causal = false;         ///< bottom-right aligned causal mask
+  bool rope = false;           ///< rotary embedding of Q and K (fused_options)
+  float rope_theta = 10000.f;  ///< RoPE base
+  bool alibi = false;          ///< ALiBi bias (fused_options)
+  float* workspace = nullptr;       ///< scratch for step naive
+  std::size_t workspace_bytes = 0;  ///< >= attention_workspace_bytes(step, ...)
+  cudaStream_t stream = nullptr;
+};
+
+/// Arguments for dense Q, K, V and O all stored in `layout`.
+inline AttentionArgs make_attention_args(const float* q, const float* k, const float* v, float* o,
+                                         std::int64_t batch, std::int64_t heads, std::int64_t kv_heads,
+                                         std::int64_t seq_q, std::int64_t seq_k, std::int64_t head_dim,
+                                         AttentionLayout layout, cudaStream_t stream = nullptr) {
+  AttentionArgs a;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.o = o;
+  a.batch = batch;
+  a.heads = heads;
+  a.kv_heads = kv_heads;
+  a.seq_q = seq_q;
+  a.seq_k = seq_k;
+  a.head_dim = head_dim;
+  a.q_strides = attention_strides(layout, heads, seq_q, head_dim);
+  a.k_strides = attention_strides(layout, kv_heads, seq_k, head_dim);
+  a.v_strides = a.k_strides;
+  a.o_strides = a.q_strides;
+  a.stream = stream;
+  return a;
+}
+
+/// The scale actually used: args.scale, or 1/sqrt(d) when it is 0.
+inline float effective_scale(const AttentionArgs& a) {
+  return a.scale != 0.f ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
+}
+
+/// Scratch bytes `step` needs: the score matrix S (= P after the in-place softmax),
+/// B*H*N_q*N_k floats, for naive -- O(N^2) memory -- and nothing for the fused steps.
+inline std::size_t attention_workspace_bytes(AttentionStep step, std::int64_t batch, std::int64_t heads,
+                                             std::int64_t seq_q, std::int64_t seq_k) {
+  if (!step_support(step).workspace || batch <= 0 || heads <= 0 || seq_q <= 0 || seq_k <= 0) return 0;
+  return static_cast<std::size_t>(batch) * static_cast<std::size_t>(heads) * static_cast<std::size_t>(seq_q) *
+         static_cast<std::size_t>(seq_k) * sizeof(float);
+}
+inline std::size_t attention_workspace_bytes(AttentionStep step, const AttentionArgs& a) {
+  return attention_workspace_bytes(step, a.batch, a.heads, a.seq_q, a.seq_k);
+}
+
+/// FLOPs by the FlashAttention convention: 4*B*H*N_q*N_k*d (two GEMMs, 2 FLOPs per
+/// multiply-add), halved when causal (about half the scores are computed).
+inline double attention_flops(const AttentionArgs& a) {
+  const double f = 4.0 * static_cast<double>(a.batch) * static_cast<double>(a.heads) *
+                   static_cast<double>(a.seq_q) * static_cast<double>(a.seq_k) * static_cast<double>(a.head_dim);
+  return a.causal ? f / 2 : f;
+}
+
+/// Device bytes a call touches: dense Q, K, V, O (+ lse) + the step's workspace. O(N) for
+/// the fused steps, O(N^2) for naive.
+inline std::size_t attention_device_bytes(AttentionStep step, const AttentionArgs& a) {
+  const auto f = [](std::int64_t x) { return static_cast<std::size_t>(x); };
+  std::size_t elems = 2 * f(a.batch) * f(a.heads) * f(a.seq_q) * f(a.head_dim) +
+                      2 * f(a.batch) * f(a.kv_heads) * f(a.seq_k) * f(a.head_dim);
+  if (a.lse != nullptr) elems += f(a.batch) * f(a.heads) * f(a.seq_q);
+  return elems * sizeof(float) + attention_workspace_bytes(step, a);
+}
+
+namespace detail {
+
+inline std::string msg(const std::string& s) { return s; }
+template <class A, class... Rest>
+std::string msg(const std::string& s, const A& a, const Rest&... rest) {
+  std::ostringstream os;
+  os << s << a;
+  return msg(os.str(), rest...);
+}
+
+/// One index of a strided tensor: it adds (0 .. extent-1) * stride to the offset.
+struct Dim {
+  std::int64_t extent;
+  std::int64_t stride;
+  const char* name;
+};
+
+/// Largest element offset the dims reach.
+inline std::int64_t max_offset(const std::vector<Dim>& dims) {
+  std::int64_t off = 0;
+  for (const Dim& d : dims) off += (d.extent - 1) * d.stride;
+  return off;
+}
+
+/// Bytes from the first to one past the last element of a strided float tensor.
+inline std::size_t span_bytes(const std::vector<Dim>& dims) {
+  return static_cast<std::size_t>(max_offset(dims) + 1) * sizeof(float);
+}
+
+inline bool ranges_intersect(const void* p, std::size_t bytes_p, const void* q, std::size_t bytes_q) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p), b = reinterpret_cast<std::uintptr_t>(q);
+  return a < b + bytes_q && b < a + bytes_p;
+}
+
+/// Throws unless distinct indices map to distinct offsets: sorted by stride, each stride
+/// must clear everything the smaller strides reach (true for every dense or padded
+/// layout; exotic interleavings are rejected, which is conservative).
+inline void require_injective(std::vector<Dim> dims, const char* fn, const char* what) {
+  dims.erase(std::remove_if(dims.begin(), dims.end(), [](const Dim& d) { return d.extent <= 1; }), dims.end());
+  std::stable_sort(dims.begin(), dims.end(), [](const Dim& x, const Dim& y) { return x.stride < y.stride; });
+  std::int64_t reach = 0;
+  for (const Dim& d : dims) {
+    require_arg(d.stride > reach, fn, d.name, d.stride,
+                msg("makes two elements of ", what, " share an address: it must be > ", reach,
+                    ", the largest offset the smaller strides reach")
+                    .c_str());
+    require_arg(d.extent - 1 <= (std::numeric_limits<std::int64_t>::max() - reach) / d.stride, fn, d.name,
+                d.stride, "makes the offsets overflow int64");
+    reach += (d.extent - 1) * d.stride;
+  }
+}
+
+inline void require_strides(const AttentionStrides& s, std::int64_t head_dim, const char* fn, const char* b_name,
+                            const char* h_name, const char* n_name) {
+  for (const auto& [value, name] : {std::pair{s.batch, b_name}, {s.head, h_name}, {s.seq, n_name}}) {
+    require_arg(value >= 0, fn, name, value, "must be >= 0 (strides are in elements)");
+    require_arg(value % 4 == 0, fn, name, value,
+                "must be a multiple of 4: every row must start 16-byte aligned (float4 / cp.async loads)");
+  }
+  require_arg(s.seq >= head_dim, fn, n_name, s.seq,
+              msg("must be >= head_dim = ", head_dim, " (rows of one head must not overlap)").c_str());
+}
+
+inline std::vector<Dim> tensor_dims(const AttentionStrides& s, std::int64_t B, std::int64_t H, std::int64_t N,
+                                    std::int64_t d, const char* b_name, const char* h_name, const char* n_name) {
+  return {{d, 1, "head_dim"}, {N, s.seq, n_name}, {H, s.head, h_name}, {B, s.batch, b_name}};
+}
+
+}  // namespace detail
+
+/// The validation every implementation runs first. Throws InvalidArgument naming the
+/// argument, its value and the rule.
+inline void validate_attention_args(const AttentionArgs& a, AttentionStep step, const char* fn) {
+  using detail::msg;
+  const int s = static_cast<int>(step);
+  require_arg(s >= 0 && s < static_cast<int>(std::size(kAttentionSteps)), fn, "step", s, "is not an AttentionStep");
+  const StepSupport sup = step_support(step);
+  const std::string sname = step_name(step);
+
+  // Sizes.
+  require_arg(a.batch >= 1, fn, "batch", a.batch, "must be >= 1");
+  require_arg(a.heads >= 1, fn, "heads", a.heads, "must be >= 1");
+  require_arg(a.kv_heads >= 1, fn, "kv_heads", a.kv_heads, "must be >= 1");
+  require_arg(a.heads % a.kv_heads == 0, fn, "kv_heads", a.kv_heads,
+              msg("must divide heads = ", a.heads, " (query head h reads kv head h / (heads / kv_heads))").c_str());
+  require_arg(a.batch <= kMaxGridY && a.heads <= kMaxGridY && a.batch * a.heads <= kMaxGridY, fn, "batch", a.batch,
+              msg("times heads = ", a.heads, " must be <= 65535: one (batch, head) pair per blockIdx.y").c_str());
+  require_arg(a.seq_q >= 1 && a.seq_q <= kMaxSeq, fn, "seq_q", a.seq_q, "must be in [1, 2^31 - 1]");
+  require_arg(a.seq_k >= 1 && a.seq_k <= kMaxSeq, fn, "seq_k", a.seq_k, "must be in [1, 2^31 - 1]");
+  const bool known_d = std::find(std::begin(kHeadDims), std::end(kHeadDims), a.head_dim) != std::end(kHeadDims);
+  require_arg(known_d, fn, "head_dim", a.head_dim,
+              "must be one of 16, 32, 64, 96, 128 (the kernels are templated on it)");
+  require_arg(a.head_dim <= sup.max_head_dim, fn, "head_dim", a.head_dim,
+              msg("is above ", sup.max_head_dim, " for step ", sname,
+                  ": one thread keeps a whole q row and its output row in registers (2d floats); "
+                  "steps fused and fused_options split d across threads and take up to 128")
+                  .c_str());
+  require_arg(std::isfinite(a.scale) && a.scale >= 0.f, fn, "scale", a.scale,
+              "must be finite and >= 0 (0 selects 1/sqrt(head_dim))");
+
+  // Features of the step.
+  require_arg(!a.causal || sup.causal, fn, "causal", a.causal,
+              msg("is not supported by step ", sname, ": it applies no mask; use step causal or later").c_str());
+  require_arg(a.lse == nullptr || sup.lse, fn, "lse", static_cast<const void*>(a.lse),
+              msg("must be null for step ", sname,
+                  ": the materialized pipeline keeps P, not the row statistics; lse needs a fused step")
+                  .c_str());
+  const std::string opt = msg("needs step fused_options (step ", sname, " has no positional options)");
+  require_arg(!a.rope || sup.options, fn, "rope", a.rope, opt.c_str());
+  require_arg(!a.alibi || sup.options, fn, "alibi", a.alibi, opt.c_str());
+  require_arg(a.kv_heads == a.heads || sup.options, fn, "kv_heads", a.kv_heads,
+              msg("differs from heads = ", a.heads, ": grouped-query attention ", opt).c_str());
+  if (a.rope)
+    require_arg(std::isfinite(a.rope_theta) && a.rope_theta > 1.f, fn, "rope_theta", a.rope_theta,
+                "must be finite and > 1");
+
+  // Pointers and strides.
+  require_not_null(a.q, fn, "q");
+  require_not_null(a.k, fn, "k");
+  require_not_null(a.v, fn, "v");
+  require_not_null(a.o, fn, "o");
+  require_aligned(a.q, 16, fn, "q");
+  require_aligned(a.k, 16, fn, "k");
+  require_aligned(a.v, 16, fn, "v");
+  require_aligned(a.o, 16, fn, "o");
+  require_aligned(a.lse, alignof(float), fn, "lse");
+  const std::int64_t d = a.head_dim;
+  detail::require_strides(a.q_strides, d, fn, "q_strides.batch", "q_strides.head", "q_strides.seq");
+  detail::require_strides(a.k_strides, d, fn, "k_strides.batch", "k_strides.head", "k_strides.seq");
+  detail::require_strides(a.v_strides, d, fn, "v_strides.batch", "v_strides.head", "v_strides.seq");
+  detail::require_strides(a.o_strides, d, fn, "o_strides.batch", "o_strides.head", "o_strides.seq");
+  const auto o_dims =
+      detail::tensor_dims(a.o_strides, a.batch, a.heads, a.seq_q, d, "o_strides.batch", "o_strides.head", "o_strides.seq");
+  detail::require_injective(o_dims, fn, "o");
+
+  // No overlap between what is written (o, lse, workspace) and anything else.
+  struct Range {
+    const void* p;
+    std::size_t bytes;
+    const char* name;
+  };
+  const Range q_r{a.q, detail::span_bytes(detail::tensor_dims(a.q_strides, a.batch, a.heads, a.seq_q, d, "", "", "")), "q"};
+  const Range k_r{a.k, detail::span_bytes(detail::tensor_dims(a.k_strides, a.batch, a.kv_heads, a.seq_k, d, "", "", "")), "k"};
+  const Range v_r{a.v, detail::span_bytes(detail::tensor_dims(a.v_strides, a.batch, a.kv_heads, a.seq_k, d, "", "", "")), "v"};
+  const Range o_r{a.o, detail::span_bytes(o_dims), "o"};
+  for (const Range& in : {q_r, k_r, v_r})
+    require_arg(!detail::ranges_intersect(a.o, o_r.bytes, in.p, in.bytes), fn, "o", static_cast<const void*>(a.o),
+                msg("overlaps ", in.name, ": attention is not in place (O is written while Q, K, V are read)").c_str());
+  if (a.lse != nullptr) {
+    const std::size_t lse_bytes = static_cast<std::size_t>(a.batch * a.heads * a.seq_q) * sizeof(float);
+    for (const Range& other : {q_r, k_r, v_r, o_r})
+      require_arg(!detail::ranges_intersect(a.lse, lse_bytes, other.p, other.bytes), fn, "lse",
+                  static_cast<const void*>(a.lse), msg("overlaps ", other.name).c_str());
+  }
+  if (sup.workspace) {
+    const std::size_t need = attention_workspace_bytes(step, a);
+    require_arg(a.workspace_bytes >= need, fn, "workspace_bytes", a.workspace_bytes,
+                msg("must be >= attention_workspace_bytes(step, ...) = ", need,
+                    " (step ", sname, " stores all B*H*N_q*N_k scores)")
+                    .c_str());
+    require_not_null(a.workspace, fn, "workspace");
+    require_aligned(a.workspace, 16, fn, "workspace");
+    for (const Range& other : {q_r, k_r, v_r, o_r})
+      require_arg(!detail::ranges_intersect(a.workspace, need, other.p, other.bytes), fn, "workspace",
+                  static_cast<const void*>(a.workspace), msg("overlaps ", other.name).c_str());
+  }
+}
+
+// ------------------------------------------------------------------------------
+// The online-softmax update on its own: the attention kernels fold each tile of scores
+// into a running (max m, sum l, accumulator) with one __device__ function; this entry
+// point runs that very function in ONE thread over a sequence of score blocks, so it can
+// be unit-tested with hand-picked numbers (e.g. block [0] then block [10]).
+
+/// Arguments of online_softmax_update_test. Device pointers.
+struct OnlineUpdateTestArgs {
+  const float* scores = nullptr;  ///< num_blocks * block_len scores, block after block (-inf allowed: masked)
+  const float* values = nullptr;  ///< one value per score: a 1-wide V
+  int block_len = 0;              ///< scores per block (>= 1)
+  int num_blocks = 0;             ///< >= 1
+  float* out = nullptr;           ///< 3 floats: final m, final l, o = sum_j exp(s_j - m) v_j / l (0 if l == 0)
+  cudaStream_t stream = nullptr;
+};
+
+inline void validate_online_update_test_args(const OnlineUpdateTestArgs& a, const char* fn) {
+  require_arg(a.block_len >= 1, fn, "block_len", a.block_len, "must be >= 1");
+  require_arg(a.num_blocks >= 1, fn, "num_blocks", a.num_blocks, "must be >= 1");
+  require_not_null(a.scores, fn, "scores");
+  require_not_null(a.values, fn, "values");
+  require_not_null(a.out, fn, "out");
+}
+
+}  // namespace course::m03
+
+COURSE_DECLARE_FOR_BOTH_IMPLS(
+    /// O (and lse) = attention(Q, K, V) with the step's kernels (asynchronous on args.stream).
+    void attention(::course::m03::AttentionStep step, const ::course::m03::AttentionArgs& args);
+    /// Element offset of row (b, h, n) of a tensor with strides `s`: the same function the
+    /// kernels use (exposed so that tests can check the stride arithmetic on the host).
+    std::int64_t attention_row_offset(const ::course::m03::AttentionStrides& s, std::int64_t b, std::int64_t h,
+                                      std::int64_t n);
+    /// Runs the kernels' online-softmax update over args' blocks in one GPU thread (synchronous).
+    void online_softmax_update_test(const ::course::m03::OnlineUpdateTestArgs& args);)

@@ -1,0 +1,811 @@
+// Tests of the attention ladder, run against course::solution and course::exercise (built
+// twice; `impl` names the one under test), and against the planted bugs of
+// tests/planted/attention_planted.cu, which the same checking helper must reject.
+//
+// Every case draws fresh random Q, K, V (every batch and head different), poisons O and
+// lse with NaN, runs the step and compares with the CPU reference (double accumulation)
+// within a tolerance derived from fp32 rounding (attention_tolerance). Padding between
+// O's rows must still hold the poison afterwards. A step is only given the cases it
+// supports (step_support()); unsupported features are rejected by validation, tested
+// below. Tests with "Large" in their name use big shapes and are left out of the
+// compute-sanitizer run.
+#include "attention_planted.hpp"
+#include "course/reference.hpp"
+#include "course/tensor.hpp"
+#include "course/testing.hpp"
+#include "module03/attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using course::AttentionLayout;
+using course::DeviceBuffer;
+using course::HostTensor;
+using course::m03::AttentionArgs;
+using course::m03::AttentionStep;
+using course::m03::AttentionStrides;
+using course::m03::OnlineUpdateTestArgs;
+using course::testing::GpuTest;
+using AttnFn = course::planted::AttentionFn;
+using OnlineFn = course::planted::OnlineUpdateFn;
+constexpr AttentionLayout BHND = AttentionLayout::BHND;
+constexpr AttentionLayout BNHD = AttentionLayout::BNHD;
+
+// ------------------------------------------------------------------- cases -----
+
+struct Case {
+  std::int64_t B = 1, H = 1, H_kv = 1, N_q = 1, N_k = 1, d = 64;
+  AttentionLayout layout = BHND;    ///< storage of Q, K, V
+  AttentionLayout o_layout = BHND;  ///< storage of O
+  std::int64_t pad = 0;             ///< extra floats after each row of Q, K, V (multiple of 4)
+  std::int64_t o_pad = 0;           ///< extra floats after each row of O (must keep the poison)
+  bool kv_batch_broadcast = false;  ///< K and V batch stride 0: every batch reads batch 0's K, V
+  bool causal = false, rope = false, alibi = false;
+  double input_range = 1.0;  ///< Q and K uniform in [-r, r)
+  float scale = 0.f;
+
+  std::string name() const {
+    std::ostringstream os;
+    os << "B" << B << "_H" << H;
+    if (H_kv != H) os << "_Hkv" << H_kv;
+    os << "_Nq" << N_q << "_Nk" << N_k << "_d" << d << "_" << course::to_string(layout);
+    if (o_layout != layout) os << "_o" << course::to_string(o_layout);
+    if (pad) os << "_pad" << pad;
+    if (o_pad) os << "_opad" << o_pad;
+    if (kv_batch_broadcast) os << "_kvbcast";
+    if (causal) os << "_causal";
+    if (rope) os << "_rope";
+    if (alibi) os << "_alibi";
+    if (input_range != 1.0) os << "_x" << input_range;
+    return os.str();
+  }
+};
+
+Case make_case(std::int64_t B, std::int64_t H, std::int64_t N_q, std::int64_t N_k, std::int64_t d,
+               AttentionLayout layout = BHND, bool causal = false) {
+  Case c;
+  c.B = B;
+  c.H = H;
+  c.H_kv = H;
+  c.N_q = N_q;
+  c.N_k = N_k;
+  c.d = d;
+  c.layout = layout;
+  c.o_layout = layout;
+  c.causal = causal;
+  return c;
+}
+
+bool supports(AttentionStep step, const Case& c) {
+  const auto s = course::m03::step_support(step);
+  if (c.d > s.max_head_dim) return false;
+  if (c.causal && !s.causal) return false;
+  if ((c.rope || c.alibi || c.H_kv != c.H) && !s.options) return false;
+  return true;
+}
+
+std::vector<Case> supported(AttentionStep step, const std::vector<Case>& cases) {
+  std::vector<Case> out;
+  for (const Case& c : cases)
+    if (supports(step, c)) out.push_back(c);
+  return out;
+}
+
+// ------------------------------------------------------------------ running -----
+
+/// A [B, H, N, d] tensor stored in `layout` with `pad` floats after each row.
+HostTensor<float> make_tensor(std::int64_t B, std::int64_t H, std::int64_t N, std::int64_t d, AttentionLayout layout,
+                              std::int64_t pad, bool batch_broadcast = false) {
+  const std::int64_t row = (layout == BHND ? d : H * d) + pad;  // seq stride
+  course::Shape strides = layout == BHND ? course::Shape{H * N * row, N * row, row, 1}
+                                         : course::Shape{N * row, d, row, 1};
+  if (batch_broadcast) strides[0] = 0;
+  return HostTensor<float>({B, H, N, d}, strides);
+}
+
+AttentionStrides strides_of(const HostTensor<float>& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
+
+struct Inputs {
+  HostTensor<float> q, k, v;
+};
+
+Inputs make_inputs(const Case& c, std::uint64_t seed) {
+  Inputs in;
+  in.q = make_tensor(c.B, c.H, c.N_q, c.d, c.layout, c.pad);
+  in.k = make_tensor(c.B, c.H_kv, c.N_k, c.d, c.layout, c.pad, c.kv_batch_broadcast);
+  in.v = make_tensor(c.B, c.H_kv, c.N_k, c.d, c.layout, c.pad, c.kv_batch_broadcast);
+  course::fill_random(in.q, seed, -c.input_range, c.input_range);
+  course::fill_random(in.k, seed + 1, -c.input_range, c.input_range);
+  course::fill_random(in.v, seed + 2, -1.0, 1.0);
+  return in;
+}
+
+struct DeviceResult {
+  HostTensor<float> o;     ///< in c.o_layout (+ o_pad), as downloaded
+  std::vector<float> lse;  ///< B*H*N_q, empty if the step writes none
+};
+
+/// Uploads the inputs, poisons O and lse, runs `fn`, downloads. NotImplemented propagates.
+DeviceResult run_device(AttnFn fn, AttentionStep step, const Case& c, const Inputs& in) {
+  DeviceBuffer<float> dq(in.q.storage()), dk(in.k.storage()), dv(in.v.storage());
+  DeviceResult r{make_tensor(c.B, c.H, c.N_q, c.d, c.o_layout, c.o_pad), {}};
+  DeviceBuffer<float> d_o(r.o.storage().size());
+  d_o.poison();
+  const bool want_lse = course::m03::step_support(step).lse;
+  DeviceBuffer<float> d_lse(want_lse ? static_cast<std::size_t>(c.B * c.H * c.N_q) : 0);
+  d_lse.poison();
+  DeviceBuffer<float> ws(course::m03::attention_workspace_bytes(step, c.B, c.H, c.N_q, c.N_k) / sizeof(float));
+  ws.poison();
+
+  AttentionArgs a;
+  a.q = dq.data();
+  a.k = dk.data();
+  a.v = dv.data();
+  a.o = d_o.data();
+  a.lse = want_lse ? d_lse.data() : nullptr;
+  a.batch = c.B;
+  a.heads = c.H;
+  a.kv_heads = c.H_kv;
+  a.seq_q = c.N_q;
+  a.seq_k = c.N_k;
+  a.head_dim = c.d;
+  a.q_strides = strides_of(in.q);
+  a.k_strides = strides_of(in.k);
+  a.v_strides = strides_of(in.v);
+  a.o_strides = strides_of(r.o);
+  a.scale = c.scale;
+  a.causal = c.causal;
+  a.rope = c.rope;
+  a.alibi = c.alibi;
+  a.workspace = ws.data();
+  a.workspace_bytes = ws.bytes();
+  fn(step, a);
+  COURSE_CUDA_CHECK(cudaDeviceSynchronize());
+  r.o.storage() = d_o.download();
+  if (want_lse) r.lse = d_lse.download();
+  return r;
+}
+
+course::ref::AttentionResult<float> reference(const Case& c, const Inputs& in) {
+  course::ref::AttentionOptions opts;
+  opts.scale = c.scale;
+  opts.causal = c.causal;
+  if (!c.rope && !c.alibi) return course::ref::attention_forward(in.q, in.k, in.v, opts);
+  course::ref::PositionalOptions pos;
+  pos.rope = c.rope;
+  pos.alibi = c.alibi;
+  return course::ref::attention_forward_positional(in.q, in.k, in.v, opts, pos);
+}
+
+double max_abs(const HostTensor<float>& t) {
+  double m = 0;
+  for (float x : t.storage()) m = std::max(m, static_cast<double>(std::fabs(x)));
+  return m;
+}
+
+struct AttnTolerance {
+  course::Tolerance out, lse;
+};
+
+/// fp32 error budget of attention. One scaled score s = scale * sum_c q_c k_c carries a
+/// rounding error of about sqrt(d) * u * scale * sum_c |q_c k_c| <= sqrt(d) u scale d max|q| max|k|
+/// (u = 2^-24; factor 4 for safety); __expf adds ~2 ulp; RoPE and ALiBi add the rounding of
+/// the rotated values and of the bias. A softmax whose inputs move by <= ds moves every
+/// weight by a factor within e^(+-2 ds), so O (a weighted mean of V rows) moves by
+/// <= ~2 ds max|v|, and lse by <= ds. On top: the PV sum's own rounding (tolerance_for).
+AttnTolerance attention_tolerance(const Case& c, const Inputs& in, const course::ref::AttentionResult<float>& ref) {
+  const double u = 0x1p-24;
+  const double d = static_cast<double>(c.d);
+  const double scale = c.scale != 0.f ? c.scale : 1.0 / std::sqrt(d);
+  const double mq = max_abs(in.q), mk = max_abs(in.k), mv = max_abs(in.v);
+  double ds = 4.0 * std::sqrt(d) * u * scale * d * mq * mk + 32.0 * u;
+  if (c.rope) ds += 8.0 * u * scale * d * mq * mk;
+  if (c.alibi) ds += 4.0 * u * static_cast<double>(std::max(c.N_q, c.N_k));
+  AttnTolerance t;
+  t.out = course::tolerance_for(course::DType::f32, c.N_k, course::rms(ref.out));
+  t.out.atol += 2.0 * ds * mv;
+  t.lse.atol = 2.0 * ds + 64.0 * u;
+  t.lse.rtol = 4.0 * u;
+  return t;
+}
+
+/// Elements of O's storage that no (b, h, i, c) maps to must still be NaN (the poison).
+std::int64_t padding_overwritten(const HostTensor<float>& o) {
+  std::vector<char> defined(o.storage().size(), 0);
+  for (std::int64_t b = 0; b < o.dim(0); ++b)
+    for (std::int64_t h = 0; h < o.dim(1); ++h)
+      for (std::int64_t i = 0; i < o.dim(2); ++i)
+        for (std::int64_t c = 0; c < o.dim(3); ++c) defined[static_cast<std::size_t>(o.offset({b, h, i, c}))] = 1;
+  std::int64_t bad = 0;
+  for (std::size_t e = 0; e < defined.size(); ++e)
+    if (!defined[e] && !std::isnan(o.storage()[e])) ++bad;
+  return bad;
+}
+
+/// THE check, shared by the real tests and the planted-bug tests: every case (all must be
+/// supported by `step`) on fresh data, O and lse against the reference. course::NotImplemented
+/// propagates: callers wrap it in COURSE_SKIP_IF_NOT_IMPLEMENTED.
+::testing::AssertionResult check_cases(AttnFn fn, AttentionStep step, const std::vector<Case>& cases,
+                                       std::uint64_t seed) {
+  std::ostringstream failures;
+  int failed = 0;
+  for (std::size_t n = 0; n < cases.size(); ++n) {
+    const Case& c = cases[n];
+    const Inputs in = make_inputs(c, seed + 1009 * n);
+    const DeviceResult got = run_device(fn, step, c, in);
+    const auto ref = reference(c, in);
+    const AttnTolerance tol = attention_tolerance(c, in, ref);
+    std::string report;
+    const auto r_o = course::compare(got.o, ref.out, tol.out, {"b", "h", "i", "c"});
+    if (!r_o.ok()) report += "\n    O: " + r_o.report();
+    if (!got.lse.empty()) {
+      HostTensor<float> lse({c.B, c.H, c.N_q});
+      lse.storage() = got.lse;
+      const auto r_l = course::compare(lse, ref.lse, tol.lse, {"b", "h", "i"});
+      if (!r_l.ok()) report += "\n    lse: " + r_l.report();
+    }
+    if (const std::int64_t bad = padding_overwritten(got.o); bad > 0)
+      report += "\n    " + std::to_string(bad) + " padding elements of O were overwritten";
+    if (!report.empty()) {
+      ++failed;
+      failures << "\n  " << c.name() << ":" << report;
+    }
+  }
+  if (failed == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << course::m03::step_name(step) << ": " << failed << " of " << cases.size()
+                                       << " cases failed (seed " << seed << "):" << failures.str();
+}
+
+// ------------------------------------------------------------ case lists -----
+
+/// Lengths around the tiles (the fused kernel's 64-row Q tiles and 32/64-key K/V tiles, the
+/// tiled kernel's 128 rows and 32 keys), 1, and primes.
+std::vector<Case> awkward_length_cases() {
+  std::vector<Case> cases;
+  for (const std::int64_t n : {1, 2, 31, 32, 33, 37, 63, 64, 65, 127, 128, 129, 131})
+    for (const bool causal : {false, true}) cases.push_back(make_case(1, 2, n, n, 64, BHND, causal));
+  return cases;
+}
+
+std::vector<Case> head_dim_cases() {
+  std::vector<Case> cases;
+  for (const std::int64_t d : {16, 32, 64, 96, 128})
+    for (const AttentionLayout layout : {BHND, BNHD})
+      for (const bool causal : {false, true}) {
+        cases.push_back(make_case(2, 3, 65, 131, d, layout, causal));
+        cases.push_back(make_case(1, 2, 131, 37, d, layout, causal));
+      }
+  return cases;
+}
+
+/// N_q != N_k both ways: decoding (1 query), prefill against a cache, and N_q > N_k, where
+/// a causal mask leaves the first N_q - N_k rows with no key (O = 0, lse = -inf).
+std::vector<Case> unequal_length_cases() {
+  std::vector<Case> cases;
+  for (const bool causal : {false, true}) {
+    cases.push_back(make_case(2, 2, 1, 131, 64, BHND, causal));
+    cases.push_back(make_case(2, 2, 131, 1, 64, BHND, causal));
+    cases.push_back(make_case(1, 3, 37, 200, 32, BNHD, causal));
+    cases.push_back(make_case(1, 3, 200, 37, 32, BNHD, causal));
+    cases.push_back(make_case(2, 1, 64, 129, 128, BHND, causal));
+  }
+  return cases;
+}
+
+std::vector<Case> layout_cases() {
+  std::vector<Case> cases;
+  Case c = make_case(2, 3, 45, 77, 64, BNHD, false);
+  c.o_layout = BHND;  // Q, K, V as a fused QKV projection writes them; O packed
+  cases.push_back(c);
+  c = make_case(2, 3, 45, 77, 32, BHND, true);
+  c.o_layout = BNHD;
+  cases.push_back(c);
+  c = make_case(2, 2, 70, 70, 64, BHND, true);
+  c.pad = 4;
+  c.o_pad = 8;  // padded rows everywhere; O's padding must stay untouched
+  cases.push_back(c);
+  c = make_case(2, 2, 33, 65, 16, BNHD, false);
+  c.pad = 12;
+  c.o_pad = 4;
+  cases.push_back(c);
+  c = make_case(3, 2, 40, 50, 64, BHND, false);
+  c.kv_batch_broadcast = true;  // one K, V shared by every batch entry (batch stride 0)
+  cases.push_back(c);
+  c = make_case(2, 2, 33, 33, 64, BHND, false);
+  c.scale = 0.3f;  // an explicit scale instead of 1/sqrt(d)
+  cases.push_back(c);
+  return cases;
+}
+
+/// Many (batch, head) pairs, all with different data: a head/batch mix-up cannot hide.
+std::vector<Case> batch_head_cases() {
+  return {make_case(3, 5, 33, 33, 64, BHND, false), make_case(3, 5, 33, 47, 32, BNHD, true),
+          make_case(8, 16, 40, 40, 64, BHND, true)};
+}
+
+/// Q and K in [-30, 30): scores in the hundreds; exp() without subtracting the max
+/// overflows (e^88.7 is fp32's limit).
+std::vector<Case> large_value_cases() {
+  std::vector<Case> cases;
+  for (const bool causal : {false, true})
+    for (const std::int64_t d : {64, 128}) {
+      Case c = make_case(2, 2, 100, 100, d, BHND, causal);
+      c.input_range = 30.0;
+      cases.push_back(c);
+    }
+  return cases;
+}
+
+std::vector<Case> option_cases() {
+  std::vector<Case> cases;
+  for (const bool causal : {false, true}) {
+    Case c = make_case(2, 8, 45, 45, 64, BHND, causal);
+    c.H_kv = 2;  // grouped-query: 4 query heads per kv head
+    cases.push_back(c);
+    c = make_case(2, 4, 37, 70, 32, BNHD, causal);
+    c.H_kv = 1;  // multi-query
+    cases.push_back(c);
+    c = make_case(1, 2, 65, 65, 64, BHND, causal);
+    c.rope = true;
+    cases.push_back(c);
+    c = make_case(1, 2, 40, 131, 128, BNHD, causal);
+    c.rope = true;  // queries at positions 91..130
+    cases.push_back(c);
+    c = make_case(1, 4, 70, 70, 64, BHND, causal);
+    c.alibi = true;
+    cases.push_back(c);
+    c = make_case(2, 3, 131, 37, 16, BHND, causal);
+    c.alibi = true;  // N_q > N_k: negative offsets
+    cases.push_back(c);
+    c = make_case(2, 6, 77, 77, 96, BNHD, causal);
+    c.H_kv = 3;
+    c.rope = true;
+    c.alibi = true;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+/// Cases on which every planted bug is wrong and still in bounds (B == H for the swap).
+std::vector<Case> planted_cases() {
+  return {make_case(2, 2, 37, 37, 64, BHND, true), make_case(3, 3, 20, 45, 32, BNHD, false),
+          make_case(2, 2, 45, 45, 16, BNHD, true)};
+}
+
+// ------------------------------------------------------------- the ladder -----
+
+class AttentionTest : public GpuTest, public ::testing::WithParamInterface<course::StepInfo<AttentionStep>> {
+ protected:
+  /// Runs the supported subset of `cases`; skips (with the reason) if there is none.
+  void check(const std::vector<Case>& cases, const char* what) {
+    const AttentionStep step = GetParam().step;
+    const std::vector<Case> mine = supported(step, cases);
+    if (mine.empty()) GTEST_SKIP() << "step " << GetParam().name << " supports none of the " << what << " cases";
+    COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(check_cases(&impl::attention, step, mine, seed())));
+  }
+};
+
+std::string step_name(const ::testing::TestParamInfo<course::StepInfo<AttentionStep>>& info) {
+  return info.param.name;
+}
+
+/// A small example with known numbers (stored in a padded d = 16: zero columns change no
+/// dot product). scale = 1, so the scores are the raw dot products.
+struct Example {
+  std::int64_t n, d = 16;
+  bool causal;
+  std::vector<float> q, k, v;  // [n, 16] each
+  std::vector<std::vector<double>> want_o;  // [n][n_cols]
+  std::vector<double> want_lse;
+};
+
+void run_example(AttentionStep step, const Example& ex) {
+  DeviceBuffer<float> dq(ex.q), dk(ex.k), dv(ex.v), d_o(ex.q.size()), d_lse(static_cast<std::size_t>(ex.n));
+  d_o.poison();
+  d_lse.poison();
+  DeviceBuffer<float> ws(course::m03::attention_workspace_bytes(step, 1, 1, ex.n, ex.n) / sizeof(float));
+  AttentionArgs a = course::m03::make_attention_args(dq.data(), dk.data(), dv.data(), d_o.data(), 1, 1, 1, ex.n, ex.n,
+                                                     ex.d, BHND);
+  a.scale = 1.f;
+  a.causal = ex.causal;
+  const bool lse = course::m03::step_support(step).lse;
+  if (lse) a.lse = d_lse.data();
+  a.workspace = ws.data();
+  a.workspace_bytes = ws.bytes();
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(impl::attention(step, a));
+  COURSE_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> o = d_o.download(), l = d_lse.download();
+  for (std::int64_t i = 0; i < ex.n; ++i) {
+    for (std::int64_t c = 0; c < ex.d; ++c) {
+      const double want = c < static_cast<std::int64_t>(ex.want_o[i].size()) ? ex.want_o[i][c] : 0.0;
+      EXPECT_NEAR(o[i * ex.d + c], want, 2e-6) << "O[" << i << "][" << c << "]";
+    }
+    if (lse) {
+      EXPECT_NEAR(l[i], ex.want_lse[i], 2e-6) << "lse[" << i << "]";
+    }
+  }
+}
+
+std::vector<float> padded(const std::vector<std::vector<float>>& rows, std::int64_t d) {
+  std::vector<float> out(rows.size() * d, 0.f);
+  for (std::size_t r = 0; r < rows.size(); ++r)
+    for (std::size_t c = 0; c < rows[r].size(); ++c) out[r * d + c] = rows[r][c];
+  return out;
+}
+
+/// "The cat sat": q = [1,0], [0,2], [1,1]; k = [1,0], [0,1], [1,1]; v = [1,0], [0,1], [1,1].
+/// Scores: [1,0,1], [0,2,2], [1,1,2]; weights e.g. softmax([1,1,2]) = [0.2119, 0.2119, 0.5761].
+TEST_P(AttentionTest, WorkedExampleThreeTokens) {
+  if (!supports(GetParam().step, make_case(1, 1, 3, 3, 16))) GTEST_SKIP();
+  Example ex{3, 16, false, padded({{1, 0}, {0, 2}, {1, 1}}, 16), padded({{1, 0}, {0, 1}, {1, 1}}, 16),
+             padded({{1, 0}, {0, 1}, {1, 1}}, 16),
+             {{0.8446376, 0.5776812}, {0.5316895, 0.9366211}, {0.7880584, 0.7880584}},
+             {1.8619948, 2.7586237, 2.5514447}};
+  run_example(GetParam().step, ex);
+}
+
+/// Four tokens whose scores are [1, 2, 3, 4] in every row, causal, V = identity: O's rows
+/// are the masked softmax weights [1], [0.2689, 0.7311], [0.0900, 0.2447, 0.6652],
+/// [0.0321, 0.0871, 0.2369, 0.6439].
+TEST_P(AttentionTest, WorkedExampleCausalMask) {
+  if (!supports(GetParam().step, make_case(1, 1, 4, 4, 16, BHND, true)))
+    GTEST_SKIP() << "step " << GetParam().name << " has no causal mask";
+  Example ex{4, 16, true, padded({{1}, {1}, {1}, {1}}, 16), padded({{1}, {2}, {3}, {4}}, 16),
+             padded({{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0}, {0, 0, 0, 1}}, 16),
+             {{1.0}, {0.2689414, 0.7310586}, {0.0900306, 0.2447285, 0.6652410},
+              {0.0320586, 0.0871443, 0.2368828, 0.6439143}},
+             {1.0, 2.3132617, 3.4076060, 4.4401897}};
+  run_example(GetParam().step, ex);
+}
+
+TEST_P(AttentionTest, AwkwardLengths) { check(awkward_length_cases(), "awkward-length"); }
+TEST_P(AttentionTest, EveryHeadDimBothLayouts) { check(head_dim_cases(), "head-dim"); }
+TEST_P(AttentionTest, UnequalQueryAndKeyLengths) { check(unequal_length_cases(), "N_q != N_k"); }
+TEST_P(AttentionTest, StridesAndLayouts) { check(layout_cases(), "layout"); }
+TEST_P(AttentionTest, DistinctBatchesAndHeads) { check(batch_head_cases(), "batch/head"); }
+TEST_P(AttentionTest, LargeInputValuesStayFinite) { check(large_value_cases(), "large-value"); }
+TEST_P(AttentionTest, PositionalOptionsAndGroupedQuery) { check(option_cases(), "RoPE/ALiBi/GQA"); }
+TEST_P(AttentionTest, PlantedBugCasesPass) { check(planted_cases(), "planted-bug"); }
+
+/// Long sequences: many K/V tiles per block, many query tiles, 64-bit offsets exercised.
+TEST_P(AttentionTest, LargeSequence) {
+  std::vector<Case> cases;
+  for (const bool causal : {false, true}) {
+    cases.push_back(make_case(1, 1, 2048, 2048, 64, BHND, causal));
+    cases.push_back(make_case(1, 1, 1500, 2048, 128, BNHD, causal));
+  }
+  check(cases, "large-sequence");
+}
+
+TEST_P(AttentionTest, LargeBatchHeads) {
+  check({make_case(4, 16, 256, 256, 64, BHND, false), make_case(4, 16, 256, 256, 64, BNHD, true)}, "batch*heads = 64");
+}
+
+TEST_P(AttentionTest, LargeOptions) {
+  Case c = make_case(1, 8, 1024, 1024, 64, BHND, true);
+  c.H_kv = 2;
+  c.rope = true;
+  c.alibi = true;
+  check({c}, "large RoPE/ALiBi/GQA");
+}
+
+/// Causality, exactly: change K and V at every key a row may not see (j > i0 + N_k - N_q);
+/// rows 0..i0 of O must not change by a single bit, and later rows must change.
+TEST_P(AttentionTest, CausalMaskHidesFutureKeysBitForBit) {
+  const AttentionStep step = GetParam().step;
+  std::vector<Case> cases = {make_case(2, 2, 100, 100, 64, BHND, true), make_case(1, 3, 40, 100, 32, BNHD, true),
+                             make_case(1, 2, 100, 60, 64, BHND, true)};
+  cases = supported(step, cases);
+  if (cases.empty()) GTEST_SKIP() << "step " << GetParam().name << " has no causal mask";
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name());
+    const std::int64_t off = c.N_k - c.N_q;
+    for (const std::int64_t i0 : {std::int64_t{0}, c.N_q / 3, c.N_q - 2}) {
+      SCOPED_TRACE("rows 0.." + std::to_string(i0) + " must be unchanged");
+      const Inputs in = make_inputs(c, seed() + static_cast<std::uint64_t>(i0));
+      DeviceResult before, after;
+      COURSE_SKIP_IF_NOT_IMPLEMENTED(before = run_device(&impl::attention, step, c, in));
+      Inputs changed = in;
+      std::int64_t perturbed = 0;
+      for (std::int64_t b = 0; b < c.B; ++b)
+        for (std::int64_t h = 0; h < c.H_kv; ++h)
+          for (std::int64_t j = std::max<std::int64_t>(0, i0 + off + 1); j < c.N_k; ++j)
+            for (std::int64_t e = 0; e < c.d; ++e) {
+              changed.k({b, h, j, e}) = 1000.f * std::cos(static_cast<float>(j + 3 * e + 7 * b));  // huge scores if leaked
+              changed.v({b, h, j, e}) = 500.f;
+              ++perturbed;
+            }
+      if (perturbed == 0) continue;
+      COURSE_SKIP_IF_NOT_IMPLEMENTED(after = run_device(&impl::attention, step, c, changed));
+      std::int64_t changed_rows = 0;
+      for (std::int64_t b = 0; b < c.B; ++b)
+        for (std::int64_t h = 0; h < c.H; ++h)
+          for (std::int64_t i = 0; i < c.N_q; ++i) {
+            const float* x = &before.o({b, h, i, 0});
+            const float* y = &after.o({b, h, i, 0});
+            const bool same = std::memcmp(x, y, sizeof(float) * static_cast<std::size_t>(c.d)) == 0;
+            if (i <= i0) {
+              EXPECT_TRUE(same) << "row (b=" << b << ", h=" << h << ", i=" << i << ") saw a hidden key";
+            } else {
+              changed_rows += same ? 0 : 1;
+            }
+          }
+      if (i0 < c.N_q - 1 && i0 + off + 1 < c.N_k) {
+        EXPECT_GT(changed_rows, 0) << "the perturbation changed nothing";
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, AttentionTest, ::testing::ValuesIn(course::m03::kAttentionSteps), step_name);
+
+// ----------------------------------------------------------- planted bugs -----
+
+class PlantedAttentionTest : public GpuTest,
+                             public ::testing::WithParamInterface<course::planted::PlantedAttention> {};
+
+TEST_P(PlantedAttentionTest, ChecksRejectIt) {
+  const auto& bug = GetParam();
+  EXPECT_FALSE(check_cases(bug.fn, AttentionStep::fused, planted_cases(), seed()))
+      << "planted bug '" << bug.name << "' passed the checks: they are too weak to catch it";
+}
+
+INSTANTIATE_TEST_SUITE_P(Bugs, PlantedAttentionTest, ::testing::ValuesIn(course::planted::kPlantedAttention),
+                         [](const ::testing::TestParamInfo<course::planted::PlantedAttention>& info) {
+                           return std::string(info.param.name);
+                         });
+
+// ------------------------------------------------- the online update alone -----
+
+struct OnlineCase {
+  const char* name;
+  int block_len;
+  std::vector<float> scores;  // num_blocks * block_len
+  std::vector<float> values;
+};
+
+/// m, l (relative to the final m) and o = sum p v / l in double.
+std::vector<double> online_reference(const OnlineCase& c) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (float s : c.scores) m = std::max(m, static_cast<double>(s));
+  if (m == -std::numeric_limits<double>::infinity()) return {m, 0.0, 0.0};
+  double l = 0, acc = 0;
+  for (std::size_t j = 0; j < c.scores.size(); ++j) {
+    const double p = std::exp(static_cast<double>(c.scores[j]) - m);
+    l += p;
+    acc += p * c.values[j];
+  }
+  return {m, l, acc / l};
+}
+
+/// THE online-update check (real and planted): m exact, l and o within 1e-5 relative.
+::testing::AssertionResult check_online(OnlineFn fn, const std::vector<OnlineCase>& cases) {
+  std::ostringstream failures;
+  int failed = 0;
+  for (const OnlineCase& c : cases) {
+    DeviceBuffer<float> s(c.scores), v(c.values), out(3);
+    out.poison();
+    OnlineUpdateTestArgs a;
+    a.scores = s.data();
+    a.values = v.data();
+    a.block_len = c.block_len;
+    a.num_blocks = static_cast<int>(c.scores.size()) / c.block_len;
+    a.out = out.data();
+    fn(a);
+    const std::vector<float> got = out.download();
+    const std::vector<double> want = online_reference(c);
+    const bool m_ok = static_cast<double>(got[0]) == want[0];
+    const bool l_ok = std::fabs(got[1] - want[1]) <= 1e-5 * std::max(1.0, want[1]);
+    const bool o_ok = std::fabs(got[2] - want[2]) <= 1e-5;
+    if (!(m_ok && l_ok && o_ok)) {
+      ++failed;
+      failures << "\n  " << c.name << ": got (m, l, o) = (" << got[0] << ", " << got[1] << ", " << got[2]
+               << "), want (" << want[0] << ", " << want[1] << ", " << want[2] << ")";
+    }
+  }
+  if (failed == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << failed << " of " << cases.size() << " cases failed:" << failures.str();
+}
+
+std::vector<OnlineCase> online_cases(std::uint64_t seed) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<OnlineCase> cases = {
+      // The lesson's example: blocks [0] then [10]. m = 10, l = 1 + e^-10, o = (e^-10 * 1 + 2) / l.
+      {"blocks_0_then_10", 1, {0.f, 10.f}, {1.f, 2.f}},
+      {"max_grows_every_block", 3, {0, 1, 2, 3, 4, 5, 6, 7, 8}, {1, -1, 2, -2, 3, -3, 4, -4, 5}},
+      {"max_shrinks", 2, {9, 8, 3, 1, -5, -6}, {1, 2, 3, 4, 5, 6}},
+      {"masked_block_first", 2, {-inf, -inf, 1.f, 2.f}, {100.f, 100.f, 1.f, -1.f}},
+      {"masked_block_between", 2, {1.f, 3.f, -inf, -inf, 2.f, 0.f}, {1.f, 2.f, 50.f, 50.f, 3.f, 4.f}},
+      {"all_masked", 2, {-inf, -inf, -inf, -inf}, {1.f, 2.f, 3.f, 4.f}},
+  };
+  OnlineCase r{"random_13_blocks_of_7", 7, course::random_vector(91, seed, -10.f, 10.f),
+               course::random_vector(91, seed + 1, -1.f, 1.f)};
+  cases.push_back(r);
+  return cases;
+}
+
+class OnlineUpdateTest : public GpuTest {};
+
+TEST_F(OnlineUpdateTest, MatchesTheTwoPassSoftmax) {
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(check_online(&impl::online_softmax_update_test, online_cases(seed()))));
+}
+
+TEST_F(OnlineUpdateTest, BlocksZeroThenTenByHand) {
+  DeviceBuffer<float> s(std::vector<float>{0.f, 10.f}), v(std::vector<float>{1.f, 2.f}), out(3);
+  out.poison();
+  OnlineUpdateTestArgs a;
+  a.scores = s.data();
+  a.values = v.data();
+  a.block_len = 1;
+  a.num_blocks = 2;
+  a.out = out.data();
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(impl::online_softmax_update_test(a));
+  const std::vector<float> got = out.download();
+  EXPECT_EQ(got[0], 10.f);
+  EXPECT_NEAR(got[1], 1.0 + std::exp(-10.0), 1e-6) << "the seed notes' order gives l = 2 here";
+  EXPECT_NEAR(got[2], (std::exp(-10.0) + 2.0) / (1.0 + std::exp(-10.0)), 1e-6);
+}
+
+TEST_F(OnlineUpdateTest, PlantedSeedOrderIsRejected) {
+  EXPECT_FALSE(check_online(&course::planted::online_update_seed_order, online_cases(seed())))
+      << "the seed notes' update order passed the online-update checks";
+}
+
+// ----------------------------------------- host-side checks (no GPU needed) -----
+
+TEST(AttentionOffsetTest, BothLayouts) {
+  const std::int64_t H = 3, N = 5, d = 16;
+  for (const AttentionLayout layout : {BHND, BNHD}) {
+    const AttentionStrides s = course::m03::attention_strides(layout, H, N, d);
+    const HostTensor<float> t = HostTensor<float>::attention(2, H, N, d, layout);
+    for (std::int64_t b = 0; b < 2; ++b)
+      for (std::int64_t h = 0; h < H; ++h)
+        for (std::int64_t n = 0; n < N; ++n) {
+          std::int64_t got = 0;
+          COURSE_SKIP_IF_NOT_IMPLEMENTED(got = impl::attention_row_offset(s, b, h, n));
+          EXPECT_EQ(got, t.offset({b, h, n, 0})) << course::to_string(layout) << " (b=" << b << ", h=" << h << ", n=" << n << ")";
+        }
+  }
+  // 64-bit: an offset beyond 2^31.
+  const AttentionStrides big{std::int64_t{1} << 30, std::int64_t{1} << 20, 128};
+  std::int64_t got = 0;
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(got = impl::attention_row_offset(big, 3, 5, 7));
+  EXPECT_EQ(got, 3 * (std::int64_t{1} << 30) + 5 * (std::int64_t{1} << 20) + 7 * 128);
+}
+
+TEST(AttentionWorkspaceTest, OnlyNaiveNeedsQuadraticScratch) {
+  EXPECT_EQ(course::m03::attention_workspace_bytes(AttentionStep::naive, 4, 16, 4096, 4096),
+            std::size_t{4} * 16 * 4096 * 4096 * sizeof(float));
+  for (const auto& info : course::m03::kAttentionSteps)
+    if (info.step != AttentionStep::naive) {
+      EXPECT_EQ(course::m03::attention_workspace_bytes(info.step, 4, 16, 4096, 4096), 0u) << info.name;
+    }
+}
+
+/// Valid host-side arguments (never dereferenced: validation throws first), broken one at a time.
+struct HostArgs {
+  alignas(16) float q[2 * 2 * 8 * 64];
+  alignas(16) float k[2 * 2 * 8 * 64];
+  alignas(16) float v[2 * 2 * 8 * 64];
+  alignas(16) float o[2 * 2 * 8 * 64];
+  alignas(16) float lse[2 * 2 * 8];
+  alignas(16) float ws[2 * 2 * 8 * 8];
+  AttentionArgs args(AttentionStep step) {
+    AttentionArgs a = course::m03::make_attention_args(q, k, v, o, 2, 2, 2, 8, 8, 64, BHND);
+    if (course::m03::step_support(step).lse) a.lse = lse;
+    a.workspace = ws;
+    a.workspace_bytes = sizeof ws;
+    return a;
+  }
+};
+
+/// Calls impl::attention for every step with `mutate`d arguments; expects InvalidArgument
+/// whose message contains `needle` (steps for which `applies` is false are skipped).
+template <class Mutate, class Applies>
+void expect_rejected(Mutate mutate, const std::string& needle, Applies applies) {
+  for (const auto& info : course::m03::kAttentionSteps) {
+    if (!applies(info.step)) continue;
+    SCOPED_TRACE(info.name);
+    HostArgs h;
+    AttentionArgs a = h.args(info.step);
+    mutate(a, h);
+    try {
+      impl::attention(info.step, a);
+      ADD_FAILURE() << "expected InvalidArgument mentioning " << needle;
+    } catch (const course::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
+}
+template <class Mutate>
+void expect_rejected(Mutate mutate, const std::string& needle) {
+  expect_rejected(mutate, needle, [](AttentionStep) { return true; });
+}
+
+TEST(AttentionArgsTest, ValidArgumentsPassValidation) {
+  for (const auto& info : course::m03::kAttentionSteps) {
+    HostArgs h;
+    EXPECT_NO_THROW(course::m03::validate_attention_args(h.args(info.step), info.step, "test")) << info.name;
+  }
+}
+
+TEST(AttentionArgsTest, SizesAreNamed) {
+  expect_rejected([](AttentionArgs& a, HostArgs&) { a.seq_q = 0; }, "'seq_q' = 0");
+  expect_rejected([](AttentionArgs& a, HostArgs&) { a.seq_k = -1; }, "'seq_k' = -1");
+  expect_rejected([](AttentionArgs& a, HostArgs&) { a.batch = 0; }, "'batch' = 0");
+  expect_rejected([](AttentionArgs& a, HostArgs&) { a.heads = 0; }, "'heads' = 0");
+  expect_rejected([](AttentionArgs& a, HostArgs&) { a.kv_heads = 0; }, "'kv_heads' = 0");
+  expect_rejected([](AttentionArgs& a, HostArgs&) { a.batch = 256; a.heads = 256; a.kv_heads = 256; }, "65535");
+}
+
+TEST(AttentionArgsTest, HeadDimIsNamed) {
+  expect_rejected([](AttentionArgs& a, HostArgs&) { a.head_dim = 48; }, "'head_dim' = 48");
+  expect_rejected([](AttentionArgs& a, HostArgs&) { a.head_dim = 128; a.q_strides.seq = a.k_strides.seq = a.v_strides.seq = a.o_strides.seq = 128; },
+                  "'head_dim' = 128", [](AttentionStep s) { return course::m03::step_support(s).max_head_dim < 128; });
+}
+
+TEST(AttentionArgsTest, NullPointersAreNamed) {
+  expect_rejected([](AttentionArgs& a, HostArgs&) { a.q = nullptr; }, "'q' = nullptr");
+  expect_rejected([](AttentionArgs& a, HostArgs&) { a.k = nullptr; }, "'k' = nullptr");
+  expect_rejected([](AttentionArgs& a, HostArgs&) { a.v = nullptr; }, "'v' = nullptr");
+  expect_rejected([](AttentionArgs& a, HostArgs&) { a.o = nullptr; }, "'o' = nullptr");
+  expect_rejected([](AttentionArgs& a, HostArgs&) { a.workspace = nullptr; }, "'workspace' = nullptr",
+                  [](AttentionStep s) { return s == AttentionStep::naive; });
+}
+
+TEST(AttentionArgsTest, GroupedHeadsMustDivide) {
+  expect_rejected([](AttentionArgs& a, HostArgs&) { a.heads = 2; a.kv_heads = 3; }, "'kv_heads' = 3");
+  // kv_heads < heads (valid GQA) needs step fused_options.
+  expect_rejected([](AttentionArgs& a, HostArgs&) { a.kv_heads = 1; }, "fused_options",
+                  [](AttentionStep s) { return s != AttentionStep::fused_options; });
+}
+
+TEST(AttentionArgsTest, OutputOverlappingAnInputIsRejected) {
+  expect_rejected([](AttentionArgs& a, HostArgs& h) { a.o = h.q; }, "overlaps q");
+  expect_rejected([](AttentionArgs& a, HostArgs& h) { a.o = h.v + 64; }, "overlaps v");
+  expect_rejected([](AttentionArgs& a, HostArgs& h) { a.lse = h.o; }, "overlaps o",
+                  [](AttentionStep s) { return course::m03::step_support(s).lse; });
+}
+
+TEST(AttentionArgsTest, BadStridesAreNamed) {
+  expect_rejected([](AttentionArgs& a, HostArgs&) { a.q_strides.seq = 66; }, "'q_strides.seq' = 66");
+  expect_rejected([](AttentionArgs& a, HostArgs&) { a.k_strides.seq = 32; }, "'k_strides.seq' = 32");
+  expect_rejected([](AttentionArgs& a, HostArgs&) { a.v_strides.head = -4; }, "'v_strides.head' = -4");
+  // O's heads on top of each other.
+  expect_rejected([](AttentionArgs& a, HostArgs&) { a.o_strides.head = 0; }, "'o_strides.head' = 0");
+}
+
+TEST(AttentionArgsTest, FeaturesAStepLacksAreRejected) {
+  using course::m03::step_support;
+  expect_rejected([](AttentionArgs& a, HostArgs&) { a.causal = true; }, "'causal'",
+                  [](AttentionStep s) { return !step_support(s).causal; });
+  expect_rejected([](AttentionArgs& a, HostArgs& h) { a.lse = h.lse; }, "'lse'",
+                  [](AttentionStep s) { return !step_support(s).lse; });
+  expect_rejected([](AttentionArgs& a, HostArgs&) { a.rope = true; }, "'rope'",
+                  [](AttentionStep s) { return !step_support(s).options; });
+  expect_rejected([](AttentionArgs& a, HostArgs&) { a.alibi = true; }, "'alibi'",
+                  [](AttentionStep s) { return !step_support(s).options; });
+  expect_rejected([](AttentionArgs& a, HostArgs&) { a.rope = true; a.rope_theta = 0.5f; }, "'rope_theta'",
+                  [](AttentionStep s) { return step_support(s).options; });
+}
+
+TEST(AttentionArgsTest, NaiveNeedsItsWorkspace) {
+  expect_rejected([](AttentionArgs& a, HostArgs&) { a.workspace_bytes = 16; }, "'workspace_bytes' = 16",
+                  [](AttentionStep s) { return s == AttentionStep::naive; });
+  expect_rejected([](AttentionArgs& a, HostArgs& h) { a.workspace = h.o; }, "'workspace'",
+                  [](AttentionStep s) { return s == AttentionStep::naive; });
+}
+
+TEST(AttentionArgsTest, NegativeScaleIsNamed) {
+  expect_rejected([](AttentionArgs& a, HostArgs&) { a.scale = -1.f; }, "'scale' = -1");
+}
+
+}  // namespace

@@ -1,0 +1,173 @@
+#pragma once
+/// @file attention_device.cuh
+/// @brief Device helpers shared by the attention solution's kernels (attention.cu and
+/// attention_fused.cu): the stride arithmetic, the online-softmax update, the kernel
+/// parameter block, cp.async, RoPE and ALiBi. Private to solutions/module03_attention.
+
+#include "module03/attention.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+namespace course::solution::attn {
+
+using m03::AttentionArgs;
+using m03::AttentionStrides;
+
+/// Element offset of row n of head h of batch b: the one place the course computes it.
+/// 64-bit: B*H*N*d exceeds 2^31 for realistic tensors (16 x 32 heads x 32768 x 128 = 2^31).
+__host__ __device__ __forceinline__ std::int64_t row_offset(const AttentionStrides& s, std::int64_t b,
+                                                            std::int64_t h, std::int64_t n) {
+  return b * s.batch + h * s.head + n * s.seq;
+}
+
+/// The online-softmax update for one row and one new block of scores whose max is
+/// `block_max`. In this order:
+///     m_new = max(m, block_max)
+///     alpha = exp(m - m_new)       <- uses the OLD m
+///     l     = l * alpha            (the caller then adds the block's sum of exp(s - m_new))
+///     m     = m_new                <- only now
+/// and returns alpha, by which the caller must also scale its accumulator.
+/// A row that has seen only masked scores keeps m = -inf and l = 0: then alpha = 1
+/// (exp(-inf - (-inf)) would be NaN). On the first real block m = -inf gives alpha = 0.
+__device__ __forceinline__ float online_softmax_rescale(float& m, float& l, float block_max) {
+  const float m_new = fmaxf(m, block_max);
+  const float alpha = m_new == -INFINITY ? 1.f : __expf(m - m_new);
+  l *= alpha;
+  m = m_new;
+  return alpha;
+}
+
+/// The max to subtract in exp(s - m): m itself, or 0 while the row is still all masked
+/// (every s is then -inf too, and exp(-inf - 0) = 0 instead of NaN).
+__device__ __forceinline__ float exp_reference(float m) { return m == -INFINITY ? 0.f : m; }
+
+/// Everything a kernel needs, by value (fits the 4 KB parameter space easily).
+struct Params {
+  const float* q;
+  const float* k;
+  const float* v;
+  float* o;
+  float* lse;  ///< may be null
+  AttentionStrides qs, ks, vs, os;
+  int heads;      ///< H
+  int group;      ///< H / H_kv: query heads per kv head
+  int seq_q;      ///< N_q
+  int seq_k;      ///< N_k
+  int causal_offset;  ///< N_k - N_q: query i sees key j iff j <= i + causal_offset
+  float scale;
+  bool rope;
+  float rope_theta;
+  bool alibi;
+};
+
+inline Params make_params(const AttentionArgs& a) {
+  Params p{};
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.o = a.o;
+  p.lse = a.lse;
+  p.qs = a.q_strides;
+  p.ks = a.k_strides;
+  p.vs = a.v_strides;
+  p.os = a.o_strides;
+  p.heads = static_cast<int>(a.heads);
+  p.group = static_cast<int>(a.heads / a.kv_heads);
+  p.seq_q = static_cast<int>(a.seq_q);
+  p.seq_k = static_cast<int>(a.seq_k);
+  p.causal_offset = static_cast<int>(a.seq_k - a.seq_q);  // both in [1, 2^31 - 1]: fits
+  p.scale = m03::effective_scale(a);
+  p.rope = a.rope;
+  p.rope_theta = a.rope_theta;
+  p.alibi = a.alibi;
+  return p;
+}
+
+/// One past the last key any query row in [q0, q0 + rows) may see (causal), clamped to
+/// [0, N_k]: the tiles at or beyond it are skipped, never loaded.
+__device__ __forceinline__ int causal_kv_end(const Params& p, int q0, int rows) {
+  const long long last_row = std::min(static_cast<long long>(q0) + rows, static_cast<long long>(p.seq_q)) - 1;
+  const long long end = last_row + p.causal_offset + 1;
+  return static_cast<int>(end < 0 ? 0 : (end > p.seq_k ? p.seq_k : end));
+}
+
+/// Which (query tile, batch*head pair) this block computes, for a grid of
+/// (num_q_tiles, batch*heads). The hardware hands out blocks roughly in linear order
+/// L = blockIdx.y * gridDim.x + blockIdx.x.
+///  - No mask: every block costs the same; q tile = blockIdx.x, pair = blockIdx.y, so the
+///    blocks running together share one head's K and V in L2.
+///  - Causal: a block's cost grows with its q tile (the last tile sees every key, the first
+///    almost none). Make the q tile the SLOW index of L, counted down: the heaviest tiles of
+///    ALL heads start first and the light ones fill the last wave (longest job first). Only
+///    reversing the tiles within each head still leaves the heavy tiles of the last heads
+///    starting late, and a heavy block that runs nearly alone at the end is slow twice over.
+__device__ __forceinline__ void block_coordinates(bool causal, int& q_tile, int& bh) {
+  if (!causal) {
+    q_tile = static_cast<int>(blockIdx.x);
+    bh = static_cast<int>(blockIdx.y);
+    return;
+  }
+  const long long linear = static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x;
+  q_tile = static_cast<int>(gridDim.x - 1 - linear / gridDim.y);
+  bh = static_cast<int>(linear % gridDim.y);
+}
+
+/// ALiBi slope of query head h: 2^(-8 (h + 1) / H), computed in double once per block.
+__device__ __forceinline__ float alibi_slope(int h, int heads) {
+  return static_cast<float>(exp2(-8.0 * static_cast<double>(h + 1) / static_cast<double>(heads)));
+}
+
+// ---------------------------------------------------------------- cp.async (sm_80+) ----
+
+/// Copy 16 bytes global -> shared without passing through registers. With `valid` false
+/// nothing is read and the 16 bytes are zero-filled (src-size 0): how tails are padded.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/// Wait until at most `kPending` of this thread's most recent groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// ---------------------------------------------------------------- RoPE ----
+
+/// Rotates the rows of a [rows x D] tile in shared memory (row stride ld floats) in place:
+/// row r is at position pos0 + r. Pairs (c, c + D/2); inv_freq[c] = theta^(-2c/D) in double.
+/// The angle pos * inv_freq reaches thousands of radians: computed and reduced to
+/// [-pi, pi] in double, then sincosf on the small float angle (an fp32 angle of 8192 rad
+/// would already be off by ~5e-4 rad).
+template <int D, int kThreads>
+__device__ __forceinline__ void rope_tile(float* tile, int rows, int ld, long long pos0, const double* inv_freq) {
+  constexpr int kHalf = D / 2;
+  constexpr double kTwoPi = 6.283185307179586476925286766559;
+  for (int idx = threadIdx.x; idx < rows * kHalf; idx += kThreads) {
+    const int r = idx / kHalf, c = idx % kHalf;
+    double angle = static_cast<double>(pos0 + r) * inv_freq[c];
+    angle -= kTwoPi * rint(angle / kTwoPi);
+    float sn, cs;
+    sincosf(static_cast<float>(angle), &sn, &cs);
+    float* row = tile + r * ld;
+    const float x0 = row[c], x1 = row[c + kHalf];
+    row[c] = x0 * cs - x1 * sn;
+    row[c + kHalf] = x0 * sn + x1 * cs;
+  }
+}
+
+/// inv_freq[c] = theta^(-2c/D) for c < D/2, written by the first D/2 threads.
+template <int D>
+__device__ __forceinline__ void rope_inv_freq(double* inv_freq, float theta) {
+  if (threadIdx.x < D / 2) inv_freq[threadIdx.x] = pow(static_cast<double>(theta), -2.0 * threadIdx.x / D);
+}
+
+/// Launches the register-blocked kernel of steps fused and fused_options (attention_fused.cu).
+void launch_fused(const AttentionArgs& a);
+
+}  // namespace course::solution::attn

@@ -1,0 +1,353 @@
+/// @file attention_fused.cu
+/// @brief Steps 4 and 5 of the attention ladder: the register-blocked fused kernel, and
+/// its positional options (RoPE, ALiBi) and grouped-query attention.
+
+#include "attention_device.cuh"
+
+#include "module03/attention.hpp"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace course::solution::attn {
+namespace {
+
+// ============================================================================
+// Step 4: fused -- the same algorithm as step 2, reorganized so that every value read
+// from shared memory feeds several FMAs, for any head dimension.
+//
+// What changes from steps 2-3:
+//  (a) Work per thread. Step 2 gave a thread one query row: each K or V value it loads
+//      from shared memory feeds ONE FMA per query... times the 4 lanes of a float4, i.e.
+//      4 FMAs per load instruction. Here a block of 128 threads owns 64 query rows and a
+//      thread computes an 8 x kCols micro-tile of S = Q K^T (8 rows x 4 keys for d <= 64):
+//      per step of 4 along d it loads 8 float4 of Q and kCols float4 of K and issues
+//      8 * kCols * 4 = 128 FMAs, ~11 FMAs per load (the register blocking of module 1's
+//      matmul). O = P V is blocked the same way: 8 rows x d/16 output columns per thread.
+//  (b) Sharing a row. The 16 threads with the same threadIdx.x / 16 (one half-warp) hold
+//      the same 8 rows and different keys: row max and row sum are __shfl_xor_sync
+//      butterflies over those 16 lanes. Each thread keeps its OWN partial sum l (all 16
+//      rescale by the same alpha, since they share m) and the 16 partials are added once,
+//      at the very end.
+//  (c) P through shared memory. A thread needs, for its O micro-tile, P[its rows][every
+//      key of the tile], which 16 threads computed: each writes its micro-tile of P
+//      transposed (key-major, rows contiguous) and reads back 8 rows per key as 2 float4.
+//  (d) cp.async pipeline. K_{t+1} is copied into shared memory while P_t V_t is computed
+//      and V_{t+1} while S_{t+1} = Q K_{t+1}^T is: each copy has a whole GEMM phase to land.
+//      Tails are zero-filled by the copy itself (src-size 0).
+//  (e) Templated on d (16, 32, 64, 96, 128); d > 64 uses 32-key tiles to fit two blocks
+//      per SM. Any strides, any N (tail tiles are masked), N_q != N_k, lse written.
+//
+// Thread map (tx = threadIdx.x % 16, ty = threadIdx.x / 16, 0..7):
+//   query rows   ty*4 + {0..3}  and  32 + ty*4 + {0..3}   (two groups of 4: the two
+//                half-warps then read Q rows 4 apart, in different banks)
+//   score keys   tx + 16*jj, jj < kCols                   (16 consecutive K rows per load)
+//   out columns  u*16*kVec + tx*kVec + e                   (16 lanes cover a contiguous span)
+// Shared memory rows are padded by 4 floats (16 B) so float4 reads of 8 consecutive rows
+// fall into 8 distinct bank groups.
+//
+// Causal: as step 3 -- tiles past the diagonal are never loaded, the mask is evaluated only
+// in diagonal/tail tiles, heaviest query tiles (of all heads) launched first.
+//
+// Prediction at the benchmark shape: FMA-issue bound at ~50-60% of peak in the two inner
+// loops, minus the softmax (~32 exp, ~40 shuffles per 4096 FMAs) and the barriers:
+// ~30-35 TFLOP/s, ~8-9 ms: >= 0.8x the cuBLAS materialized pipeline with O(N) memory.
+// d = 128: 32-key tiles read Q 8 floats per 2 keys (~6 FMAs per load): ~25 TFLOP/s.
+// Measured (H200, B4 H16 N4096): d = 64: 8.06 ms, 34.1 TFLOP/s = 1.10x the cuBLAS
+// pipeline (31.0) in 0.27 GB instead of 4.56 GB; 1.26x step 2. Causal 4.42 ms: 1.82x
+// faster than non-causal, 2.2x the library's causal row (cuBLAS still computes every
+// score). d = 128: 16.7 ms, 32.9 TFLOP/s = 0.82x cuBLAS (40.1: its GEMMs like d = 128).
+// Forcing 2 blocks per SM for d = 64 (no register cap): 32.8 TFLOP/s, slightly worse.
+//
+// ============================================================================
+// Step 5: fused_options -- the same kernel with the options switched on at run time
+// (uniform branches; the benchmark row shows what they cost):
+//   GQA:   kv head = h / (H / H_kv): only the K/V base pointer changes.
+//   RoPE:  after a Q or K tile lands in shared memory, rotate it in place (pairs
+//          (c, c + d/2), angle = pos * theta^(-2c/d)); one extra barrier per tile, and d/2
+//          sincos per row per tile -- small next to the 64*d FMAs per row per tile.
+//   ALiBi: bias = m_h * (j - (i + N_k - N_q)) added to the scaled score before the mask.
+// Prediction: GQA free; ALiBi ~2%; RoPE ~10-15% (double-precision angle reduction).
+// Measured (H200, B4 H16 N4096 d64, RoPE and ALiBi both on): 10.3 ms, 26.7 TFLOP/s: the
+// options cost 28% (36% at d = 128), more than predicted -- the per-score bias and the
+// extra barrier per tile weigh more than the count of operations suggests.
+// ============================================================================
+
+template <int D>
+struct FusedTile {
+  static constexpr int kThreads = 128;
+  static constexpr int kBlockQ = 64;
+  static constexpr int kBlockKV = D <= 64 ? 64 : 32;
+  static constexpr int kRows = 8;                  // query rows per thread
+  static constexpr int kCols = kBlockKV / 16;      // keys per thread in a tile
+  static constexpr int kOutCols = D / 16;          // output columns per thread
+  static constexpr int kVec = kOutCols % 4 == 0 ? 4 : (kOutCols % 2 == 0 ? 2 : 1);
+  static constexpr int kOutChunks = kOutCols / kVec;
+  static constexpr int kLd = D + 4;                // padded row stride of the Q, K, V tiles
+  static constexpr int kLdP = kBlockQ + 4;         // padded row stride of P^T
+  static constexpr int kQFloats = kBlockQ * kLd;
+  static constexpr int kKVFloats = kBlockKV * kLd;
+  static constexpr int kPFloats = kBlockKV * kLdP;
+  static constexpr std::size_t kSmemBytes =
+      (D / 2) * sizeof(double) + static_cast<std::size_t>(kQFloats + 2 * kKVFloats + kPFloats) * sizeof(float);
+  static constexpr int kMinBlocks = D <= 64 ? 3 : 2;
+  static_assert(kBlockQ == 8 * kRows, "8 row groups of 8 rows");
+  static_assert(kThreads == 16 * (kBlockQ / kRows), "16 threads share each row group");
+  static_assert(kOutChunks * kVec == kOutCols, "output columns split into chunks");
+};
+
+/// Row (within the tile) of a thread's ii-th query row.
+__device__ __forceinline__ int tile_row(int ty, int ii) { return ii < 4 ? ty * 4 + ii : 32 + ty * 4 + (ii - 4); }
+
+/// Sum or max over the 16 lanes of a half-warp (lanes with the same ty).
+__device__ __forceinline__ float half_warp_max(float x) {
+#pragma unroll
+  for (int off = 8; off > 0; off /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
+  return x;
+}
+__device__ __forceinline__ float half_warp_sum(float x) {
+#pragma unroll
+  for (int off = 8; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
+  return x;
+}
+
+/// Issue cp.async copies of rows [row0, row0 + kRowsT) of one head (rows >= valid_rows
+/// zero-filled) into a [kRowsT x D] tile with row stride ld.
+template <int D, int kRowsT, int kThreads>
+__device__ __forceinline__ void load_tile_async(float* tile, int ld, const float* head, std::int64_t seq_stride,
+                                                int row0, int valid_rows) {
+  constexpr int kChunksPerRow = D / 4;
+  for (int idx = threadIdx.x; idx < kRowsT * kChunksPerRow; idx += kThreads) {
+    const int r = idx / kChunksPerRow, c4 = idx % kChunksPerRow;
+    const long long row = static_cast<long long>(row0) + r;
+    const bool valid = row < valid_rows;
+    const float* src = valid ? head + row * seq_stride + c4 * 4 : head;
+    cp_async16(tile + r * ld + c4 * 4, src, valid);
+  }
+}
+
+template <int kVec>
+__device__ __forceinline__ void load_vec(const float* p, float (&out)[kVec]) {
+  if constexpr (kVec == 4) {
+    const float4 x = *reinterpret_cast<const float4*>(p);
+    out[0] = x.x; out[1] = x.y; out[2] = x.z; out[3] = x.w;
+  } else if constexpr (kVec == 2) {
+    const float2 x = *reinterpret_cast<const float2*>(p);
+    out[0] = x.x; out[1] = x.y;
+  } else {
+    out[0] = *p;
+  }
+}
+
+template <int kVec>
+__device__ __forceinline__ void store_vec(float* p, const float* x, float s) {
+  if constexpr (kVec == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(x[0] * s, x[1] * s, x[2] * s, x[3] * s);
+  } else if constexpr (kVec == 2) {
+    *reinterpret_cast<float2*>(p) = make_float2(x[0] * s, x[1] * s);
+  } else {
+    *p = x[0] * s;
+  }
+}
+
+template <int D, bool kCausal>
+__global__ void __launch_bounds__(FusedTile<D>::kThreads, FusedTile<D>::kMinBlocks)
+    fused_attention_kernel(const Params p) {
+  using T = FusedTile<D>;
+  constexpr int kRows = T::kRows, kCols = T::kCols, kVec = T::kVec;
+  constexpr int kOutCols = T::kOutCols, kOutChunks = T::kOutChunks;
+  constexpr int kLd = T::kLd, kLdP = T::kLdP, kBlockQ = T::kBlockQ, kBlockKV = T::kBlockKV;
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  double* inv_freq = reinterpret_cast<double*>(smem);                  // D/2 doubles (RoPE)
+  float* q_tile = reinterpret_cast<float*>(smem + (D / 2) * sizeof(double));
+  float* k_tile = q_tile + T::kQFloats;
+  float* v_tile = k_tile + T::kKVFloats;
+  float* p_tile = v_tile + T::kKVFloats;                               // P^T: [key][row]
+
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  int q_block, bh;
+  block_coordinates(kCausal, q_block, bh);  // causal: heaviest tiles of all heads first
+  const int b = bh / p.heads, h = bh % p.heads, hk = h / p.group;
+  const int q0 = q_block * kBlockQ;
+  const float* q_head = p.q + row_offset(p.qs, b, h, 0);
+  const float* k_head = p.k + row_offset(p.ks, b, hk, 0);
+  const float* v_head = p.v + row_offset(p.vs, b, hk, 0);
+  const long long off = p.causal_offset;
+
+  const int kv_end = kCausal ? causal_kv_end(p, q0, kBlockQ) : p.seq_k;
+  const int num_tiles = (kv_end + kBlockKV - 1) / kBlockKV;
+
+  float acc[kRows][kOutCols];
+  float m[kRows], l[kRows];
+#pragma unroll
+  for (int ii = 0; ii < kRows; ++ii) {
+    m[ii] = -INFINITY;
+    l[ii] = 0.f;
+#pragma unroll
+    for (int c = 0; c < kOutCols; ++c) acc[ii][c] = 0.f;
+  }
+
+  if (num_tiles > 0) {
+    if (p.rope) rope_inv_freq<D>(inv_freq, p.rope_theta);
+    const float slope = p.alibi ? alibi_slope(h, p.heads) : 0.f;
+
+    // Prologue: groups [Q + K_0], [V_0].
+    load_tile_async<D, kBlockQ, T::kThreads>(q_tile, kLd, q_head, p.qs.seq, q0, p.seq_q);
+    load_tile_async<D, kBlockKV, T::kThreads>(k_tile, kLd, k_head, p.ks.seq, 0, p.seq_k);
+    cp_async_commit();
+    load_tile_async<D, kBlockKV, T::kThreads>(v_tile, kLd, v_head, p.vs.seq, 0, p.seq_k);
+    cp_async_commit();
+
+    for (int t = 0; t < num_tiles; ++t) {
+      const int kv0 = t * kBlockKV;
+      cp_async_wait<1>();  // everything but the newest group (V_t) has landed: Q, K_t
+      __syncthreads();
+      if (p.rope) {
+        if (t == 0) rope_tile<D, T::kThreads>(q_tile, kBlockQ, kLd, static_cast<long long>(q0) + off, inv_freq);
+        rope_tile<D, T::kThreads>(k_tile, kBlockKV, kLd, kv0, inv_freq);
+        __syncthreads();
+      }
+
+      // ---- S = Q K_t^T: an 8 x kCols micro-tile per thread.
+      float s[kRows][kCols];
+#pragma unroll
+      for (int ii = 0; ii < kRows; ++ii)
+#pragma unroll
+        for (int jj = 0; jj < kCols; ++jj) s[ii][jj] = 0.f;
+#pragma unroll 4
+      for (int c = 0; c < D; c += 4) {
+        float4 qv[kRows], kv[kCols];
+#pragma unroll
+        for (int ii = 0; ii < kRows; ++ii) qv[ii] = *reinterpret_cast<const float4*>(q_tile + tile_row(ty, ii) * kLd + c);
+#pragma unroll
+        for (int jj = 0; jj < kCols; ++jj) kv[jj] = *reinterpret_cast<const float4*>(k_tile + (tx + 16 * jj) * kLd + c);
+#pragma unroll
+        for (int ii = 0; ii < kRows; ++ii)
+#pragma unroll
+          for (int jj = 0; jj < kCols; ++jj)
+            s[ii][jj] = fmaf(qv[ii].w, kv[jj].w,
+                             fmaf(qv[ii].z, kv[jj].z, fmaf(qv[ii].y, kv[jj].y, fmaf(qv[ii].x, kv[jj].x, s[ii][jj]))));
+      }
+      __syncthreads();  // all reads of k_tile are done: prefetch K_{t+1} into it
+      if (t + 1 < num_tiles)
+        load_tile_async<D, kBlockKV, T::kThreads>(k_tile, kLd, k_head, p.ks.seq, kv0 + kBlockKV, p.seq_k);
+      cp_async_commit();  // (possibly empty) group K_{t+1}
+
+      // ---- scale, bias, mask; online softmax per row.
+      const bool need_mask = static_cast<long long>(kv0) + kBlockKV > p.seq_k ||
+                             (kCausal && static_cast<long long>(kv0) + kBlockKV - 1 > static_cast<long long>(q0) + off);
+#pragma unroll
+      for (int ii = 0; ii < kRows; ++ii) {
+        const long long i = static_cast<long long>(q0) + tile_row(ty, ii);
+        float row_max = -INFINITY;
+#pragma unroll
+        for (int jj = 0; jj < kCols; ++jj) {
+          const int j = kv0 + tx + 16 * jj;
+          float x = s[ii][jj] * p.scale;
+          if (p.alibi) x += slope * static_cast<float>(static_cast<long long>(j) - i - off);
+          if (need_mask && (j >= p.seq_k || (kCausal && j > i + off))) x = -INFINITY;
+          s[ii][jj] = x;
+          row_max = fmaxf(row_max, x);
+        }
+        row_max = half_warp_max(row_max);
+        const float alpha = online_softmax_rescale(m[ii], l[ii], row_max);  // l: this thread's partial
+        const float m_ref = exp_reference(m[ii]);
+#pragma unroll
+        for (int jj = 0; jj < kCols; ++jj) {
+          const float pj = __expf(s[ii][jj] - m_ref);
+          l[ii] += pj;
+          s[ii][jj] = pj;
+        }
+#pragma unroll
+        for (int c = 0; c < kOutCols; ++c) acc[ii][c] *= alpha;
+      }
+      // P^T into shared memory: key-major, the thread's two groups of 4 rows as float4.
+#pragma unroll
+      for (int jj = 0; jj < kCols; ++jj) {
+        float* prow = p_tile + (tx + 16 * jj) * kLdP;
+        *reinterpret_cast<float4*>(prow + ty * 4) = make_float4(s[0][jj], s[1][jj], s[2][jj], s[3][jj]);
+        *reinterpret_cast<float4*>(prow + 32 + ty * 4) = make_float4(s[4][jj], s[5][jj], s[6][jj], s[7][jj]);
+      }
+      cp_async_wait<1>();  // V_t has landed (K_{t+1} may still be in flight)
+      __syncthreads();     // ... for every thread, and P_t is complete
+
+      // ---- O += P_t V_t: 8 rows x kOutCols columns per thread.
+#pragma unroll 4
+      for (int kk = 0; kk < kBlockKV; ++kk) {
+        const float4 pa = *reinterpret_cast<const float4*>(p_tile + kk * kLdP + ty * 4);
+        const float4 pb = *reinterpret_cast<const float4*>(p_tile + kk * kLdP + 32 + ty * 4);
+        const float pr[kRows] = {pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w};
+#pragma unroll
+        for (int u = 0; u < kOutChunks; ++u) {
+          float vv[kVec];
+          load_vec<kVec>(v_tile + kk * kLd + u * 16 * kVec + tx * kVec, vv);
+#pragma unroll
+          for (int ii = 0; ii < kRows; ++ii)
+#pragma unroll
+            for (int e = 0; e < kVec; ++e) acc[ii][u * kVec + e] = fmaf(pr[ii], vv[e], acc[ii][u * kVec + e]);
+        }
+      }
+      __syncthreads();  // all reads of v_tile and p_tile are done: prefetch V_{t+1}
+      if (t + 1 < num_tiles)
+        load_tile_async<D, kBlockKV, T::kThreads>(v_tile, kLd, v_head, p.vs.seq, kv0 + kBlockKV, p.seq_k);
+      cp_async_commit();  // (possibly empty) group V_{t+1}
+    }
+    cp_async_wait<0>();
+  }
+
+  // ---- epilogue: O = acc / l, lse = m + log l (rows past N_q are not stored).
+#pragma unroll
+  for (int ii = 0; ii < kRows; ++ii) {
+    const float l_row = half_warp_sum(l[ii]);
+    const long long i = static_cast<long long>(q0) + tile_row(ty, ii);
+    if (i < p.seq_q) {
+      const float inv = l_row > 0.f ? 1.f / l_row : 0.f;  // a row that sees no key: O = 0
+      float* o_row = p.o + row_offset(p.os, b, h, i);
+#pragma unroll
+      for (int u = 0; u < kOutChunks; ++u) store_vec<kVec>(o_row + u * 16 * kVec + tx * kVec, &acc[ii][u * kVec], inv);
+      if (p.lse != nullptr && tx == 0)
+        p.lse[static_cast<long long>(bh) * p.seq_q + i] = l_row > 0.f ? m[ii] + logf(l_row) : -INFINITY;
+    }
+  }
+}
+
+template <int D, bool kCausal>
+void launch_fused_cfg(const Params& p, std::int64_t batch_heads, cudaStream_t stream) {
+  using T = FusedTile<D>;
+  auto kernel = fused_attention_kernel<D, kCausal>;
+  // > 48 KB of dynamic shared memory must be opted into; prefer the largest carveout so
+  // that kMinBlocks blocks fit on an SM.
+  COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(T::kSmemBytes)));
+  COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         cudaSharedmemCarveoutMaxShared));
+  const dim3 grid(static_cast<unsigned>((static_cast<long long>(p.seq_q) + T::kBlockQ - 1) / T::kBlockQ),
+                  static_cast<unsigned>(batch_heads));
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
+  COURSE_CHECK_LAUNCH("fused_attention_kernel");
+}
+
+template <int D>
+void launch_fused_d(const Params& p, std::int64_t batch_heads, bool causal, cudaStream_t stream) {
+  if (causal) launch_fused_cfg<D, true>(p, batch_heads, stream);
+  else launch_fused_cfg<D, false>(p, batch_heads, stream);
+}
+
+}  // namespace
+
+void launch_fused(const AttentionArgs& a) {
+  const Params p = make_params(a);
+  const std::int64_t bh = a.batch * a.heads;
+  switch (a.head_dim) {
+    case 16: return launch_fused_d<16>(p, bh, a.causal, a.stream);
+    case 32: return launch_fused_d<32>(p, bh, a.causal, a.stream);
+    case 64: return launch_fused_d<64>(p, bh, a.causal, a.stream);
+    case 96: return launch_fused_d<96>(p, bh, a.causal, a.stream);
+    case 128: return launch_fused_d<128>(p, bh, a.causal, a.stream);
+  }
+  require_arg(false, "attention", "head_dim", a.head_dim, "is not supported by the fused kernel");
+}
+
+}  // namespace course::solution::attn
