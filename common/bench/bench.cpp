@@ -58,6 +58,54 @@ bool require_device(benchmark::State& state) {
   return false;
 }
 
+std::string row_name(const std::string& op, const std::string& impl, const std::string& step,
+                     const std::string& shape) {
+  return op + "/" + impl + "/" + step + "/" + shape;
+}
+
+benchmark::internal::Benchmark* add_row(const std::string& name, benchmark::TimeUnit unit,
+                                        std::function<void(benchmark::State&)> fn) {
+  return benchmark::RegisterBenchmark(name.c_str(), std::move(fn))->UseManualTime()->Unit(unit);
+}
+
+bool guard(benchmark::State& state, const std::function<void()>& body) {
+  if (!require_device(state)) return false;
+  try {
+    body();
+    return true;
+  } catch (const NotImplemented& e) {
+    state.SkipWithError((std::string("not implemented: ") + e.what()).c_str());
+  } catch (const Error& e) {
+    state.SkipWithError(e.what());
+  }
+  return false;
+}
+
+double l2_cache_bytes() { return static_cast<double>(device_properties().l2CacheSize); }
+
+void check_cublas(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw Error(std::string(what) + " failed with cuBLAS status " + std::to_string(static_cast<int>(status)));
+}
+
+cublasHandle_t cublas_handle(bool device_pointer_mode) {
+  auto create = [](cublasPointerMode_t mode) {
+    cublasHandle_t h = nullptr;
+    check_cublas(cublasCreate(&h), "cublasCreate");
+    check_cublas(cublasSetStream(h, nullptr), "cublasSetStream");
+    check_cublas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    check_cublas(cublasSetPointerMode(h, mode), "cublasSetPointerMode");
+    return h;
+  };
+  // Each created on first use and never destroyed: they live for the process.
+  if (device_pointer_mode) {
+    static const cublasHandle_t device_mode = create(CUBLAS_POINTER_MODE_DEVICE);
+    return device_mode;
+  }
+  static const cublasHandle_t host_mode = create(CUBLAS_POINTER_MODE_HOST);
+  return host_mode;
+}
+
 namespace {
 
 /// One parsed row "op/impl/step/shape" with its headline metric.

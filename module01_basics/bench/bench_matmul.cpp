@@ -17,17 +17,16 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
-#include <memory>
 #include <string>
 #include <tuple>
-#include <vector>
 
 namespace {
 
+namespace bench = course::bench;
 using course::DeviceBuffer;
 using course::m01::MatmulArgs;
 using course::m01::MatmulStep;
+using MatmulFn = void (*)(MatmulStep, const MatmulArgs&);
 
 struct GemmShape {
   std::int64_t m, n, k;
@@ -43,89 +42,55 @@ struct Buffers {
   struct Set {
     DeviceBuffer<float> a, b, c;
   };
-  std::vector<Set> sets;
-  std::size_t next = 0;
-  Set& rotate() {
-    Set& s = sets[next];
-    next = (next + 1) % sets.size();
-    return s;
-  }
-};
+  bench::Rotation<Set> sets;
 
-Buffers& buffers_for(const GemmShape& s) {
-  static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, std::unique_ptr<Buffers>> cache;
-  auto& slot = cache[{s.m, s.n, s.k}];
-  if (!slot) {
-    slot = std::make_unique<Buffers>();
+  explicit Buffers(const GemmShape& s) {
     const auto na = static_cast<std::size_t>(s.m * s.k), nb = static_cast<std::size_t>(s.k * s.n),
                nc = static_cast<std::size_t>(s.m * s.n);
     const double set_bytes = 4.0 * static_cast<double>(na + nb + nc);
-    const double l2 = static_cast<double>(course::device_properties().l2CacheSize);
-    const int count = std::clamp(static_cast<int>(2.0 * l2 / set_bytes) + 1, 1, 16);
+    const int count = std::clamp(static_cast<int>(2.0 * bench::l2_cache_bytes() / set_bytes) + 1, 1, 16);
     const std::uint64_t seed = course::seed_for("bench_matmul/" + s.name());
     for (int i = 0; i < count; ++i) {
-      Buffers::Set set;
+      Set& set = sets.add();
       set.a = DeviceBuffer<float>(course::random_vector(na, seed + 3 * i));
       set.b = DeviceBuffer<float>(course::random_vector(nb, seed + 3 * i + 1));
       set.c = DeviceBuffer<float>(course::random_vector(nc, seed + 3 * i + 2));
-      slot->sets.push_back(std::move(set));
     }
   }
-  return *slot;
-}
+};
+
+Buffers& buffers_for(const GemmShape& s) { return bench::cached<Buffers>(std::tuple{s.m, s.n, s.k}, s); }
 
 MatmulArgs args_for(Buffers::Set& set, const GemmShape& s) {
   return course::m01::packed_matmul_args(set.a.data(), set.b.data(), set.c.data(), s.m, s.n, s.k);
 }
 
-template <class Fn>
-void bench_step(benchmark::State& state, Fn matmul, MatmulStep step, GemmShape s) {
-  if (!course::bench::require_device(state)) return;
-  Buffers& b = buffers_for(s);
-  try {
-    matmul(step, args_for(b.rotate(), s));  // warm-up, and the NotImplemented check for stubs
-    COURSE_CUDA_CHECK(cudaDeviceSynchronize());
-  } catch (const course::NotImplemented& e) {
-    state.SkipWithError((std::string("not implemented: ") + e.what()).c_str());
-    return;
-  }
-  for (auto _ : state) {
-    const MatmulArgs a = args_for(b.rotate(), s);
-    course::bench::time_iteration(state, [&] { matmul(step, a); });
-  }
-  course::bench::set_flops(state, s.flops());
+void bench_step(benchmark::State& state, MatmulFn matmul, MatmulStep step, const GemmShape& s) {
+  bench::guard(state, [&] {
+    Buffers& b = buffers_for(s);
+    bench::time_calls(state, [&] { return args_for(b.sets.next(), s); },
+                      [&](const MatmulArgs& a) { matmul(step, a); });
+    bench::set_flops(state, s.flops());
+  });
 }
 
-cublasHandle_t cublas_handle() {
-  static cublasHandle_t handle = [] {
-    cublasHandle_t h = nullptr;
-    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) throw course::Error("cublasCreate failed");
-    if (cublasSetMathMode(h, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS)  // fp32, no TF32
-      throw course::Error("cublasSetMathMode failed");
-    return h;
-  }();
-  return handle;
-}
-
-void bench_cublas(benchmark::State& state, GemmShape s) {
-  if (!course::bench::require_device(state)) return;
-  Buffers& b = buffers_for(s);
+/// Row-major C = A*B as column-major C^T = B^T * A^T.
+void cublas_sgemm(Buffers::Set& set, const GemmShape& s) {
   const float alpha = 1.0f, beta = 0.0f;
-  auto sgemm = [&](Buffers::Set& set) {
-    // Row-major C = A*B as column-major C^T = B^T * A^T.
-    const cublasStatus_t st = cublasSgemm(cublas_handle(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(s.n),
-                                          static_cast<int>(s.m), static_cast<int>(s.k), &alpha, set.b.data(),
-                                          static_cast<int>(s.n), set.a.data(), static_cast<int>(s.k), &beta,
-                                          set.c.data(), static_cast<int>(s.n));
-    if (st != CUBLAS_STATUS_SUCCESS) throw course::Error("cublasSgemm failed: status " + std::to_string(st));
-  };
-  sgemm(b.rotate());  // warm-up (handle creation, kernel selection)
-  COURSE_CUDA_CHECK(cudaDeviceSynchronize());
-  for (auto _ : state) {
-    Buffers::Set& set = b.rotate();
-    course::bench::time_iteration(state, [&] { sgemm(set); });
-  }
-  course::bench::set_flops(state, s.flops());
+  bench::check_cublas(cublasSgemm(bench::cublas_handle(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(s.n),
+                                  static_cast<int>(s.m), static_cast<int>(s.k), &alpha, set.b.data(),
+                                  static_cast<int>(s.n), set.a.data(), static_cast<int>(s.k), &beta, set.c.data(),
+                                  static_cast<int>(s.n)),
+                      "cublasSgemm");
+}
+
+void bench_cublas(benchmark::State& state, const GemmShape& s) {
+  bench::guard(state, [&] {
+    Buffers& b = buffers_for(s);
+    bench::time_calls(state, [&]() -> Buffers::Set& { return b.sets.next(); },
+                      [&](Buffers::Set& set) { cublas_sgemm(set, s); });
+    bench::set_flops(state, s.flops());
+  });
 }
 
 /// The naive step takes ~0.3 s at 4096^3 (~0.5 TFLOP/s): a few iterations suffice.
@@ -136,25 +101,15 @@ void limit_slow(benchmark::internal::Benchmark* b, MatmulStep step, const GemmSh
 const bool kRegistered = [] {
   for (const GemmShape& s : kShapes) {
     for (const auto& info : course::m01::kMatmulSteps) {
-      auto* sol = benchmark::RegisterBenchmark(
-          ("sgemm/solution/" + std::string(info.name) + "/" + s.name()).c_str(),
-          [step = info.step, s](benchmark::State& st) {
-            bench_step(st, [](MatmulStep k, const MatmulArgs& a) { course::solution::matmul(k, a); }, step, s);
-          });
-      sol->UseManualTime()->Unit(benchmark::kMillisecond);
+      const auto [sol, ex] = bench::add_step_rows(
+          "sgemm", info.name, s.name(), benchmark::kMillisecond, &course::solution::matmul,
+          &course::exercise::matmul,
+          [step = info.step, s](benchmark::State& st, MatmulFn fn) { bench_step(st, fn, step, s); });
       limit_slow(sol, info.step, s);
-      auto* ex = benchmark::RegisterBenchmark(
-          ("sgemm/exercise/" + std::string(info.name) + "/" + s.name()).c_str(),
-          [step = info.step, s](benchmark::State& st) {
-            bench_step(st, [](MatmulStep k, const MatmulArgs& a) { course::exercise::matmul(k, a); }, step, s);
-          });
-      ex->UseManualTime()->Unit(benchmark::kMillisecond);
       limit_slow(ex, info.step, s);
     }
-    benchmark::RegisterBenchmark(("sgemm/library/cublas_sgemm/" + s.name()).c_str(),
-                                 [s](benchmark::State& st) { bench_cublas(st, s); })
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond);
+    bench::add_row(bench::row_name("sgemm", "library", "cublas_sgemm", s.name()), benchmark::kMillisecond,
+                   [s](benchmark::State& st) { bench_cublas(st, s); });
   }
   return true;
 }();

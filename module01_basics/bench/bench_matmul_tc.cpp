@@ -15,17 +15,18 @@
 #include <cublas_v2.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
-#include <memory>
-#include <sstream>
 #include <string>
 
 namespace {
 
+namespace bench = course::bench;
 using course::DeviceBuffer;
 using course::m01::TcMatmulArgs;
 using course::m01::TcMatmulStep;
 using bf16 = __nv_bfloat16;
+using MatmulTcFn = void (*)(TcMatmulStep, const TcMatmulArgs&);
 
 struct Shape {
   std::int64_t m, n, k;
@@ -44,22 +45,17 @@ const Shape kShapes[] = {{8192, 8192, 8192}, {4096, 4096, 4096}};
 struct Operands {
   DeviceBuffer<bf16> a, b;
   DeviceBuffer<float> c;
+
+  explicit Operands(const Shape& s) {
+    const auto seed = course::seed_for("bench_matmul_tc/" + s.name());
+    a = DeviceBuffer<bf16>(course::to_bf16(course::random_vector(static_cast<std::size_t>(s.m * s.k), seed)));
+    b = DeviceBuffer<bf16>(course::to_bf16(course::random_vector(static_cast<std::size_t>(s.k * s.n), seed + 1)));
+    c = DeviceBuffer<float>(static_cast<std::size_t>(s.m * s.n));
+  }
 };
 
-Operands& operands_for(const Shape& s) {
-  static std::map<std::string, std::unique_ptr<Operands>> cache;
-  auto& slot = cache[s.name()];
-  if (!slot) {
-    slot = std::make_unique<Operands>();
-    const auto seed = course::seed_for("bench_matmul_tc/" + s.name());
-    slot->a = DeviceBuffer<bf16>(course::to_bf16(course::random_vector(static_cast<std::size_t>(s.m * s.k), seed)));
-    slot->b = DeviceBuffer<bf16>(course::to_bf16(course::random_vector(static_cast<std::size_t>(s.k * s.n), seed + 1)));
-    slot->c = DeviceBuffer<float>(static_cast<std::size_t>(s.m * s.n));
-  }
-  return *slot;
-}
-
-TcMatmulArgs args_for(const Shape& s, Operands& op) {
+TcMatmulArgs args_for(const Shape& s) {
+  Operands& op = bench::cached<Operands>(s.name(), s);
   TcMatmulArgs a;
   a.a = op.a.data();
   a.b = op.b.data();
@@ -73,28 +69,16 @@ TcMatmulArgs args_for(const Shape& s, Operands& op) {
   return a;
 }
 
-cublasHandle_t cublas() {
-  static cublasHandle_t handle = [] {
-    cublasHandle_t h = nullptr;
-    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) throw course::Error("cublasCreate failed");
-    return h;
-  }();
-  return handle;
-}
-
 /// Row-major C = A * B through column-major cuBLAS: C^T (N x M) = B^T (N x K) * A^T (K x M),
 /// and a row-major matrix with leading dimension ld is its transpose, column-major, same ld.
 void cublas_gemm(const TcMatmulArgs& a) {
   const float one = 1.f, zero = 0.f;
-  const cublasStatus_t st = cublasGemmEx(
-      cublas(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(a.n), static_cast<int>(a.m), static_cast<int>(a.k), &one,
-      a.b, CUDA_R_16BF, static_cast<int>(a.ldb), a.a, CUDA_R_16BF, static_cast<int>(a.lda), &zero, a.c, CUDA_R_32F,
-      static_cast<int>(a.ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  if (st != CUBLAS_STATUS_SUCCESS) {
-    std::ostringstream os;
-    os << "cublasGemmEx failed with status " << static_cast<int>(st);
-    throw course::Error(os.str());
-  }
+  bench::check_cublas(
+      cublasGemmEx(bench::cublas_handle(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(a.n), static_cast<int>(a.m),
+                   static_cast<int>(a.k), &one, a.b, CUDA_R_16BF, static_cast<int>(a.ldb), a.a, CUDA_R_16BF,
+                   static_cast<int>(a.lda), &zero, a.c, CUDA_R_32F, static_cast<int>(a.ldc), CUBLAS_COMPUTE_32F,
+                   CUBLAS_GEMM_DEFAULT),
+      "cublasGemmEx");
 }
 
 /// cuBLAS's TFLOP/s for `s`, measured once per process: the ceiling of every row.
@@ -102,63 +86,34 @@ double cublas_tflops(const Shape& s) {
   static std::map<std::string, double> cache;
   auto it = cache.find(s.name());
   if (it != cache.end()) return it->second;
-  Operands& op = operands_for(s);
-  const TcMatmulArgs a = args_for(s, op);
+  const TcMatmulArgs a = args_for(s);
   const course::TimingStats t = course::time_kernel([&] { cublas_gemm(a); }, 3, 20);
   const double tflops = s.flops() / (t.median_ms * 1e-3) / 1e12;
   cache[s.name()] = tflops;
   return tflops;
 }
 
-using MatmulTcFn = void (*)(TcMatmulStep, const TcMatmulArgs&);
-
-void bench_step(benchmark::State& state, MatmulTcFn fn, TcMatmulStep step, Shape s) {
-  if (!course::bench::require_device(state)) return;
-  Operands& op = operands_for(s);
-  const TcMatmulArgs a = args_for(s, op);
-  try {
-    fn(step, a);  // warm-up, and the NotImplemented check for exercise stubs
-    COURSE_CUDA_CHECK(cudaDeviceSynchronize());
-  } catch (const course::NotImplemented& e) {
-    state.SkipWithError((std::string("not implemented: ") + e.what()).c_str());
-    return;
-  }
-  const double ceiling = cublas_tflops(s);
-  for (auto _ : state) course::bench::time_iteration(state, [&] { fn(step, a); });
-  course::bench::set_flops(state, s.flops(), ceiling);
-}
-
-void bench_cublas(benchmark::State& state, Shape s) {
-  if (!course::bench::require_device(state)) return;
-  Operands& op = operands_for(s);
-  const TcMatmulArgs a = args_for(s, op);
-  cublas_gemm(a);  // warm-up (heuristics, workspace)
-  COURSE_CUDA_CHECK(cudaDeviceSynchronize());
-  const double ceiling = cublas_tflops(s);
-  for (auto _ : state) course::bench::time_iteration(state, [&] { cublas_gemm(a); });
-  course::bench::set_flops(state, s.flops(), ceiling);
+/// Times `gemm` (one of our steps, or cuBLAS) on the shape's operands; the ceiling is
+/// measured after the timed loop, so the warm-up directly precedes it.
+void bench_gemm(benchmark::State& state, const Shape& s, const std::function<void(const TcMatmulArgs&)>& gemm) {
+  bench::guard(state, [&] {
+    const TcMatmulArgs a = args_for(s);
+    bench::time_calls(state, [&] { return a; }, gemm);
+    bench::set_flops(state, s.flops(), cublas_tflops(s));
+  });
 }
 
 const bool kRegistered = [] {
   for (const Shape& s : kShapes) {
     for (const auto& info : course::m01::kTcMatmulSteps) {
-      benchmark::RegisterBenchmark(("hgemm_bf16/solution/" + std::string(info.name) + "/" + s.name()).c_str(),
-                                   [step = info.step, s](benchmark::State& st) {
-                                     bench_step(st, &course::solution::matmul_tc, step, s);
-                                   })
-          ->UseManualTime()
-          ->Unit(benchmark::kMillisecond);
-      benchmark::RegisterBenchmark(("hgemm_bf16/exercise/" + std::string(info.name) + "/" + s.name()).c_str(),
-                                   [step = info.step, s](benchmark::State& st) {
-                                     bench_step(st, &course::exercise::matmul_tc, step, s);
-                                   })
-          ->UseManualTime()
-          ->Unit(benchmark::kMillisecond);
+      bench::add_step_rows("hgemm_bf16", info.name, s.name(), benchmark::kMillisecond, &course::solution::matmul_tc,
+                           &course::exercise::matmul_tc,
+                           [step = info.step, s](benchmark::State& st, MatmulTcFn fn) {
+                             bench_gemm(st, s, [=](const TcMatmulArgs& a) { fn(step, a); });
+                           });
     }
-    benchmark::RegisterBenchmark(("hgemm_bf16/library/cublas_gemmex/" + s.name()).c_str(),
-                                 [s](benchmark::State& st) { bench_cublas(st, s); })
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond);
+    bench::add_row(bench::row_name("hgemm_bf16", "library", "cublas_gemmex", s.name()), benchmark::kMillisecond,
+                   [s](benchmark::State& st) { bench_gemm(st, s, cublas_gemm); });
   }
   return true;
 }();

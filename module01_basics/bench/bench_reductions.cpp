@@ -12,10 +12,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
-#include <vector>
 
 // Defined in bench_reductions_lib.cu (CUB needs nvcc); declared here, its only user.
 namespace course::m01::reductions_lib {
@@ -25,12 +23,12 @@ void cub_l2_norm(const float* x, std::int64_t n, float* result, void* temp, std:
 std::size_t cub_dot_temp_bytes(std::int64_t n);
 void cub_dot(const float* x, const float* y, std::int64_t n, float* result, void* temp, std::size_t temp_bytes,
              cudaStream_t stream);
-void fill_random(float* p, std::int64_t n, std::uint64_t seed, cudaStream_t stream);
 }  // namespace course::m01::reductions_lib
 
 namespace {
 
 namespace lib = course::m01::reductions_lib;
+namespace bench = course::bench;
 using course::DeviceBuffer;
 using course::m01::ReduceArgs;
 using course::m01::ReduceStep;
@@ -45,30 +43,31 @@ double bytes_read(Op op, std::int64_t n) { return (op == Op::dot ? 8.0 : 4.0) * 
 /// Random x and y of one length, in enough copies that consecutive iterations read
 /// from HBM, not from the 50 MB L2 (one copy when a vector is larger than 3x L2).
 struct Inputs {
+  struct XY {
+    explicit XY(std::int64_t len) : x(static_cast<std::size_t>(len)), y(static_cast<std::size_t>(len)) {}
+    DeviceBuffer<float> x, y;
+  };
   std::int64_t n;
-  std::vector<DeviceBuffer<float>> xs, ys;
+  bench::Rotation<XY> copies;
   DeviceBuffer<float> result{1};
   DeviceBuffer<float> workspace{course::m01::kMaxReduceBlocks};
-  std::size_t next = 0;
 
   explicit Inputs(std::int64_t len) : n(len) {
-    const double l2 = static_cast<double>(course::device_properties().l2CacheSize);
     const double bytes = 4.0 * static_cast<double>(n);
-    const int copies = static_cast<int>(std::clamp(3.0 * l2 / bytes, 1.0, 64.0));
-    for (int k = 0; k < copies; ++k) {
-      xs.emplace_back(static_cast<std::size_t>(n));
-      ys.emplace_back(static_cast<std::size_t>(n));
-      lib::fill_random(xs.back().data(), n, 1000 + 2 * k, nullptr);
-      lib::fill_random(ys.back().data(), n, 1001 + 2 * k, nullptr);
+    const int count = static_cast<int>(std::clamp(3.0 * bench::l2_cache_bytes() / bytes, 1.0, 64.0));
+    for (int k = 0; k < count; ++k) {
+      XY& c = copies.add(n);
+      bench::fill_uniform_device(c.x.data(), n, 1000 + 2 * k, -1.f, 1.f);
+      bench::fill_uniform_device(c.y.data(), n, 1001 + 2 * k, -1.f, 1.f);
     }
     COURSE_CUDA_CHECK(cudaDeviceSynchronize());
   }
   /// Arguments on the next copy of the inputs.
   ReduceArgs next_args(Op op) {
-    const std::size_t k = next++ % xs.size();
+    XY& c = copies.next();
     ReduceArgs a;
-    a.x = xs[k].data();
-    a.y = op == Op::dot ? ys[k].data() : nullptr;
+    a.x = c.x.data();
+    a.y = op == Op::dot ? c.y.data() : nullptr;
     a.n = n;
     a.result = result.data();
     a.workspace = workspace.data();
@@ -77,53 +76,16 @@ struct Inputs {
   }
 };
 
-Inputs& inputs_for(std::int64_t n) {
-  static std::map<std::int64_t, std::unique_ptr<Inputs>> cache;
-  auto& slot = cache[n];
-  if (!slot) slot = std::make_unique<Inputs>(n);
-  return *slot;
-}
-
 using Call = std::function<void(const ReduceArgs&)>;
 
 /// Times the call that `setup` returns (setup allocates what it needs, untimed) on
 /// rotating inputs; the call must enqueue its work on the default stream.
 void run_timed(benchmark::State& state, Op op, std::int64_t n, const std::function<Call()>& setup) {
-  if (!course::bench::require_device(state)) return;
-  try {
-    Inputs& in = inputs_for(n);
-    const Call call = setup();
-    call(in.next_args(op));  // warm-up; an unwritten exercise step throws here
-    COURSE_CUDA_CHECK(cudaDeviceSynchronize());
-    for (auto _ : state) {
-      const ReduceArgs a = in.next_args(op);
-      course::bench::time_iteration(state, [&] { call(a); });
-    }
-    course::bench::set_bandwidth(state, bytes_read(op, n));
-  } catch (const course::NotImplemented& e) {
-    state.SkipWithError((std::string("not implemented: ") + e.what()).c_str());
-  } catch (const course::Error& e) {
-    state.SkipWithError(e.what());
-  }
-}
-
-void check_cublas(cublasStatus_t status, const char* what) {
-  if (status != CUBLAS_STATUS_SUCCESS)
-    throw course::Error(std::string(what) + " failed with cuBLAS status " + std::to_string(static_cast<int>(status)));
-}
-
-/// One cuBLAS handle for the process, on the default stream, reading and writing its
-/// scalar result through a DEVICE pointer: asynchronous like our kernels (the host
-/// pointer mode would synchronize on every call).
-cublasHandle_t cublas() {
-  static cublasHandle_t handle = [] {
-    cublasHandle_t h = nullptr;
-    check_cublas(cublasCreate(&h), "cublasCreate");
-    check_cublas(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_DEVICE), "cublasSetPointerMode");
-    check_cublas(cublasSetStream(h, nullptr), "cublasSetStream");
-    return h;
-  }();
-  return handle;
+  bench::guard(state, [&] {
+    Inputs& in = bench::cached<Inputs>(n, n);
+    bench::time_calls(state, [&] { return in.next_args(op); }, setup());
+    bench::set_bandwidth(state, bytes_read(op, n));
+  });
 }
 
 int as_int(std::int64_t n) {
@@ -143,34 +105,36 @@ void register_rows() {
   };
   for (const auto& o : ops) {
     for (const std::int64_t n : kSizes) {
-      const std::string shape = "/n=" + std::to_string(n);
+      const std::string shape = "n=" + std::to_string(n);
       const Op op = o.op;
       for (const auto& [impl, fn] : {std::pair{"solution", o.solution}, std::pair{"exercise", o.exercise}}) {
         for (const auto& info : course::m01::kReduceSteps) {
           const ReduceStep step = info.step;
           const ReduceFn f = fn;
-          const std::string name = std::string(o.name) + "/" + impl + "/" + info.name + shape;
-          benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
+          bench::add_row(bench::row_name(o.name, impl, info.name, shape), benchmark::kMicrosecond,
+                         [=](benchmark::State& state) {
             run_timed(state, op, n, [=] { return Call([=](const ReduceArgs& a) { f(step, a); }); });
-          })->UseManualTime()->Unit(benchmark::kMicrosecond);
+          });
         }
       }
-      // Library rows.
+      // Library rows. The cuBLAS handle reads and writes its scalar result through a
+      // DEVICE pointer: asynchronous like our kernels (the host pointer mode would
+      // synchronize on every call).
       const std::string blas = op == Op::l2_norm ? "cublas_snrm2" : "cublas_sdot";
-      benchmark::RegisterBenchmark((std::string(o.name) + "/library/" + blas + shape).c_str(),
-                                   [=](benchmark::State& state) {
+      bench::add_row(bench::row_name(o.name, "library", blas, shape), benchmark::kMicrosecond,
+                     [=](benchmark::State& state) {
         run_timed(state, op, n, [=] {
-          const cublasHandle_t h = cublas();
+          const cublasHandle_t h = bench::cublas_handle(/*device_pointer_mode=*/true);
           return Call([=](const ReduceArgs& a) {
             if (op == Op::l2_norm)
-              check_cublas(cublasSnrm2(h, as_int(a.n), a.x, 1, a.result), "cublasSnrm2");
+              bench::check_cublas(cublasSnrm2(h, as_int(a.n), a.x, 1, a.result), "cublasSnrm2");
             else
-              check_cublas(cublasSdot(h, as_int(a.n), a.x, 1, a.y, 1, a.result), "cublasSdot");
+              bench::check_cublas(cublasSdot(h, as_int(a.n), a.x, 1, a.y, 1, a.result), "cublasSdot");
           });
         });
-      })->UseManualTime()->Unit(benchmark::kMicrosecond);
-      benchmark::RegisterBenchmark((std::string(o.name) + "/library/cub_reduce" + shape).c_str(),
-                                   [=](benchmark::State& state) {
+      });
+      bench::add_row(bench::row_name(o.name, "library", "cub_reduce", shape), benchmark::kMicrosecond,
+                     [=](benchmark::State& state) {
         run_timed(state, op, n, [=] {
           const std::size_t bytes = op == Op::l2_norm ? lib::cub_l2_norm_temp_bytes(n) : lib::cub_dot_temp_bytes(n);
           // Shared by the copies of the returned call; freed when the row is done.
@@ -182,7 +146,7 @@ void register_rows() {
               lib::cub_dot(a.x, a.y, a.n, a.result, temp->data(), bytes, nullptr);
           });
         });
-      })->UseManualTime()->Unit(benchmark::kMicrosecond);
+      });
     }
   }
 }

@@ -1,7 +1,6 @@
 /// @file bench_reductions_lib.cu
-/// @brief Device code for bench_reductions.cpp: the CUB library rows and a device-side
-/// random fill (so 2 GiB of inputs need no host generation). Host API declared in
-/// bench_reductions.cpp, the only user.
+/// @brief Device code for bench_reductions.cpp: the CUB library rows. Host API declared
+/// in bench_reductions.cpp, the only user.
 
 #include "course/error.hpp"
 
@@ -43,18 +42,6 @@ cudaError_t cub_dot_call(void* temp, std::size_t& temp_bytes, const float* x, co
                                             ::cuda::std::plus<float>{}, ProductAt{x, y}, 0.f, stream);
 }
 
-/// Uniform values in [-1, 1) from a hash of (seed, i): splitmix64's finalizer.
-__global__ void fill_random_kernel(float* p, std::int64_t n, std::uint64_t seed) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    std::uint64_t z = seed + 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(i + 1);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    p[i] = static_cast<float>(z >> 40) * 0x1p-23f - 1.f;  // 24 random bits -> [-1, 1)
-  }
-}
-
 }  // namespace
 
 std::size_t cub_l2_norm_temp_bytes(std::int64_t n) {
@@ -77,12 +64,6 @@ std::size_t cub_dot_temp_bytes(std::int64_t n) {
 void cub_dot(const float* x, const float* y, std::int64_t n, float* result, void* temp, std::size_t temp_bytes,
              cudaStream_t stream) {
   COURSE_CUDA_CHECK(cub_dot_call(temp, temp_bytes, x, y, n, result, stream));
-}
-
-void fill_random(float* p, std::int64_t n, std::uint64_t seed, cudaStream_t stream) {
-  if (n == 0) return;
-  fill_random_kernel<<<1024, 256, 0, stream>>>(p, n, seed);
-  COURSE_CHECK_LAUNCH("fill_random_kernel");
 }
 
 }  // namespace course::m01::reductions_lib

@@ -22,21 +22,13 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <map>
-#include <memory>
 #include <string>
 #include <tuple>
 #include <type_traits>
-#include <vector>
-
-// Defined in bench_batched_gemm_lib.cu (device code); declared here, its only user.
-namespace course::m02::bench_lib {
-void fill_uniform(float* p, std::int64_t n, std::uint64_t seed, float lo, float hi);
-void fill_uniform(__nv_bfloat16* p, std::int64_t n, std::uint64_t seed, float lo, float hi);
-}  // namespace course::m02::bench_lib
 
 namespace {
 
+namespace bench = course::bench;
 using bf16 = __nv_bfloat16;
 using course::DeviceBuffer;
 using course::m02::BatchedPtrArrays;
@@ -82,84 +74,47 @@ struct Operands {
     BatchedPtrArrays<T> arrays;
     PtrArrayBatchedGemmArgs<T> ptr;
   };
-  std::vector<std::unique_ptr<Copy>> copies;
-  std::size_t next = 0;
+  bench::Rotation<Copy> copies;
 
   Operands(Product prod, const AttnShape& s) {
     const Dims d = dims_of(prod, s);
     const std::int64_t count = s.B * s.H;
     const std::int64_t na = count * d.M * d.K, nb = count * d.N * d.K, nc = count * d.M * d.N;
     const double bytes = static_cast<double>(sizeof(T) * (na + nb) + sizeof(float) * nc);
-    const double l2 = static_cast<double>(course::device_properties().l2CacheSize);
-    const int n_copies = static_cast<int>(std::clamp(2.0 * l2 / bytes + 1.0, 1.0, 4.0));
+    const int n_copies = static_cast<int>(std::clamp(2.0 * bench::l2_cache_bytes() / bytes + 1.0, 1.0, 4.0));
     for (int k = 0; k < n_copies; ++k) {
-      auto cp = std::make_unique<Copy>();
-      cp->a = DeviceBuffer<T>(static_cast<std::size_t>(na));
-      cp->b = DeviceBuffer<T>(static_cast<std::size_t>(nb));
-      cp->c = DeviceBuffer<float>(static_cast<std::size_t>(nc));
-      course::m02::bench_lib::fill_uniform(cp->a.data(), na, 1000 + 3 * k, -1.f, 1.f);
-      course::m02::bench_lib::fill_uniform(cp->b.data(), nb, 1001 + 3 * k, -1.f, 1.f);
-      course::m02::bench_lib::fill_uniform(cp->c.data(), nc, 1002 + 3 * k, -1.f, 1.f);
-      cp->strided = course::m02::contiguous_strided_args<T>(cp->a.data(), cp->b.data(), cp->c.data(), s.B, s.H, d.M,
-                                                            d.N, d.K, d.trans_b);
-      course::m02::build_ptr_arrays(cp->strided, cp->arrays);
-      cp->ptr = course::m02::ptr_array_args(cp->strided, cp->arrays);
-      copies.push_back(std::move(cp));
+      Copy& cp = copies.add();
+      cp.a = DeviceBuffer<T>(static_cast<std::size_t>(na));
+      cp.b = DeviceBuffer<T>(static_cast<std::size_t>(nb));
+      cp.c = DeviceBuffer<float>(static_cast<std::size_t>(nc));
+      bench::fill_uniform_device(cp.a.data(), na, 1000 + 3 * k, -1.f, 1.f);
+      bench::fill_uniform_device(cp.b.data(), nb, 1001 + 3 * k, -1.f, 1.f);
+      bench::fill_uniform_device(cp.c.data(), nc, 1002 + 3 * k, -1.f, 1.f);
+      cp.strided = course::m02::contiguous_strided_args<T>(cp.a.data(), cp.b.data(), cp.c.data(), s.B, s.H, d.M,
+                                                           d.N, d.K, d.trans_b);
+      course::m02::build_ptr_arrays(cp.strided, cp.arrays);
+      cp.ptr = course::m02::ptr_array_args(cp.strided, cp.arrays);
     }
     COURSE_CUDA_CHECK(cudaDeviceSynchronize());
   }
-  Copy& next_copy() { return *copies[next++ % copies.size()]; }
 };
 
 /// One Operands per (product, type, shape), kept for the process (the largest set is
 /// ~2.3 GB; all of them fit an 80 GB GPU).
 template <class T>
 Operands<T>& operands_for(Product p, const AttnShape& s) {
-  static std::map<std::tuple<int, std::int64_t, std::int64_t, std::int64_t, std::int64_t>, std::unique_ptr<Operands<T>>>
-      cache;
-  auto& slot = cache[{static_cast<int>(p), s.B, s.H, s.N, s.d}];
-  if (!slot) slot = std::make_unique<Operands<T>>(p, s);
-  return *slot;
+  return bench::cached<Operands<T>>(std::tuple{static_cast<int>(p), s.B, s.H, s.N, s.d}, p, s);
 }
 
 /// Times `call` on rotating copies; it must enqueue its work on the default stream.
 template <class T>
 void run_timed(benchmark::State& state, Product prod, const AttnShape& shape,
                const std::function<void(typename Operands<T>::Copy&)>& call) {
-  if (!course::bench::require_device(state)) return;
-  try {
+  bench::guard(state, [&] {
     Operands<T>& ops = operands_for<T>(prod, shape);
-    call(ops.next_copy());  // warm-up; an unwritten exercise step throws here
-    COURSE_CUDA_CHECK(cudaDeviceSynchronize());
-    for (auto _ : state) {
-      auto& cp = ops.next_copy();
-      course::bench::time_iteration(state, [&] { call(cp); });
-    }
-    course::bench::set_flops(state, flops_of(prod, shape));
-  } catch (const course::NotImplemented& e) {
-    state.SkipWithError((std::string("not implemented: ") + e.what()).c_str());
-  } catch (const course::Error& e) {
-    state.SkipWithError(e.what());
-  }
-}
-
-void check_cublas(cublasStatus_t status, const char* what) {
-  if (status != CUBLAS_STATUS_SUCCESS)
-    throw course::Error(std::string(what) + " failed with cuBLAS status " + std::to_string(static_cast<int>(status)));
-}
-
-/// One cuBLAS handle for the process on the default stream. Default math mode: with
-/// CUBLAS_COMPUTE_32F that means no TF32 (it would need CUBLAS_TF32_TENSOR_OP_MATH or
-/// CUBLAS_COMPUTE_32F_FAST_TF32).
-cublasHandle_t cublas() {
-  static cublasHandle_t handle = [] {
-    cublasHandle_t h = nullptr;
-    check_cublas(cublasCreate(&h), "cublasCreate");
-    check_cublas(cublasSetStream(h, nullptr), "cublasSetStream");
-    check_cublas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
-    return h;
-  }();
-  return handle;
+    bench::time_calls(state, [&]() -> typename Operands<T>::Copy& { return ops.copies.next(); }, call);
+    bench::set_flops(state, flops_of(prod, shape));
+  });
 }
 
 template <class T>
@@ -175,27 +130,27 @@ constexpr cudaDataType_t cuda_type() {
 template <class T>
 void cublas_strided(const StridedBatchedGemmArgs<T>& s) {
   const float alpha = s.alpha, beta = 0.f;
-  check_cublas(cublasGemmStridedBatchedEx(cublas(), s.b_transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N,
-                                          static_cast<int>(s.N), static_cast<int>(s.M), static_cast<int>(s.K), &alpha,
-                                          s.b, cuda_type<T>(), static_cast<int>(s.stride_b_row), s.stride_b_head, s.a,
-                                          cuda_type<T>(), static_cast<int>(s.stride_a_row), s.stride_a_head, &beta,
-                                          s.c, CUDA_R_32F, static_cast<int>(s.stride_c_row), s.stride_c_head,
-                                          static_cast<int>(s.batch * s.num_heads), CUBLAS_COMPUTE_32F,
-                                          CUBLAS_GEMM_DEFAULT),
-               "cublasGemmStridedBatchedEx");
+  bench::check_cublas(
+      cublasGemmStridedBatchedEx(bench::cublas_handle(), s.b_transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N,
+                                 static_cast<int>(s.N), static_cast<int>(s.M), static_cast<int>(s.K), &alpha, s.b,
+                                 cuda_type<T>(), static_cast<int>(s.stride_b_row), s.stride_b_head, s.a,
+                                 cuda_type<T>(), static_cast<int>(s.stride_a_row), s.stride_a_head, &beta, s.c,
+                                 CUDA_R_32F, static_cast<int>(s.stride_c_row), s.stride_c_head,
+                                 static_cast<int>(s.batch * s.num_heads), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      "cublasGemmStridedBatchedEx");
 }
 
 template <class T>
 void cublas_ptr_array(const PtrArrayBatchedGemmArgs<T>& p) {
   const float alpha = p.alpha, beta = 0.f;
-  check_cublas(cublasGemmBatchedEx(cublas(), p.b_transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N,
-                                   static_cast<int>(p.N), static_cast<int>(p.M), static_cast<int>(p.K), &alpha,
-                                   reinterpret_cast<const void* const*>(p.b_ptrs), cuda_type<T>(),
-                                   static_cast<int>(p.ldb), reinterpret_cast<const void* const*>(p.a_ptrs),
-                                   cuda_type<T>(), static_cast<int>(p.lda), &beta,
-                                   reinterpret_cast<void* const*>(p.c_ptrs), CUDA_R_32F, static_cast<int>(p.ldc),
-                                   static_cast<int>(p.batch * p.num_heads), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-               "cublasGemmBatchedEx");
+  bench::check_cublas(
+      cublasGemmBatchedEx(bench::cublas_handle(), p.b_transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N,
+                          static_cast<int>(p.N), static_cast<int>(p.M), static_cast<int>(p.K), &alpha,
+                          reinterpret_cast<const void* const*>(p.b_ptrs), cuda_type<T>(), static_cast<int>(p.ldb),
+                          reinterpret_cast<const void* const*>(p.a_ptrs), cuda_type<T>(), static_cast<int>(p.lda),
+                          &beta, reinterpret_cast<void* const*>(p.c_ptrs), CUDA_R_32F, static_cast<int>(p.ldc),
+                          static_cast<int>(p.batch * p.num_heads), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      "cublasGemmBatchedEx");
 }
 
 template <class T>
@@ -205,6 +160,7 @@ using PtrFn = void (*)(BgemmStep, const PtrArrayBatchedGemmArgs<T>&);
 
 template <class T>
 void register_gemm_rows(Product prod, const char* op_name) {
+  using Copy = typename Operands<T>::Copy;
   constexpr BgemmInput input = std::is_same_v<T, float> ? BgemmInput::f32 : BgemmInput::bf16;
   const struct {
     const char* impl;
@@ -214,31 +170,25 @@ void register_gemm_rows(Product prod, const char* op_name) {
       {"solution", &course::solution::batched_gemm_strided, &course::solution::batched_gemm_ptr_array},
       {"exercise", &course::exercise::batched_gemm_strided, &course::exercise::batched_gemm_ptr_array},
   };
+  // Registers "<op_name>/<impl>/<step>/<shape>" timing `call` on rotating copies.
+  auto add = [&](const char* impl, const std::string& step, const AttnShape& shape,
+                 std::function<void(Copy&)> call) {
+    bench::add_row(bench::row_name(op_name, impl, step, shape.name()), benchmark::kMicrosecond,
+                   [=](benchmark::State& state) { run_timed<T>(state, prod, shape, call); });
+  };
   for (const AttnShape& shape : kShapes) {
-    const std::string suffix = "/" + shape.name();
     for (const auto& im : impls) {
       for (const auto& info : course::m02::kBgemmSteps) {
         if (course::m02::step_input(info.step) != input) continue;
         const BgemmStep step = info.step;
         const StridedFn<T> sf = im.strided;
         const PtrFn<T> pf = im.ptr;
-        const std::string base = std::string(op_name) + "/" + im.impl + "/" + info.name;
-        benchmark::RegisterBenchmark((base + "_strided" + suffix).c_str(), [=](benchmark::State& state) {
-          run_timed<T>(state, prod, shape, [=](typename Operands<T>::Copy& cp) { sf(step, cp.strided); });
-        })->UseManualTime()->Unit(benchmark::kMicrosecond);
-        benchmark::RegisterBenchmark((base + "_ptr" + suffix).c_str(), [=](benchmark::State& state) {
-          run_timed<T>(state, prod, shape, [=](typename Operands<T>::Copy& cp) { pf(step, cp.ptr); });
-        })->UseManualTime()->Unit(benchmark::kMicrosecond);
+        add(im.impl, std::string(info.name) + "_strided", shape, [=](Copy& cp) { sf(step, cp.strided); });
+        add(im.impl, std::string(info.name) + "_ptr", shape, [=](Copy& cp) { pf(step, cp.ptr); });
       }
     }
-    benchmark::RegisterBenchmark((std::string(op_name) + "/library/cublas_strided" + suffix).c_str(),
-                                 [=](benchmark::State& state) {
-      run_timed<T>(state, prod, shape, [](typename Operands<T>::Copy& cp) { cublas_strided(cp.strided); });
-    })->UseManualTime()->Unit(benchmark::kMicrosecond);
-    benchmark::RegisterBenchmark((std::string(op_name) + "/library/cublas_ptr_array" + suffix).c_str(),
-                                 [=](benchmark::State& state) {
-      run_timed<T>(state, prod, shape, [](typename Operands<T>::Copy& cp) { cublas_ptr_array(cp.ptr); });
-    })->UseManualTime()->Unit(benchmark::kMicrosecond);
+    add("library", "cublas_strided", shape, [](Copy& cp) { cublas_strided(cp.strided); });
+    add("library", "cublas_ptr_array", shape, [](Copy& cp) { cublas_ptr_array(cp.ptr); });
   }
 }
 
@@ -249,12 +199,11 @@ void register_gemm_rows(Product prod, const char* op_name) {
 void register_ptr_build_rows() {
   for (const AttnShape& shape : kShapes) {
     for (const bool reuse : {true, false}) {
-      const std::string name = std::string("bgemm_ptr_build/solution/") +
-                               (reuse ? "host_build_upload" : "host_build_alloc_upload") + "/" + shape.name();
-      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
-        if (!course::bench::require_device(state)) return;
-        try {
-          auto& cp = operands_for<float>(Product::qk, shape).next_copy();
+      const char* step = reuse ? "host_build_upload" : "host_build_alloc_upload";
+      bench::add_row(bench::row_name("bgemm_ptr_build", "solution", step, shape.name()), benchmark::kMicrosecond,
+                     [=](benchmark::State& state) {
+        bench::guard(state, [&] {
+          auto& cp = operands_for<float>(Product::qk, shape).copies.next();
           BatchedPtrArrays<float> kept;
           course::m02::build_ptr_arrays(cp.strided, kept);  // warm-up
           for (auto _ : state) {
@@ -269,10 +218,8 @@ void register_ptr_build_rows() {
             state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
           }
           state.counters["pointers"] = static_cast<double>(3 * shape.B * shape.H);
-        } catch (const course::Error& e) {
-          state.SkipWithError(e.what());
-        }
-      })->UseManualTime()->Unit(benchmark::kMicrosecond);
+        });
+      });
     }
   }
 }

@@ -24,23 +24,21 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
-#include <memory>
 #include <string>
 #include <utility>
-#include <vector>
 
 // Defined in bench_attention_lib.cu (device code); declared here, its only user.
 namespace course::m03::bench_lib {
-void fill_uniform(float* p, std::int64_t n, std::uint64_t seed, float lo, float hi);
 void causal_mask(float* s, std::int64_t rows, std::int64_t seq_q, std::int64_t seq_k, cudaStream_t stream);
 }  // namespace course::m03::bench_lib
 
 namespace {
 
+namespace bench = course::bench;
 using course::DeviceBuffer;
 using course::m03::AttentionArgs;
 using course::m03::AttentionStep;
+using AttentionFn = void (*)(AttentionStep, const AttentionArgs&);
 
 constexpr std::int64_t kB = 4, kH = 16;
 
@@ -56,33 +54,32 @@ struct Shape {
 /// Random Q, K, V in enough copies (rotated per iteration) that small problems do not
 /// find their inputs in L2 (50 MB) from the previous iteration; O and lse.
 struct Buffers {
-  std::vector<DeviceBuffer<float>> q, k, v;
+  struct QKV {
+    DeviceBuffer<float> q, k, v;
+  };
+  bench::Rotation<QKV> qkv;
   DeviceBuffer<float> o, lse;
-  int copies = 1;
-  int next = 0;
-};
 
-Buffers& buffers_for(std::int64_t N, std::int64_t d) {
-  static std::map<std::pair<std::int64_t, std::int64_t>, std::unique_ptr<Buffers>> cache;
-  auto& slot = cache[{N, d}];
-  if (!slot) {
-    slot = std::make_unique<Buffers>();
+  Buffers(std::int64_t N, std::int64_t d) {
     const std::int64_t n = kB * kH * N * d;
     const double qkv_bytes = 3.0 * static_cast<double>(n) * sizeof(float);
-    slot->copies = static_cast<int>(std::clamp(200e6 / qkv_bytes, 1.0, 8.0));
-    for (int c = 0; c < slot->copies; ++c) {
-      for (auto* list : {&slot->q, &slot->k, &slot->v}) {
-        list->emplace_back(static_cast<std::size_t>(n));
-        course::m03::bench_lib::fill_uniform(list->back().data(), n, 0x5eed0000u + 97 * list->size() + 13 * c + N + d,
-                                             -1.f, 1.f);
+    const int copies = static_cast<int>(std::clamp(200e6 / qkv_bytes, 1.0, 8.0));
+    for (int c = 0; c < copies; ++c) {
+      QKV& x = qkv.add();
+      // Distinct data for Q, K and V of every copy (Q = K would make Q K^T symmetric).
+      std::uint64_t seed = 0x5eed0000u + 1000 * static_cast<std::uint64_t>(c) + 7 * static_cast<std::uint64_t>(N + d);
+      for (DeviceBuffer<float>* buf : {&x.q, &x.k, &x.v}) {
+        *buf = DeviceBuffer<float>(static_cast<std::size_t>(n));
+        bench::fill_uniform_device(buf->data(), n, seed++, -1.f, 1.f);
       }
     }
-    slot->o = DeviceBuffer<float>(static_cast<std::size_t>(n));
-    slot->lse = DeviceBuffer<float>(static_cast<std::size_t>(kB * kH * N));
+    o = DeviceBuffer<float>(static_cast<std::size_t>(n));
+    lse = DeviceBuffer<float>(static_cast<std::size_t>(kB * kH * N));
     COURSE_CUDA_CHECK(cudaDeviceSynchronize());
   }
-  return *slot;
-}
+};
+
+Buffers& buffers_for(const Shape& s) { return bench::cached<Buffers>(std::pair{s.N, s.d}, s.N, s.d); }
 
 /// One workspace for the O(N^2) rows, grown on demand (and only if it fits).
 float* workspace(std::size_t bytes, std::string* why) {
@@ -100,67 +97,50 @@ float* workspace(std::size_t bytes, std::string* why) {
   return ws.data();
 }
 
-AttentionArgs args_for(Buffers& b, const Shape& s, int copy) {
-  AttentionArgs a = course::m03::make_attention_args(b.q[copy].data(), b.k[copy].data(), b.v[copy].data(), b.o.data(),
-                                                     kB, kH, kH, s.N, s.N, s.d, course::AttentionLayout::BHND);
+/// The shape's arguments, without inputs: on_next_copy() points them at Q, K and V.
+AttentionArgs args_for(Buffers& b, const Shape& s) {
+  AttentionArgs a = course::m03::make_attention_args(nullptr, nullptr, nullptr, b.o.data(), kB, kH, kH, s.N, s.N,
+                                                     s.d, course::AttentionLayout::BHND);
   a.causal = s.causal;
   return a;
 }
 
+/// `a` on the next copy of the inputs.
+AttentionArgs on_next_copy(Buffers& b, AttentionArgs a) {
+  Buffers::QKV& c = b.qkv.next();
+  a.q = c.q.data();
+  a.k = c.k.data();
+  a.v = c.v.data();
+  return a;
+}
+
 void set_counters(benchmark::State& state, const AttentionArgs& a, std::size_t device_bytes) {
-  course::bench::set_flops(state, course::m03::attention_flops(a));
+  bench::set_flops(state, course::m03::attention_flops(a));
   state.counters["mem_MB"] = static_cast<double>(device_bytes) / 1e6;
 }
 
-template <class Fn>
-void bench_step(benchmark::State& state, Fn attention, AttentionStep step, Shape s) {
-  if (!course::bench::require_device(state)) return;
-  Buffers& b = buffers_for(s.N, s.d);
-  AttentionArgs a = args_for(b, s, 0);
-  if (course::m03::step_support(step).lse) a.lse = b.lse.data();
-  if (step == AttentionStep::fused_options) {
-    a.rope = true;
-    a.alibi = true;
-  }
-  if (course::m03::step_support(step).workspace) {
-    std::string why;
-    a.workspace_bytes = course::m03::attention_workspace_bytes(step, a);
-    a.workspace = workspace(a.workspace_bytes, &why);
-    if (a.workspace == nullptr) {
-      state.SkipWithError(("does not fit: " + why).c_str());
-      return;
+void bench_step(benchmark::State& state, AttentionFn attention, AttentionStep step, const Shape& s) {
+  bench::guard(state, [&] {
+    Buffers& b = buffers_for(s);
+    AttentionArgs a = args_for(b, s);
+    if (course::m03::step_support(step).lse) a.lse = b.lse.data();
+    if (step == AttentionStep::fused_options) {
+      a.rope = true;
+      a.alibi = true;
     }
-  }
-  try {
-    attention(step, a);  // warm-up, and the NotImplemented check for exercise stubs
-    COURSE_CUDA_CHECK(cudaDeviceSynchronize());
-  } catch (const course::NotImplemented& e) {
-    state.SkipWithError((std::string("not implemented: ") + e.what()).c_str());
-    return;
-  }
-  for (auto _ : state) {
-    const int c = b.next;
-    b.next = (b.next + 1) % b.copies;
-    a.q = b.q[c].data();
-    a.k = b.k[c].data();
-    a.v = b.v[c].data();
-    course::bench::time_iteration(state, [&] { attention(step, a); });
-  }
-  set_counters(state, a, course::m03::attention_device_bytes(step, a));
-}
-
-cublasHandle_t cublas() {
-  static cublasHandle_t handle = [] {
-    cublasHandle_t h = nullptr;
-    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) throw course::Error("cublasCreate failed");
-    cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);  // plain fp32 FMA, no TF32
-    return h;
-  }();
-  return handle;
-}
-
-void check_cublas(cublasStatus_t st, const char* what) {
-  if (st != CUBLAS_STATUS_SUCCESS) throw course::Error(std::string(what) + " failed: status " + std::to_string(st));
+    if (course::m03::step_support(step).workspace) {
+      std::string why;
+      a.workspace_bytes = course::m03::attention_workspace_bytes(step, a);
+      a.workspace = workspace(a.workspace_bytes, &why);
+      if (a.workspace == nullptr) {
+        state.SkipWithError(("does not fit: " + why).c_str());
+        return;
+      }
+    }
+    bench::time_calls(state, [&] { return on_next_copy(b, a); },
+                      [&](const AttentionArgs& args) { attention(step, args); });
+    set_counters(state, a, course::m03::attention_device_bytes(step, a));
+  });
 }
 
 /// The materialized pipeline with cuBLAS's GEMMs (row-major via the transposition trick:
@@ -169,44 +149,37 @@ void cublas_materialized(const AttentionArgs& a, float* s) {
   const int N = static_cast<int>(a.seq_k), M = static_cast<int>(a.seq_q), d = static_cast<int>(a.head_dim);
   const int batch = static_cast<int>(a.batch * a.heads);
   const float scale = course::m03::effective_scale(a), one = 1.f, zero = 0.f;
+  const cublasHandle_t h = bench::cublas_handle();
   // S^T (col-major N x M) = K (col-major d x N)^T * Q (col-major d x M): S row-major M x N.
-  check_cublas(cublasSgemmStridedBatched(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, N, M, d, &scale, a.k, d,
-                                         static_cast<long long>(N) * d, a.q, d, static_cast<long long>(M) * d, &zero, s, N,
-                                         static_cast<long long>(M) * N, batch),
-               "cublasSgemmStridedBatched (Q K^T)");
+  bench::check_cublas(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, N, M, d, &scale, a.k, d,
+                                                static_cast<long long>(N) * d, a.q, d, static_cast<long long>(M) * d,
+                                                &zero, s, N, static_cast<long long>(M) * N, batch),
+                      "cublasSgemmStridedBatched (Q K^T)");
   const std::int64_t rows = static_cast<std::int64_t>(batch) * M;
   if (a.causal) course::m03::bench_lib::causal_mask(s, rows, M, N, nullptr);
   course::solution::softmax(course::m01::SoftmaxStep::online_vectorized,
                             course::m01::contiguous_softmax_args(s, s, rows, N, 1));
   // O^T (col-major d x M) = V^T (col-major d x N) * P^T (col-major N x M).
-  check_cublas(cublasSgemmStridedBatched(cublas(), CUBLAS_OP_N, CUBLAS_OP_N, d, M, N, &one, a.v, d,
-                                         static_cast<long long>(N) * d, s, N, static_cast<long long>(M) * N, &zero, a.o, d,
-                                         static_cast<long long>(M) * d, batch),
-               "cublasSgemmStridedBatched (P V)");
+  bench::check_cublas(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, d, M, N, &one, a.v, d,
+                                                static_cast<long long>(N) * d, s, N, static_cast<long long>(M) * N,
+                                                &zero, a.o, d, static_cast<long long>(M) * d, batch),
+                      "cublasSgemmStridedBatched (P V)");
 }
 
-void bench_library(benchmark::State& state, Shape s) {
-  if (!course::bench::require_device(state)) return;
-  Buffers& b = buffers_for(s.N, s.d);
-  AttentionArgs a = args_for(b, s, 0);
-  const std::size_t ws_bytes = course::m03::attention_workspace_bytes(AttentionStep::naive, a);
-  std::string why;
-  float* ws = workspace(ws_bytes, &why);
-  if (ws == nullptr) {
-    state.SkipWithError(("does not fit: " + why).c_str());
-    return;
-  }
-  cublas_materialized(a, ws);  // warm-up
-  COURSE_CUDA_CHECK(cudaDeviceSynchronize());
-  for (auto _ : state) {
-    const int c = b.next;
-    b.next = (b.next + 1) % b.copies;
-    a.q = b.q[c].data();
-    a.k = b.k[c].data();
-    a.v = b.v[c].data();
-    course::bench::time_iteration(state, [&] { cublas_materialized(a, ws); });
-  }
-  set_counters(state, a, course::m03::attention_device_bytes(AttentionStep::naive, a));
+void bench_library(benchmark::State& state, const Shape& s) {
+  bench::guard(state, [&] {
+    Buffers& b = buffers_for(s);
+    const AttentionArgs a = args_for(b, s);
+    std::string why;
+    float* ws = workspace(course::m03::attention_workspace_bytes(AttentionStep::naive, a), &why);
+    if (ws == nullptr) {
+      state.SkipWithError(("does not fit: " + why).c_str());
+      return;
+    }
+    bench::time_calls(state, [&] { return on_next_copy(b, a); },
+                      [&](const AttentionArgs& args) { cublas_materialized(args, ws); });
+    set_counters(state, a, course::m03::attention_device_bytes(AttentionStep::naive, a));
+  });
 }
 
 bool registrable(AttentionStep step, const Shape& s) {
@@ -224,27 +197,14 @@ const bool kRegistered = [] {
         const Shape s{N, d, causal};
         for (const auto& info : course::m03::kAttentionSteps) {
           if (!registrable(info.step, s)) continue;
-          benchmark::RegisterBenchmark(
-              ("attn_f32/solution/" + std::string(info.name) + "/" + s.name()).c_str(),
-              [step = info.step, s](benchmark::State& st) {
-                bench_step(st, [](AttentionStep k, const AttentionArgs& a) { course::solution::attention(k, a); },
-                           step, s);
-              })
-              ->UseManualTime()
-              ->Unit(benchmark::kMillisecond);
-          benchmark::RegisterBenchmark(
-              ("attn_f32/exercise/" + std::string(info.name) + "/" + s.name()).c_str(),
-              [step = info.step, s](benchmark::State& st) {
-                bench_step(st, [](AttentionStep k, const AttentionArgs& a) { course::exercise::attention(k, a); },
-                           step, s);
-              })
-              ->UseManualTime()
-              ->Unit(benchmark::kMillisecond);
+          bench::add_step_rows("attn_f32", info.name, s.name(), benchmark::kMillisecond, &course::solution::attention,
+                               &course::exercise::attention,
+                               [step = info.step, s](benchmark::State& st, AttentionFn fn) {
+                                 bench_step(st, fn, step, s);
+                               });
         }
-        benchmark::RegisterBenchmark(("attn_f32/library/cublas_materialized/" + s.name()).c_str(),
-                                     [s](benchmark::State& st) { bench_library(st, s); })
-            ->UseManualTime()
-            ->Unit(benchmark::kMillisecond);
+        bench::add_row(bench::row_name("attn_f32", "library", "cublas_materialized", s.name()),
+                       benchmark::kMillisecond, [s](benchmark::State& st) { bench_library(st, s); });
       }
   return true;
 }();
