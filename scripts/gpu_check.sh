@@ -64,7 +64,8 @@ note "build: rc=$build_rc in $((SECONDS - t0)) s ($(grep -c 'error' "$out/build.
 # ---- tests
 if ((run_tests)); then
   t0=$SECONDS
-  args=(--test-dir "$build" --output-on-failure --timeout 600)
+  # Test processes are independent: several share the GPU at once.
+  args=(--test-dir "$build" --output-on-failure --timeout 600 -j "${CTEST_JOBS:-8}")
   [[ -n "$test_filter" ]] && args+=(-R "$test_filter")
   ctest "${args[@]}" >"$out/ctest.log" 2>&1
   note "tests: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1) in $((SECONDS - t0)) s"
@@ -78,28 +79,45 @@ fi
 if ((run_sanitizer)); then
   t0=$SECONDS
   : >"$out/sanitizer.log"
-  total_errors=0
-  for bin in $(find "$build" -maxdepth 2 -type f -executable -name 'm0*_*' | grep -E "$sanitize_filter" | sort); do
+  sandir=$(mktemp -d)
+  # One compute-sanitizer run per (tool, binary), a few at a time; each writes its own log.
+  sanitize() {  # tool binary
+    local tool=$1 bin=$2 log="$sandir/$1.$(basename "$2").log" rc errs
+    timeout "${SANITIZER_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
+      "$bin" --gtest_filter='-*Large*:*Planted*' --gtest_brief=1 >"$log" 2>&1
+    rc=$?
+    errs=$(sed -n 's/.*\(ERROR\|RACECHECK\) SUMMARY: \([0-9]*\) \(error\|hazard\).*/\2/p' "$log" | tail -1)
+    [[ -z "$errs" ]] && errs="?"
+    ((rc == 124)) && errs="timeout"
+    echo "$tool $(basename "$bin") rc=$rc errors=$errs" >>"$log"
+  }
+  jobs_max=${SANITIZER_JOBS:-4}
+  for bin in $(find "$build/" -maxdepth 2 -type f -executable -name 'm0*_*' | grep -E "$sanitize_filter" | sort); do
     tools="memcheck"
     [[ "$bin" == *_solution ]] && tools="memcheck racecheck"
     for tool in $tools; do
-      echo "=== $tool $(basename "$bin")" >>"$out/sanitizer.log"
-      timeout "${SANITIZER_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
-        "$bin" --gtest_filter='-*Large*:*Planted*' --gtest_brief=1 >>"$out/sanitizer.log" 2>&1
-      rc=$?
-      errs=$(tail -5 "$out/sanitizer.log" | sed -n 's/.*ERROR SUMMARY: \([0-9]*\).*/\1/p' | tail -1)
-      [[ -z "$errs" ]] && errs="?"
-      ((rc == 124)) && errs="timeout"
-      echo "=== $tool $(basename "$bin"): rc=$rc errors=$errs" >>"$out/sanitizer.log"
-      if [[ "$rc" != 0 || "$errs" != 0 ]]; then
-        note "  sanitizer $tool $(basename "$bin"): rc=$rc errors=$errs"
-        [[ "$errs" =~ ^[0-9]+$ ]] && total_errors=$((total_errors + errs)) || total_errors=$((total_errors + 1))
-      fi
+      while (($(jobs -rp | wc -l) >= jobs_max)); do wait -n; done
+      sanitize "$tool" "$bin" &
     done
   done
-  note "sanitizer: $total_errors errors (memcheck all test binaries, racecheck solutions; planted bugs and Large cases excluded) in $((SECONDS - t0)) s"
+  wait
+  total_errors=0 runs=0
+  for log in "$sandir"/*.log; do
+    [[ -e "$log" ]] || continue
+    runs=$((runs + 1))
+    cat "$log" >>"$out/sanitizer.log"
+    last=$(tail -1 "$log")
+    rc=$(sed -n 's/.* rc=\([0-9]*\).*/\1/p' <<<"$last")
+    errs=$(sed -n 's/.* errors=\(.*\)$/\1/p' <<<"$last")
+    if [[ "$rc" != 0 || "$errs" != 0 ]]; then
+      note "  sanitizer $last"
+      [[ "$errs" =~ ^[0-9]+$ ]] && total_errors=$((total_errors + errs)) || total_errors=$((total_errors + 1))
+    fi
+  done
+  rm -rf "$sandir"
+  note "sanitizer: $total_errors errors in $runs runs (memcheck on every test binary, racecheck on solutions; planted bugs and Large cases excluded) in $((SECONDS - t0)) s"
   # The planted bugs include deliberate races: racecheck must see them.
-  for bin in $(find "$build" -maxdepth 2 -type f -executable -name 'm0*_solution' | sort); do
+  for bin in $(find "$build/" -maxdepth 2 -type f -executable -name 'm0*_solution' | sort); do
     hazards=$(timeout 120 compute-sanitizer --tool racecheck "$bin" --gtest_filter='*Planted*' --gtest_brief=1 2>&1 |
       sed -n 's/.*RACECHECK SUMMARY: \([0-9]*\) hazard.*/\1/p' | tail -1)
     [[ -n "$hazards" && "$hazards" != 0 ]] && note "  racecheck on planted bugs of $(basename "$bin"): $hazards hazards found (expected: they are deliberate)"
@@ -109,7 +127,7 @@ fi
 # ---- benchmarks
 if ((run_bench)); then
   : >"$out/bench.txt"
-  for b in $(find "$build" -maxdepth 2 -type f -executable -name 'm0*_bench' | sort); do
+  for b in $(find "$build/" -maxdepth 2 -type f -executable -name 'm0*_bench' | sort); do
     name=$(basename "$b" _bench)
     t0=$SECONDS
     "$b" --benchmark_filter="$bench_filter" --benchmark_min_time="$bench_time" \
