@@ -90,7 +90,7 @@ void require_int_sizes(const TcMatmulArgs& a, const char* fn) {
 // global->shared traffic per block per slab 16 KB for 1 MFLOP (64 FLOP/B), fine for
 // L2; but the synchronous slabs and the fragment API's fixed load order leave the
 // tensor pipe mostly waiting: ~200-300 TFLOP/s, 25-40% of cuBLAS.
-// Measured (H200, docs/results.md): 101 TFLOP/s at 8192^3 (0.16 of cuBLAS GemmEx, 642 in
+// Measured (H200, docs/results.md): 101 TFLOP/s at 8192^3 (0.15 of cuBLAS GemmEx, 667 in
 // the same run), 100 at 4096^3: far under the 200-300 predicted -- wmma's fragment
 // loads from padded shared memory and synchronous global loads leave the tensor
 // cores idle most of the time.
@@ -246,8 +246,8 @@ void launch_wmma(const TcMatmulArgs& a) {
 // memory ~35% busy with ldmatrix; 2048 tiles = 15.5 waves over 132 SMs (~3% tail).
 // mma.sync's own ceiling on Hopper is ~65% of the wgmma peak; this kernel should reach
 // 80-85% of that: ~500-550 TFLOP/s, 65-70% of cuBLAS (which uses wgmma + TMA).
-// Measured (H200, docs/results.md): 457 TFLOP/s at 8192^3 = 0.71 of cuBLAS GemmEx (642)
-// in the same run; 445 at 4096^3 = 0.69. Other runs gave 0.64-0.68 (the card clocks
+// Measured (H200, docs/results.md): 456 TFLOP/s at 8192^3 = 0.68 of cuBLAS GemmEx (667)
+// in the same run; 437 at 4096^3 = 0.66. Across runs 0.64-0.71 (the card clocks
 // down as it heats; cuBLAS reached 767-790 when cool). Limit: a loop of nothing but
 // mma.sync.m16n8k16 peaks at ~628 TFLOP/s on this H200, so this kernel is at ~75-80%
 // of the instruction's ceiling; cuBLAS uses Hopper's wgmma (sm_90a), which the next
