@@ -18,8 +18,13 @@ if(_course_nvidia_smi)
     OUTPUT_VARIABLE _course_smi_out
     ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(_course_smi_rc EQUAL 0 AND _course_smi_out MATCHES "^([0-9]+)\\.([0-9]+)")
-    set(_course_default_archs "${CMAKE_MATCH_1}${CMAKE_MATCH_2}")
-    message(STATUS "course: GPU found (compute capability ${CMAKE_MATCH_1}.${CMAKE_MATCH_2})")
+    if(CMAKE_MATCH_1 LESS 8)
+      message(WARNING "course: the GPU here is sm_${CMAKE_MATCH_1}${CMAKE_MATCH_2}; the course needs sm_80 "
+                      "or newer. Building for ${_course_default_archs}; GPU tests will skip.")
+    else()
+      set(_course_default_archs "${CMAKE_MATCH_1}${CMAKE_MATCH_2}")
+      message(STATUS "course: GPU found (compute capability ${CMAKE_MATCH_1}.${CMAKE_MATCH_2})")
+    endif()
   endif()
 endif()
 set(CMAKE_CUDA_ARCHITECTURES "${_course_default_archs}" CACHE STRING

@@ -37,8 +37,9 @@ def load_rows(run_dir):
                 value, unit = b["TFLOP/s"], "TFLOP/s"
             elif "GB/s" in b:
                 value, unit = b["GB/s"], "GB/s"
-            else:
-                value, unit = None, ""
+            else:  # a row that only has a time (e.g. building pointer arrays): report microseconds
+                scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}.get(b.get("time_unit", "ns"), 1.0)
+                value, unit = b.get("real_time", 0.0) * scale, "us"
             row = {"value": None if skipped else value, "unit": unit,
                    "copy": b.get("copy_GB/s"), "time_ms": b.get("real_time")}
             groups.setdefault((module, op, shape), OrderedDict()).setdefault(step, {})[impl] = row

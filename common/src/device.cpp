@@ -1,6 +1,7 @@
 #include "course/device.hpp"
 
 #include <sstream>
+#include <string>
 
 namespace course {
 
@@ -15,6 +16,20 @@ bool cuda_device_available(std::string* why) {
   }
   if (count == 0) {
     if (why) *why = "no usable CUDA device: the driver reports 0 devices";
+    return false;
+  }
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    cudaGetLastError();
+    if (why) *why = "no usable CUDA device: its compute capability could not be read";
+    return false;
+  }
+  if (major < 8) {  // cp.async, ldmatrix, bf16 mma.sync: every module needs sm_80+
+    if (why)
+      *why = "no usable CUDA device: device " + std::to_string(dev) + " is sm_" + std::to_string(major) +
+             std::to_string(minor) + ", the course's kernels need sm_80 or newer";
     return false;
   }
   return true;

@@ -16,6 +16,8 @@ std::string current_test_name() {
 std::uint64_t test_seed() {
   const std::uint64_t seed = seed_for(current_test_name());
   ::testing::Test::RecordProperty("seed", std::to_string(seed));
+  std::cout << "[course] " << current_test_name() << ": seed " << seed << " (replay: COURSE_SEED=" << seed
+            << ")\n";
   return seed;
 }
 
@@ -27,7 +29,7 @@ void GpuTest::SetUp() {
 
 ::testing::AssertionResult Matches(const CompareResult& r) {
   if (r.ok()) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << r.report() << "\n  (replay with COURSE_SEED=<seed> from the test's XML/log)";
+  return ::testing::AssertionFailure() << r.report() << "\n  (replay with the COURSE_SEED the test printed)";
 }
 
 }  // namespace course::testing

@@ -2,7 +2,7 @@
 /// @brief YOUR ladder for fp32 SGEMM, C = alpha * A * B + beta * C (module 1).
 ///
 /// Read module01_basics/README.md, "Matrix multiply", then fill in one step at a time.
-/// Run its tests with:   ctest --preset default -L exercise -R Matmul
+/// Run its tests with:   ctest --preset default -L exercise -R MatmulTest
 /// A step you have not written throws NotImplemented and its tests show SKIPPED.
 /// Compare with the solution and cuBLAS:  ./build/module01_basics/m01_bench --benchmark_filter=sgemm
 ///

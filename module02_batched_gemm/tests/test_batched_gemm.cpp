@@ -255,8 +255,13 @@ std::string judge(const Problem& p, BgemmStep step, const std::vector<float>& go
   course::HostTensor<float> g(shape, strides), r(shape, strides);
   std::copy_n(got.begin(), g.storage().size(), g.storage().begin());
   std::copy_n(ref.begin(), r.storage().size(), r.storage().begin());
-  const auto dtype = course::m02::step_input(step) == BgemmInput::bf16 ? course::DType::bf16 : course::DType::f32;
-  const auto result = course::compare(g, r, course::tolerance_for(dtype, p.cs.K), {"b", "h", "i", "j"});
+  // Every step accumulates and stores in fp32, and the bf16 steps' inputs are bf16-exact
+  // (the reference sees the same rounded values), so one fp32 budget fits all steps: a
+  // kernel that rounds C or its partial sums to bf16 fails it.
+  (void)step;
+  const double scale = std::max(1.0, course::rms(r));
+  const auto result = course::compare(g, r, course::tolerance_for(course::DType::f32, p.cs.K, scale),
+                                      {"b", "h", "i", "j"});
   std::ostringstream os;
   if (!result.ok()) os << result.report();
   std::int64_t stray = 0;
@@ -636,6 +641,8 @@ TEST(BgemmArgsTest, PtrArrayArgumentsAreNamed) {
   expect_invalid([&] { auto q = p; q.lda = 3; call(q); }, {"'lda' = 3"});
   expect_invalid([&] { auto q = p; q.ldc = 5; call(q); }, {"'ldc' = 5"});
   expect_invalid([&] { auto q = p; q.K = 0; call(q); }, {"'K' = 0"});
+  // Arrays of pointers on the host (the natural mistake) are named, not launched on.
+  expect_invalid([&] { call(p); }, {"'a_ptrs'"});
   (void)h;
 }
 

@@ -374,6 +374,21 @@ std::vector<Case> option_cases() {
   return cases;
 }
 
+/// ALiBi alone (H_kv == H, no RoPE, d <= 64): what the exercise's ALiBi step can run, so a
+/// learner's ALiBi is tested even though RoPE and grouped-query attention are not exercises.
+std::vector<Case> alibi_cases() {
+  std::vector<Case> cases;
+  for (const bool causal : {false, true}) {
+    Case c = make_case(1, 4, 70, 70, 64, BHND, causal);
+    c.alibi = true;
+    cases.push_back(c);
+    c = make_case(2, 3, 131, 37, 16, BNHD, causal);
+    c.alibi = true;  // N_q > N_k: negative offsets
+    cases.push_back(c);
+  }
+  return cases;
+}
+
 /// Cases on which every planted bug is wrong and still in bounds (B == H for the swap).
 std::vector<Case> planted_cases() {
   return {make_case(2, 2, 37, 37, 64, BHND, true), make_case(3, 3, 20, 45, 32, BNHD, false),
@@ -444,7 +459,8 @@ std::vector<float> padded(const std::vector<std::vector<float>>& rows, std::int6
 /// "The cat sat": q = [1,0], [0,2], [1,1]; k = [1,0], [0,1], [1,1]; v = [1,0], [0,1], [1,1].
 /// Scores: [1,0,1], [0,2,2], [1,1,2]; weights e.g. softmax([1,1,2]) = [0.2119, 0.2119, 0.5761].
 TEST_P(AttentionTest, WorkedExampleThreeTokens) {
-  if (!supports(GetParam().step, make_case(1, 1, 3, 3, 16))) GTEST_SKIP();
+  if (!supports(GetParam().step, make_case(1, 1, 3, 3, 16)))
+    GTEST_SKIP() << "step " << GetParam().name << " does not support the worked example's shape";
   Example ex{3, 16, false, padded({{1, 0}, {0, 2}, {1, 1}}, 16), padded({{1, 0}, {0, 1}, {1, 1}}, 16),
              padded({{1, 0}, {0, 1}, {1, 1}}, 16),
              {{0.8446376, 0.5776812}, {0.5316895, 0.9366211}, {0.7880584, 0.7880584}},
@@ -471,9 +487,10 @@ TEST_P(AttentionTest, EveryHeadDimBothLayouts) { check(head_dim_cases(), "head-d
 TEST_P(AttentionTest, UnequalQueryAndKeyLengths) { check(unequal_length_cases(), "N_q != N_k"); }
 TEST_P(AttentionTest, StridesAndLayouts) { check(layout_cases(), "layout"); }
 TEST_P(AttentionTest, DistinctBatchesAndHeads) { check(batch_head_cases(), "batch/head"); }
-TEST_P(AttentionTest, LargeInputValuesStayFinite) { check(large_value_cases(), "large-value"); }
+TEST_P(AttentionTest, HugeInputValuesStayFinite) { check(large_value_cases(), "large-value"); }
 TEST_P(AttentionTest, PositionalOptionsAndGroupedQuery) { check(option_cases(), "RoPE/ALiBi/GQA"); }
-TEST_P(AttentionTest, PlantedBugCasesPass) { check(planted_cases(), "planted-bug"); }
+TEST_P(AttentionTest, AlibiOnly) { check(alibi_cases(), "ALiBi-only"); }
+TEST_P(AttentionTest, BugRevealingCasesPass) { check(planted_cases(), "planted-bug"); }
 
 /// Long sequences: many K/V tiles per block, many query tiles, 64-bit offsets exercised.
 TEST_P(AttentionTest, LargeSequence) {
@@ -497,49 +514,58 @@ TEST_P(AttentionTest, LargeOptions) {
   check({c}, "large RoPE/ALiBi/GQA");
 }
 
-/// Causality, exactly: change K and V at every key a row may not see (j > i0 + N_k - N_q);
-/// rows 0..i0 of O must not change by a single bit, and later rows must change.
+/// Causality, exactly: change K and V at every key a row may not see (j > i0 + N_k - N_q)
+/// and rerun. Returns the rows 0..i0 whose output changed by even one bit (they saw a hidden
+/// key); `changed_later` counts the rows after i0 that changed (they should). NotImplemented
+/// propagates.
+std::int64_t rows_that_saw_hidden_keys(AttnFn fn, AttentionStep step, const Case& c, std::int64_t i0,
+                                       std::uint64_t seed, std::int64_t* changed_later) {
+  const std::int64_t off = c.N_k - c.N_q;
+  const Inputs in = make_inputs(c, seed + static_cast<std::uint64_t>(i0));
+  const DeviceResult before = run_device(fn, step, c, in);
+  Inputs changed = in;
+  for (std::int64_t b = 0; b < c.B; ++b)
+    for (std::int64_t h = 0; h < c.H_kv; ++h)
+      for (std::int64_t j = std::max<std::int64_t>(0, i0 + off + 1); j < c.N_k; ++j)
+        for (std::int64_t e = 0; e < c.d; ++e) {
+          changed.k({b, h, j, e}) = 1000.f * std::cos(static_cast<float>(j + 3 * e + 7 * b));  // huge scores if leaked
+          changed.v({b, h, j, e}) = 500.f;
+        }
+  const DeviceResult after = run_device(fn, step, c, changed);
+  std::int64_t leaked = 0;
+  *changed_later = 0;
+  for (std::int64_t b = 0; b < c.B; ++b)
+    for (std::int64_t h = 0; h < c.H; ++h)
+      for (std::int64_t i = 0; i < c.N_q; ++i) {
+        const bool same = std::memcmp(&before.o({b, h, i, 0}), &after.o({b, h, i, 0}),
+                                      sizeof(float) * static_cast<std::size_t>(c.d)) == 0;
+        if (i <= i0) leaked += same ? 0 : 1;
+        else *changed_later += same ? 0 : 1;
+      }
+  return leaked;
+}
+
+std::vector<Case> causality_cases() {
+  return {make_case(2, 2, 100, 100, 64, BHND, true), make_case(1, 3, 40, 100, 32, BNHD, true),
+          make_case(1, 2, 100, 60, 64, BHND, true)};
+}
+
 TEST_P(AttentionTest, CausalMaskHidesFutureKeysBitForBit) {
   const AttentionStep step = GetParam().step;
-  std::vector<Case> cases = {make_case(2, 2, 100, 100, 64, BHND, true), make_case(1, 3, 40, 100, 32, BNHD, true),
-                             make_case(1, 2, 100, 60, 64, BHND, true)};
-  cases = supported(step, cases);
+  const std::vector<Case> cases = supported(step, causality_cases());
   if (cases.empty()) GTEST_SKIP() << "step " << GetParam().name << " has no causal mask";
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name());
     const std::int64_t off = c.N_k - c.N_q;
     for (const std::int64_t i0 : {std::int64_t{0}, c.N_q / 3, c.N_q - 2}) {
+      if (std::max<std::int64_t>(0, i0 + off + 1) >= c.N_k) continue;  // nothing hidden to perturb
       SCOPED_TRACE("rows 0.." + std::to_string(i0) + " must be unchanged");
-      const Inputs in = make_inputs(c, seed() + static_cast<std::uint64_t>(i0));
-      DeviceResult before, after;
-      COURSE_SKIP_IF_NOT_IMPLEMENTED(before = run_device(&impl::attention, step, c, in));
-      Inputs changed = in;
-      std::int64_t perturbed = 0;
-      for (std::int64_t b = 0; b < c.B; ++b)
-        for (std::int64_t h = 0; h < c.H_kv; ++h)
-          for (std::int64_t j = std::max<std::int64_t>(0, i0 + off + 1); j < c.N_k; ++j)
-            for (std::int64_t e = 0; e < c.d; ++e) {
-              changed.k({b, h, j, e}) = 1000.f * std::cos(static_cast<float>(j + 3 * e + 7 * b));  // huge scores if leaked
-              changed.v({b, h, j, e}) = 500.f;
-              ++perturbed;
-            }
-      if (perturbed == 0) continue;
-      COURSE_SKIP_IF_NOT_IMPLEMENTED(after = run_device(&impl::attention, step, c, changed));
-      std::int64_t changed_rows = 0;
-      for (std::int64_t b = 0; b < c.B; ++b)
-        for (std::int64_t h = 0; h < c.H; ++h)
-          for (std::int64_t i = 0; i < c.N_q; ++i) {
-            const float* x = &before.o({b, h, i, 0});
-            const float* y = &after.o({b, h, i, 0});
-            const bool same = std::memcmp(x, y, sizeof(float) * static_cast<std::size_t>(c.d)) == 0;
-            if (i <= i0) {
-              EXPECT_TRUE(same) << "row (b=" << b << ", h=" << h << ", i=" << i << ") saw a hidden key";
-            } else {
-              changed_rows += same ? 0 : 1;
-            }
-          }
-      if (i0 < c.N_q - 1 && i0 + off + 1 < c.N_k) {
-        EXPECT_GT(changed_rows, 0) << "the perturbation changed nothing";
+      std::int64_t leaked = 0, changed_later = 0;
+      COURSE_SKIP_IF_NOT_IMPLEMENTED(
+          leaked = rows_that_saw_hidden_keys(&impl::attention, step, c, i0, seed(), &changed_later));
+      EXPECT_EQ(leaked, 0) << leaked << " rows saw a hidden key";
+      if (i0 < c.N_q - 1) {
+        EXPECT_GT(changed_later, 0) << "the perturbation changed nothing";
       }
     }
   }
@@ -549,6 +575,8 @@ INSTANTIATE_TEST_SUITE_P(Steps, AttentionTest, ::testing::ValuesIn(course::m03::
 
 // ----------------------------------------------------------- planted bugs -----
 
+class PlantedAttentionCausality : public GpuTest {};
+
 class PlantedAttentionTest : public GpuTest,
                              public ::testing::WithParamInterface<course::planted::PlantedAttention> {};
 
@@ -556,6 +584,15 @@ TEST_P(PlantedAttentionTest, ChecksRejectIt) {
   const auto& bug = GetParam();
   EXPECT_FALSE(check_cases(bug.fn, AttentionStep::fused, planted_cases(), seed()))
       << "planted bug '" << bug.name << "' passed the checks: they are too weak to catch it";
+}
+
+/// The bit-for-bit causality test can fail: a mask one key too wide is caught.
+TEST_F(PlantedAttentionCausality, LeakIsCaughtBitForBit) {
+  std::int64_t leaked = 0, changed_later = 0;
+  for (const Case& c : causality_cases())
+    leaked += rows_that_saw_hidden_keys(course::planted::attention_causal_leak, AttentionStep::fused, c,
+                                        c.N_q / 3, seed(), &changed_later);
+  EXPECT_GT(leaked, 0) << "a causal mask that lets every row see one future key passed the causality test";
 }
 
 INSTANTIATE_TEST_SUITE_P(Bugs, PlantedAttentionTest, ::testing::ValuesIn(course::planted::kPlantedAttention),

@@ -157,6 +157,19 @@ struct BgemmGrid {
 
 namespace detail {
 
+/// The pointer arrays are read by the kernel, so they must live in device (or managed)
+/// memory: a host array (std::vector::data()) would fault inside the kernel and take the
+/// CUDA context down. cudaPointerGetAttributes tells, at the cost of a driver query.
+inline void require_device_array(const void* ptr, const char* fn, const char* name) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+    cudaGetLastError();  // clear the error the query left behind
+    require_arg(false, fn, name, ptr, "is not a CUDA pointer (the arrays of pointers must be in device memory)");
+  }
+  require_arg(attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged, fn, name, ptr,
+              "points to host memory: the arrays of pointers must be in device memory (see build_ptr_arrays)");
+}
+
 template <class T>
 constexpr const char* input_type_name() {
   return std::is_same_v<T, float> ? "float" : "__nv_bfloat16";
@@ -330,6 +343,9 @@ void validate_ptr_array_args(const PtrArrayBatchedGemmArgs<T>& p, BgemmStep step
   require_aligned(p.a_ptrs, alignof(void*), fn, "a_ptrs");
   require_aligned(p.b_ptrs, alignof(void*), fn, "b_ptrs");
   require_aligned(p.c_ptrs, alignof(void*), fn, "c_ptrs");
+  detail::require_device_array(p.a_ptrs, fn, "a_ptrs");
+  detail::require_device_array(p.b_ptrs, fn, "b_ptrs");
+  detail::require_device_array(p.c_ptrs, fn, "c_ptrs");
 }
 
 /// Checks HOST copies of the pointer arrays of `p`: batch*num_heads entries each, none

@@ -16,7 +16,7 @@ namespace {
 using m03::AttentionArgs;
 using m03::AttentionStrides;
 
-enum class Bug { seed_update_order, missing_scale, causal_off_by_one, swapped_head_batch };
+enum class Bug { seed_update_order, missing_scale, causal_off_by_one, causal_leak, swapped_head_batch };
 
 __device__ std::int64_t offset(const AttentionStrides& s, std::int64_t b, std::int64_t h, std::int64_t n) {
   return b * s.batch + h * s.head + n * s.seq;
@@ -37,7 +37,11 @@ __global__ void planted_kernel(AttentionArgs a, float scale) {
   const std::int64_t off = a.seq_k - a.seq_q;
   std::int64_t visible = a.seq_k;
   if (a.causal) {
-    const std::int64_t limit = kBug == Bug::causal_off_by_one ? i + off : i + off + 1;  // BUG: j < i + off
+    // BUG for causal_off_by_one: j < i + off (hides the diagonal); for causal_leak:
+    // j <= i + off + 1 (row i sees one future key).
+    const std::int64_t limit = kBug == Bug::causal_off_by_one ? i + off
+                               : kBug == Bug::causal_leak     ? i + off + 2
+                                                              : i + off + 1;
     visible = limit < 0 ? 0 : (limit > a.seq_k ? a.seq_k : limit);
   }
 
@@ -126,6 +130,9 @@ void attention_missing_scale(m03::AttentionStep, const m03::AttentionArgs& args)
 }
 void attention_causal_off_by_one(m03::AttentionStep, const m03::AttentionArgs& args) {
   launch<Bug::causal_off_by_one>(args, "attention_causal_off_by_one");
+}
+void attention_causal_leak(m03::AttentionStep, const m03::AttentionArgs& args) {
+  launch<Bug::causal_leak>(args, "attention_causal_leak");
 }
 void attention_swapped_head_batch(m03::AttentionStep, const m03::AttentionArgs& args) {
   launch<Bug::swapped_head_batch>(args, "attention_swapped_head_batch");

@@ -28,6 +28,9 @@ void attention_missing_scale(m03::AttentionStep step, const m03::AttentionArgs& 
 /// hidden (and the first row, with nothing left to see, becomes 0).
 void attention_causal_off_by_one(m03::AttentionStep step, const m03::AttentionArgs& args);
 
+/// Causal mask one key too wide: keeps j <= i + N_k - N_q + 1, so every row sees one
+/// future key. Caught exactly by the bit-for-bit causality test.
+void attention_causal_leak(m03::AttentionStep step, const m03::AttentionArgs& args);
 /// Q's row offset computed as b * stride.head + h * stride.batch: head and batch swapped
 /// (in bounds when B == H; K, V and O are addressed correctly).
 void attention_swapped_head_batch(m03::AttentionStep step, const m03::AttentionArgs& args);
@@ -44,6 +47,7 @@ inline constexpr PlantedAttention kPlantedAttention[] = {
     {"seed_update_order", attention_seed_update_order},
     {"missing_scale", attention_missing_scale},
     {"causal_off_by_one", attention_causal_off_by_one},
+    {"causal_leak", attention_causal_leak},
     {"swapped_head_batch", attention_swapped_head_batch},
 };
 
