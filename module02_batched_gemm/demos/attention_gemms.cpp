@@ -9,6 +9,7 @@
 //   m02_attention_gemms --batch 4 --heads 16 --seq 1024 --dim 128 --seed 7
 #include "course/bf16.hpp"
 #include "course/compare.hpp"
+#include "course/demo.hpp"
 #include "course/device.hpp"
 #include "course/error.hpp"
 #include "course/random.hpp"
@@ -269,10 +270,9 @@ int main(int argc, char** argv) {
     course::fill_random(pr.k, seed + 1, -1.0, 1.0);
     course::fill_random(pr.v, seed + 2, -1.0, 1.0);
 
-    std::string why;
-    if (!course::cuda_device_available(&why)) {
-      std::printf("\nNo GPU here (%s).\nThe GPU steps cannot run; above and below are the CPU references.\n",
-                  why.c_str());
+    if (const auto why = course::demo::no_device_reason()) {
+      std::printf("\nno CUDA device: %s\nThe GPU steps cannot run; above and below are the CPU references.\n",
+                  why->c_str());
       if (ref_cost > (std::int64_t{1} << 30)) {
         std::printf("(attention reference skipped: B*H*N*N*d = %lld is slow on one CPU core; pass smaller sizes)\n",
                     static_cast<long long>(ref_cost));

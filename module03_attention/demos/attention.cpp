@@ -5,6 +5,7 @@
 //   m03_attention                         B = 1, H = 16, d = 64, N = 256 .. 8192
 //   m03_attention --max-n 4096 --d 128 --heads 8 --seed 7
 #include "course/compare.hpp"
+#include "course/demo.hpp"
 #include "course/device.hpp"
 #include "course/error.hpp"
 #include "course/random.hpp"
@@ -257,14 +258,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    std::string why;
-    const bool gpu = course::cuda_device_available(&why);
-    if (gpu) {
-      std::cout << "device: " << course::device_summary() << "\n";
-    } else {
-      std::cout << "No usable CUDA GPU (" << why << ").\n"
-                << "Showing the CPU reference results only; the kernels need an NVIDIA GPU (sm_80 or newer).\n";
-    }
+    const bool gpu = course::demo::device_or_explain();
     worked_example("three tokens: 'The cat sat'", {"The", "cat", "sat"}, {{1, 0}, {0, 2}, {1, 1}},
                    {{1, 0}, {0, 1}, {1, 1}}, {{1, 0}, {0, 1}, {1, 1}}, false, gpu);
     worked_example("four tokens, every score row [1, 2, 3, 4], V = identity: O shows the weights",
