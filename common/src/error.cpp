@@ -17,6 +17,9 @@ CudaError::CudaError(cudaError_t code, const char* expr, const char* file, int l
 NotImplemented::NotImplemented(const std::string& what, const std::string& file)
     : Error("not implemented yet: " + what + " -- edit " + file), file_(file) {}
 
+Unsupported::Unsupported(const std::string& what, const std::string& needs)
+    : Error("unsupported here: " + what + " needs " + needs) {}
+
 void check_cuda(cudaError_t code, const char* expr, const char* file, int line) {
   if (code != cudaSuccess) throw CudaError(code, expr, file, line);
 }

@@ -8,8 +8,8 @@
 ///   3. the pointer-array kernel  PointerArrayOperand::matrix, then delete one throw
 /// Run the tests with:   ctest --preset default -L exercise -R Bgemm
 /// and the benchmark:    ./build/module02_batched_gemm/m02_bench --benchmark_filter='smem_tiled'
-/// Steps register_blocked and tensor_core are not exercises here: their tiling is the
-/// one of module 1's matmul ladders, and what is new in this module (finding a block's
+/// Steps register_blocked, warp_tiled, tensor_core and wgmma are not exercises here: their tiling is
+/// module 1's (wgmma: see the solution's step 5), and what is new in this module (finding a block's
 /// matrices) is the same for every step. Read them in solutions/module02_batched_gemm/.
 
 #include "module02/batched_gemm.hpp"

@@ -240,6 +240,8 @@ void guarded(const Impl& impl, BgemmStep step, Api api, F f) {
   } catch (const course::NotImplemented& e) {
     std::printf("  %-8s %-16s %-9s  not implemented yet (%s)\n", impl.name, course::m02::step_name(step),
                 to_string(api), e.file().c_str());
+  } catch (const course::Unsupported& e) {
+    std::printf("  %-8s %-16s %-9s  %s\n", impl.name, course::m02::step_name(step), to_string(api), e.what());
   }
 }
 

@@ -103,6 +103,19 @@ __device__ __forceinline__ bool aligned16(const void* p) {
 
 dim3 to_dim3(const m02::BgemmGrid& g) { return dim3(g.x, g.y, g.z); }
 
+/// A kernel may use more than 48 KB of dynamic shared memory only after opting in
+/// (once per kernel; the attribute then stays set). Returns the kernel for the launch.
+template <auto kKernel>
+auto allow_dynamic_smem(int bytes) {
+  static const bool opted_in = [bytes] {
+    if (bytes > 48 * 1024)
+      COURSE_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    return true;
+  }();
+  (void)opted_in;
+  return kKernel;
+}
+
 // ============================================================================
 // Step 1: smem_tiled (fp32).
 // A block of 32 x 32 threads computes a 32 x 32 tile of C, one output per thread. For
@@ -289,6 +302,17 @@ __device__ __forceinline__ void store_chunk4(float* c_row, int col, int N, float
   if (col + 3 < N) dst[3] = v.w;
 }
 
+/// Store (row, col) and (row, col + 1) of C, masked at the N edge; one float2 store
+/// when allowed (`vec2`: 8-byte aligned matrix start and even row stride).
+__device__ __forceinline__ void store_pair(float* c_row, int col, int N, float v0, float v1, bool vec2) {
+  if (vec2 && col + 1 < N) {
+    *reinterpret_cast<float2*>(c_row + col) = make_float2(v0, v1);
+    return;
+  }
+  if (col < N) c_row[col] = v0;
+  if (col + 1 < N) c_row[col + 1] = v1;
+}
+
 template <class Cfg, bool kTransB, class OpA, class OpB, class OpC>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     bgemm_register_blocked_kernel(OpA A, OpB B, OpC C, int M, int N, int K, float alpha, int tiles_n) {
@@ -397,7 +421,256 @@ void launch_register_blocked(const OpA& A, const OpB& B, const OpC& C, const Pro
 }
 
 // ============================================================================
-// Step 3: tensor_core (bf16 in, fp32 accumulate and out).
+// Step 3: warp_tiled (fp32) -- module 1's fastest SGEMM design, batched.
+// Changes from step 2 (the same 8 x 8 outputs per thread, organised differently):
+//  * Warp tiles. The block tile is cut into WM x WN = 64 x 32 warp tiles; inside one,
+//    8 x 4 lanes own 4 x 4 outputs in each of 2 x 2 sub-tiles of 32 x 16. For one k,
+//    the A float4s a warp reads are 8 distinct, 128 contiguous bytes and the B float4s
+//    4 distinct, 64 bytes: every LDS.128 is a single conflict-free wavefront, 4
+//    wavefronts per 64 FFMAs (step 2's 4 + 4 split rows spread each read over more).
+//  * cp.async instead of registers: global -> shared copies run STAGES - 1 slabs ahead
+//    of the math without holding registers (step 2 kept the next slab in 16 registers,
+//    which is what capped it at 128 registers with little slack). Operands whose rows
+//    are k-contiguous (A, and B stored N x K for Q*K^T) are copied one 4-byte element
+//    per cp.async so they land transposed, As[k][m]; the pitch BM + 4 spreads the 4
+//    rows x 8 k a warp copies over 32 banks. B stored K x N (P*V) is copied as 16-byte
+//    vectors when its start and row stride allow it (decided per block).
+//  * BK = 16 slabs, 4 stages deep; edges are zero-filled by the copies themselves
+//    (src-size 0), so the math never tests bounds.
+// Prediction: FFMA-issue bound like module 1's warp_tiled (0.90 of cuBLAS at 4096^3):
+// ~0.85-0.95 of cuBLAS on P*V (long K) at both shapes. Q*K^T has K = 64 / 128, only
+// 2 / 4 slabs per tile, so prologue and epilogue weigh more: ~0.85-0.95 at d = 128,
+// about step 2 (already ~cuBLAS) at d = 64. Registers <= 128 (2 blocks of 256 threads,
+// or 4 of 128 for the BN = 64 tile), 39-68 KB of shared memory per block.
+// Tuning (H200, one run each, fraction of cuBLAS): BK = 32 with 2 stages (module 1's
+// choice) gave P*V 0.83 at S2; BK = 16 with 4 stages 0.86 (a barrier per 16 k, but more
+// slabs in flight); 3-6 stages, 32 x 64 warp tiles or 64 x 128 block tiles all landed
+// at 0.86-0.87. For N <= 64 (P*V, d = 64): a 128 x 64 tile, 3 stages, `.L2::256B`
+// prefetch on the copies: 1.01 vs 0.85 without (P's rows are streamed exactly once).
+// Measured (H200, bench, docs/results.md, fraction of cublasGemmStridedBatchedEx fp32):
+// Q*K^T 1.10 (S1), 0.95 (S2), 1.13 (B64H12N128d64); P*V 1.04, 0.86, 1.02 (0.87 at S2
+// in the run before). Step 2 in the same run: 1.00, 0.83, 1.07; 0.77, 0.80, 0.93.
+// ============================================================================
+template <int BM_, int BN_, int BK_, int WM_, int WN_, int Stages_, int L2Prefetch_ = 0>
+struct WtConfig {
+  static constexpr int kL2Prefetch = L2Prefetch_;
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, kStages = Stages_;
+  static constexpr int kWarpsM = BM / WM, kWarpsN = BN / WN;
+  static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
+  static constexpr int kLanesN = WN / 8;  // lanes along N inside a warp (each owns 2 x 4 columns)
+  static constexpr int kPitchA = BM + 4, kPitchB = BN + 4;  // padded rows of the k-major tiles
+  static constexpr int kStageA = BK * kPitchA, kStageB = BK * kPitchB;  // floats per stage
+  static constexpr int kSmemBytes = kStages * (kStageA + kStageB) * static_cast<int>(sizeof(float));
+  static constexpr int kMinBlocks = 512 / kThreads;  // 16 warps per SM: <= 128 registers
+  static_assert((WM / 8) * kLanesN == 32, "a warp tile holds exactly 32 lanes of 8 x 8 outputs");
+  static_assert(BM % WM == 0 && BN % WN == 0 && BK % 8 == 0 && kStages >= 2, "whole warp tiles, k in groups of 8");
+  static_assert(BM % (kThreads / 8) == 0 && BN % (kThreads / 8) == 0, "k-contiguous copies: whole row groups");
+  static_assert((BK * BN / 4) % kThreads == 0 && kThreads % BN == 0, "n-contiguous copies: whole chunks");
+};
+
+/// Copies slabs of a k-contiguous operand (R rows, row stride ld, k along the row) into
+/// k-major stages S[k][r] of pitch R + 4, one element per cp.async. Thread t copies k
+/// offsets t % 8 + 8g of rows t / 8 + j * (threads / 8): a warp reads 4 rows x 32
+/// contiguous bytes per copy instruction. Per-row source pointers and byte counts
+/// (4, or 0 past the last valid row) are computed once; copy_next advances one slab.
+template <int R, int BK, int kThreads, int kL2Prefetch>
+struct KMajorCopierF32 {
+  static constexpr int kRowStep = kThreads / 8, kRows = R / kRowStep, kGroups = BK / 8;
+  static constexpr int kPitch = R + 4;
+  const float* src[kRows];
+  int bytes[kRows];
+  int k_first;  // k of this thread's first element in the next slab
+  std::uint32_t dst;
+
+  /// p: row 0 of the tile; valid_rows: rows of the matrix from there (>= 1). The last
+  /// argument (vector path allowed) keeps the signature of NMajorCopierF32: unused.
+  __device__ __forceinline__ KMajorCopierF32(const float* p, std::int64_t ld, int valid_rows, bool) {
+    const int r0 = threadIdx.x / 8;
+    k_first = threadIdx.x % 8;
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) {
+      const int r = r0 + j * kRowStep;
+      bytes[j] = r < valid_rows ? 4 : 0;
+      src[j] = p + (r < valid_rows ? r : 0) * ld + k_first;  // a clamped row: never read when bytes = 0
+    }
+    dst = 4 * (k_first * kPitch + r0);
+  }
+  /// `stage`: byte address of the stage; check_k: the slab reaches past K.
+  __device__ __forceinline__ void copy_next(std::uint32_t stage, int K, bool check_k) {
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      const bool k_ok = !check_k || k_first + 8 * g < K;
+#pragma unroll
+      for (int j = 0; j < kRows; ++j)
+        cuda::cp_async_4_zfill<kL2Prefetch>(stage + dst + 4 * (8 * g * kPitch + j * kRowStep), src[j] + 8 * g,
+                               k_ok ? bytes[j] : 0);
+    }
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) src[j] += BK;
+    k_first += BK;
+  }
+};
+
+/// Copies slabs of an n-contiguous operand (B stored K x N, P*V's V) into stages
+/// S[k][n] of pitch BN + 4. Vector path: 16-byte copies, thread t owns columns
+/// 4 (t % (BN/4)) .. + 3 of rows t / (BN/4) + i * step; a chunk cut by the N edge goes
+/// as 4-byte pieces (a short 16-byte copy would still be a 16-byte read). Scalar path
+/// (start or row stride not 16-byte aligned): one element per copy.
+template <int BN, int BK, int kThreads, int kL2Prefetch>
+struct NMajorCopierF32 {
+  static constexpr int kPitch = BN + 4;
+  static constexpr int kVecPer = BK * BN / 4 / kThreads, kVecRowStep = kThreads / (BN / 4);
+  static constexpr int kScalarPer = BK * BN / kThreads, kScalarRowStep = kThreads / BN;
+  const float* src;  // this thread's first element in the next slab
+  std::int64_t ld;
+  int row, col, valid_cols;  // valid_cols: columns of the matrix from `col` on
+  int k_first;
+  bool vec;
+
+  __device__ __forceinline__ NMajorCopierF32(const float* p, std::int64_t ld_, int cols, bool vec_) : ld(ld_), vec(vec_) {
+    row = vec ? threadIdx.x / (BN / 4) : threadIdx.x / BN;
+    col = vec ? (threadIdx.x % (BN / 4)) * 4 : threadIdx.x % BN;
+    valid_cols = cols - col;
+    src = p + row * ld + col;
+    k_first = row;
+  }
+  __device__ __forceinline__ void copy_next(std::uint32_t stage, int K, bool check_k) {
+    if (vec) {
+#pragma unroll
+      for (int i = 0; i < kVecPer; ++i) {
+        const bool k_ok = !check_k || k_first + i * kVecRowStep < K;
+        const float* s = src + i * kVecRowStep * ld;
+        const std::uint32_t d = stage + 4 * ((row + i * kVecRowStep) * kPitch + col);
+        if (valid_cols >= 4 || valid_cols <= 0) {
+          cuda::cp_async_16_zfill<kL2Prefetch>(d, s, k_ok && valid_cols >= 4 ? 16 : 0);
+        } else {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) cuda::cp_async_4_zfill(d + 4 * q, s + q, k_ok && q < valid_cols ? 4 : 0);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kScalarPer; ++i) {
+        const bool k_ok = !check_k || k_first + i * kScalarRowStep < K;
+        cuda::cp_async_4_zfill(stage + 4 * ((row + i * kScalarRowStep) * kPitch + col),
+                               src + i * kScalarRowStep * ld, k_ok && valid_cols > 0 ? 4 : 0);
+      }
+    }
+    src += BK * ld;
+    k_first += BK;
+  }
+};
+
+template <class Cfg, bool kTransB, class OpA, class OpB, class OpC>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    bgemm_warp_tiled_kernel(OpA A, OpB B, OpC C, int M, int N, int K, float alpha, int tiles_n) {
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, WM = Cfg::WM, WN = Cfg::WN, kStages = Cfg::kStages;
+  extern __shared__ __align__(16) float smem_f32[];  // kStages A stages, then kStages B stages
+  const std::uint32_t smem = cuda::smem_u32(smem_f32);
+  constexpr std::uint32_t kStageBytesA = 4 * Cfg::kStageA, kStageBytesB = 4 * Cfg::kStageB;
+  constexpr std::uint32_t kOffsetB = kStages * kStageBytesA;
+
+  const int tile_m = blockIdx.x / tiles_n, tile_n = blockIdx.x % tiles_n;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const float* a = A.matrix(b, h);
+  const float* bm = B.matrix(b, h);
+  float* c = C.matrix(b, h);
+  const std::int64_t lda = A.ld, ldb = B.ld, ldc = C.ld;
+  const int m0 = tile_m * BM, n0 = tile_n * BN;
+  const bool vec_b = aligned16(bm + (kTransB ? 0 : n0)) && ldb % 4 == 0;
+  const bool vec_c = aligned16(c) && ldc % 4 == 0;
+
+  KMajorCopierF32<BM, BK, Cfg::kThreads, Cfg::kL2Prefetch> copy_a(a + m0 * lda, lda, M - m0, false);
+  using BCopier = std::conditional_t<kTransB, KMajorCopierF32<BN, BK, Cfg::kThreads, Cfg::kL2Prefetch>,
+                                     NMajorCopierF32<BN, BK, Cfg::kThreads, Cfg::kL2Prefetch>>;
+  BCopier copy_b(kTransB ? bm + n0 * ldb : bm + n0, ldb, N - n0, vec_b);
+  const int full_slabs = K / BK;  // slabs that need no k check
+  auto load_slab = [&](int slab, int stage) {
+    const bool check_k = slab >= full_slabs;
+    copy_a.copy_next(smem + stage * kStageBytesA, K, check_k);
+    copy_b.copy_next(smem + kOffsetB + stage * kStageBytesB, K, check_k);
+  };
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp_m = warp / Cfg::kWarpsN, warp_n = warp % Cfg::kWarpsN;
+  const int m_frag = warp_m * WM + (lane / Cfg::kLanesN) * 4;  // first of this thread's rows in the tile
+  const int n_frag = warp_n * WN + (lane % Cfg::kLanesN) * 4;  // first of its columns
+  const float* As = smem_f32;
+  const float* Bs = smem_f32 + kStages * Cfg::kStageA;
+
+  float acc[8][8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
+
+  const int k_tiles = (K + BK - 1) / BK;
+  // Prologue: slabs 0 .. kStages-2 in flight, one commit group each (empty ones too,
+  // so that "group t complete" always means "slab t landed").
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < k_tiles) load_slab(s, s);
+    cuda::cp_async_commit();
+  }
+  int stage = 0;
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    cuda::cp_async_wait<kStages - 2>();  // this thread's copies of slab kt landed ...
+    __syncthreads();                     // ... everyone's too; and everyone is done with slab kt-1
+    const int next = kt + kStages - 1;   // refill the stage slab kt-1 used
+    if (next < k_tiles) load_slab(next, stage == 0 ? kStages - 1 : stage - 1);
+    cuda::cp_async_commit();
+    const float* as = As + stage * Cfg::kStageA;
+    const float* bs = Bs + stage * Cfg::kStageB;
+#pragma unroll
+    for (int k = 0; k < BK; ++k) {
+      float av[8], bv[8];
+      *reinterpret_cast<float4*>(&av[0]) = *reinterpret_cast<const float4*>(&as[k * Cfg::kPitchA + m_frag]);
+      *reinterpret_cast<float4*>(&av[4]) = *reinterpret_cast<const float4*>(&as[k * Cfg::kPitchA + m_frag + WM / 2]);
+      *reinterpret_cast<float4*>(&bv[0]) = *reinterpret_cast<const float4*>(&bs[k * Cfg::kPitchB + n_frag]);
+      *reinterpret_cast<float4*>(&bv[4]) = *reinterpret_cast<const float4*>(&bs[k * Cfg::kPitchB + n_frag + WN / 2]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+    }
+    stage = stage == kStages - 1 ? 0 : stage + 1;
+  }
+  cuda::cp_async_wait<0>();  // only empty groups remain; leave nothing in flight at exit
+
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int r = m0 + m_frag + (i / 4) * (WM / 2) + (i % 4);
+    if (r >= M) continue;
+    float* c_row = c + r * ldc;
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      const float4 v = make_float4(alpha * acc[i][4 * s], alpha * acc[i][4 * s + 1], alpha * acc[i][4 * s + 2],
+                                   alpha * acc[i][4 * s + 3]);
+      store_chunk4(c_row, n0 + n_frag + s * (WN / 2), N, v, vec_c);
+    }
+  }
+}
+
+template <class Cfg, class OpA, class OpB, class OpC>
+void launch_warp_tiled_cfg(const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
+  const m02::BgemmGrid g = batched_gemm_grid(p.M, p.N, p.batch, p.heads, Cfg::BM, Cfg::BN);
+  auto kernel = p.trans_b ? allow_dynamic_smem<bgemm_warp_tiled_kernel<Cfg, true, OpA, OpB, OpC>>(Cfg::kSmemBytes)
+                          : allow_dynamic_smem<bgemm_warp_tiled_kernel<Cfg, false, OpA, OpB, OpC>>(Cfg::kSmemBytes);
+  kernel<<<to_dim3(g), Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(A, B, C, p.M, p.N, p.K, p.alpha,
+                                                                   static_cast<int>(g.tiles_n));
+  COURSE_CHECK_LAUNCH("bgemm_warp_tiled_kernel");
+}
+
+template <class OpA, class OpB, class OpC>
+void launch_warp_tiled(const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
+  if (p.N <= 64)
+    launch_warp_tiled_cfg<WtConfig<128, 64, 16, 64, 32, 3, 256>>(A, B, C, p);  // 128 threads, 39 KB: 4 blocks/SM
+  else
+    launch_warp_tiled_cfg<WtConfig<128, 128, 16, 64, 32, 4>>(A, B, C, p);  // 256 threads, 68 KB: 2 blocks/SM
+}
+
+// ============================================================================
+// Step 4: tensor_core (bf16 in, fp32 accumulate and out).
 // Changes from step 2: the FMAs go to the tensor cores. One warp instruction,
 // mma.sync.m16n8k16 (course/cuda/mma_ptx.cuh), multiplies a 16x16 bf16 tile of A by a
 // 16x8 tile of op(B) into 16x8 fp32 accumulators: 4096 FLOPs per instruction, ~16x
@@ -422,22 +695,26 @@ void launch_register_blocked(const OpA& A, const OpB& B, const OpC& C, const Pro
 //    The edges come for free: cp.async's src-size operand zero-fills the part of a
 //    16-byte chunk past K, M or N. Rows that are not 16-byte aligned (odd K, odd
 //    strides) take a scalar copy instead, decided per block.
-//  * Epilogue through shared memory (the pipeline's buffers, reused): the accumulators
-//    are staged as a [BM][BN + 8] fp32 tile, then written as whole rows of float4.
+//  * Epilogue straight from the accumulator registers: each warp store writes 8 rows x
+//    32 bytes, whole 32-byte sectors (see the measurement below).
 // Prediction: bandwidth, not math, bounds Q*K^T here. At S1 it writes 512 MB of fp32
 // scores: >= ~0.18 ms at ~2.9 TB/s, i.e. <= ~95 TFLOP/s whatever the kernel; P*V
 // reads 256 MB of bf16 P: <= ~180 TFLOP/s. At S2 (d = 128) the math is heavier per
 // byte: ~200 (Q*K^T) and ~300+ (P*V) TFLOP/s. cuBLAS faces the same bytes but uses
 // wgmma: expect ~80-100% of it where bytes bound, less where math does (P*V at S2).
-// Registers ~120-128 (~150-170 for 128 x 64), 96 KB (72 KB) shared memory per block:
+// Registers ~120-128 (~160-170 for 128 x 64), 96 KB (72 KB) shared memory per block:
 // 2 (3) blocks per SM.
 // Development run (H200, not the reference GPU), % of cublasGemmStridedBatchedEx:
 // Q*K^T 79% (S1), 71% (S2), 88% (B64H12N128d64); P*V 96% (S1), 68% (S2), 86%.
-// An ncu profile of P*V at S2 shows ~50% issue utilization and no saturated unit:
-// latency-bound with 16 warps per SM. The next rungs would be larger tiles with fewer
-// barriers, and on Hopper wgmma + TMA (module 3's optional top step).
-// Measured (H200, docs/results.md, fraction of cublasGemmStridedBatchedEx bf16): Q*K^T
-// 0.79, 0.72, 0.91; P*V 0.97, 0.70, 0.86 (shapes as above). Misses 0.80 at d = 128.
+// An ncu profile of P*V at S2 shows ~50% issue utilization and no saturated unit. The
+// count behind it (step 5's comment): shared memory, ldmatrix plus cp.async, is busier
+// than the tensor cores. Tried (one run each, P*V at S2): 64 x 64 warp tiles (8 warps
+// per SM at ~255 registers) 0.69-0.74; BK = 32 with 4-6 stages 0.71-0.79; no gain.
+// Measured with a staged epilogue (C through shared memory in float4 rows, an earlier
+// version of this step), fraction of cublasGemmStridedBatchedEx bf16: Q*K^T 0.79, 0.72,
+// 0.91; P*V 0.97, 0.70, 0.86. With the direct epilogue below (H200, bench,
+// docs/results.md): Q*K^T 0.84, 0.76, 0.95; P*V 0.97, 0.68, 0.89. At d = 128, step 5
+// is the answer.
 // ============================================================================
 template <int BM_, int BN_, int WarpsM_, int WarpsN_, int Stages_, int MinBlocks_, int BK_>
 struct TcConfig {
@@ -449,15 +726,11 @@ struct TcConfig {
   static constexpr int kChunksK = BK / 8;  // 16-byte chunks per row of a k-contiguous tile
   static constexpr int kChunksN = BN / 8;  // ... per row of an n-contiguous B tile
   static constexpr int kStageA = BM * BK, kStageB = BN * BK;  // bf16 elements per stage
-  static constexpr int kLdC = BN + 8;  // row stride (floats) of the C tile staged in shared memory
-  static constexpr int kPipeBytes = kStages * (kStageA + kStageB) * static_cast<int>(sizeof(bf16));
-  static constexpr int kEpilogueBytes = BM * kLdC * static_cast<int>(sizeof(float));
-  static constexpr int kSmemBytes = kPipeBytes > kEpilogueBytes ? kPipeBytes : kEpilogueBytes;
+  static constexpr int kSmemBytes = kStages * (kStageA + kStageB) * static_cast<int>(sizeof(bf16));
   static constexpr int kMinBlocks = MinBlocks_;
   static_assert(WM * kWarpsM == BM && WN * kWarpsN == BN, "warps tile the block");
   static_assert(WM % 16 == 0 && WN % 16 == 0, "a warp tile is whole 16x16 blocks (ldmatrix.x4 loads two n8 tiles)");
   static_assert(BK % 16 == 0 && kStages >= 2, "k16 steps; a pipeline needs two stages");
-  static_assert(BM * BN / 4 % kThreads == 0, "the epilogue copies whole float4s per thread");
   static_assert(kChunksK >= 4 && kChunksN >= 8, "ldmatrix offsets assume 16-row steps keep the swizzle key");
 };
 
@@ -596,7 +869,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // cp.async needs 16-byte aligned sources: matrix start aligned, row stride % 8 == 0.
   const bool vec_a = aligned16(a) && lda % 8 == 0;
   const bool vec_b = aligned16(bm) && ldb % 8 == 0;
-  const bool vec_c = aligned16(c) && ldc % 4 == 0;
 
   const bf16* a_tile = a + m0 * lda;
   const bf16* b_tile = kTransB ? bm + n0 * ldb : bm + n0;
@@ -698,46 +970,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     }
   }
   cuda::cp_async_wait<0>();  // only empty groups can remain; leave nothing in flight
-  __syncthreads();           // every warp is done with the stages: reuse them for C
-
-  // Epilogue, through shared memory. Lane (g = lane/4, t = lane%4) owns rows g and g+8,
-  // columns 2t and 2t+1 of each mma tile: stored straight to global memory, one warp
-  // instruction would touch 8 rows x 32 bytes. Staged as a [BM][BN + 8] fp32 tile
-  // (the +8 makes the float2 stores of a half-warp hit 16 distinct bank pairs), the
-  // block then writes whole rows with float4 stores: 512 contiguous bytes per warp.
-  float* cs = reinterpret_cast<float*>(smem_raw);
+  // Epilogue straight from the fragments: lane (g, t) writes columns 2t, 2t+1 of rows g
+  // and g + 8 of each mma tile; one warp store covers 8 rows x 32 bytes, i.e. whole
+  // 32-byte sectors, so nothing is gained by staging C through shared memory first (a
+  // staged version, rows of float4, measured 2-7% slower on Q*K^T: an extra barrier and
+  // 68 KB of shared memory for the same DRAM traffic).
+  const bool vec2 = (reinterpret_cast<std::uintptr_t>(c) & 7u) == 0 && ldc % 2 == 0;
 #pragma unroll
-  for (int mi = 0; mi < Cfg::kMTiles; ++mi) {
-    const int r = warp_m * Cfg::WM + mi * 16 + (lane >> 2);
+  for (int mi = 0; mi < Cfg::kMTiles; ++mi)
 #pragma unroll
-    for (int nj = 0; nj < Cfg::kNTiles; ++nj) {
-      const int col = warp_n * Cfg::WN + nj * 8 + (lane & 3) * 2;
-      *reinterpret_cast<float2*>(&cs[r * Cfg::kLdC + col]) = make_float2(alpha * acc[mi][nj][0], alpha * acc[mi][nj][1]);
-      *reinterpret_cast<float2*>(&cs[(r + 8) * Cfg::kLdC + col]) =
-          make_float2(alpha * acc[mi][nj][2], alpha * acc[mi][nj][3]);
+    for (int half = 0; half < 2; ++half) {
+      const int r = m0 + warp_m * Cfg::WM + mi * 16 + (lane >> 2) + half * 8;
+      if (r >= M) continue;
+      float* c_row = c + r * ldc;
+#pragma unroll
+      for (int nj = 0; nj < Cfg::kNTiles; ++nj) {
+        const int col = n0 + warp_n * Cfg::WN + nj * 8 + (lane & 3) * 2;
+        store_pair(c_row, col, N, alpha * acc[mi][nj][2 * half], alpha * acc[mi][nj][2 * half + 1], vec2);
+      }
     }
-  }
-  __syncthreads();
-  constexpr int kVecPerRow = Cfg::BN / 4;
-#pragma unroll
-  for (int i = 0; i < Cfg::BM * kVecPerRow / Cfg::kThreads; ++i) {
-    const int q = threadIdx.x + i * Cfg::kThreads;
-    const int r = q / kVecPerRow, c4 = (q % kVecPerRow) * 4;
-    if (m0 + r >= M) continue;
-    const float4 v = *reinterpret_cast<const float4*>(&cs[r * Cfg::kLdC + c4]);
-    store_chunk4(c + (m0 + r) * ldc, n0 + c4, N, v, vec_c);
-  }
 }
 
 template <class Cfg, bool kTransB, class OpA, class OpB, class OpC>
 void launch_tensor_core_kernel(const OpA& A, const OpB& B, const OpC& C, const Problem& p, const m02::BgemmGrid& g) {
-  auto kernel = bgemm_tensor_core_kernel<Cfg, kTransB, OpA, OpB, OpC>;
-  // More than 48 KB of dynamic shared memory must be opted into, once per kernel.
-  static const bool opted_in = [&] {
-    COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
-    return true;
-  }();
-  (void)opted_in;
+  auto kernel = allow_dynamic_smem<bgemm_tensor_core_kernel<Cfg, kTransB, OpA, OpB, OpC>>(Cfg::kSmemBytes);
   kernel<<<to_dim3(g), Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(A, B, C, p.M, p.N, p.K, p.alpha,
                                                                    static_cast<int>(g.tiles_n));
   COURSE_CHECK_LAUNCH("bgemm_tensor_core_kernel");
@@ -761,6 +1017,244 @@ void launch_tensor_core(const OpA& A, const OpB& B, const OpC& C, const Problem&
 }
 
 // ============================================================================
+// Step 5: wgmma (bf16 in, fp32 out; Hopper, needs an sm_90a build).
+// What limits step 4 at d = 128 is shared memory, not the tensor cores: with 64 x 32
+// warp tiles every mma.sync needs its operands loaded into registers by ldmatrix first,
+// 6 ldmatrix.x4 (3 KB) per 16 mma per warp, plus the cp.async writes: ~510 clocks of
+// shared-memory traffic against ~435 of mma per k16 round of the SM (16 warps). Bigger
+// warp tiles would halve the ldmatrix bytes but need ~230 registers, i.e. half the warps.
+// Changes from step 4:
+//  * wgmma.mma_async: a warpgroup (4 warps) multiplies a 64 x BN tile of A by BN
+//    columns of B with ONE instruction that reads both operands straight from shared
+//    memory through descriptors. No ldmatrix, no fragment registers; B is read once per
+//    warpgroup instead of once per warp. Two warpgroups: block tile 128 x BN, BN = 128
+//    (64 when N <= 64: P*V with d = 64), 64 (32) fp32 accumulators per thread.
+//  * Shared-memory layout = what the descriptors describe, the 128-byte swizzle: A and
+//    K-major B (K of Q*K^T) as rows of 64 bf16 (128 bytes) with 16-byte chunk c of row r
+//    at c ^ (r % 8) -- the layout step 4 already used, so its copier is reused; V (P*V,
+//    MN-major: n contiguous) as 64-column blocks of [64 k][64 n] rows, swizzled the same
+//    way, and wgmma transposes it on the fly (imm-trans-b). Stages 1024-byte aligned.
+//  * The cp.async pipeline of step 4 feeds it; a `fence.proxy.async` after each copy
+//    wait makes the copies (generic proxy) visible to wgmma (async proxy).
+//  * Each slab: fence, 4 wgmma (k16 each), commit, wait -- the wait before the next slab
+//    keeps the stage reuse rule of step 4; the other resident block overlaps it.
+// Prediction: shared-memory traffic per k16 round drops from ~510 to ~250 clocks, below
+// the tensor-core time, so P*V at d = 128 should move from ~0.78 of cuBLAS toward the
+// DRAM bound (~0.9); Q*K^T stays bound by writing C (~0.85, as step 4 with its direct
+// epilogue). 97 KB of shared memory, <= 128 registers: 2 blocks (16 warps) per SM.
+// Measured (H200, bench, docs/results.md, fraction of cublasGemmStridedBatchedEx bf16):
+// P*V 1.03 (S1), 0.83 (S2; step 4: 0.68), 0.94 (B64H12N128d64); Q*K^T 0.82, 0.80, 0.95
+// (the run before: P*V 0.84 and Q*K^T 0.78 at S2, so S2 sits at the 0.80 line). In a short
+// standalone timing loop P*V at S2 reached 0.94-0.96 and Q*K^T 0.80-0.83; the bench
+// keeps each row running for 0.2 s, and our kernels lose more to the hot GPU than
+// cuBLAS does. Q*K^T at S2 writes 2 GiB of fp32 scores: cuBLAS stores them at ~3.4 TB/s,
+// this kernel at ~2.7. Tried and dropped (0.78-0.83, no gain): 2-8 tiles per block as
+// one pipelined stream of slabs (one tile's stores overlapping the next one's loads),
+// 2 or 4 stages, `.L2::256B` prefetch. What is left is the store path: cuBLAS hands
+// its C tile to the TMA engine (cp.async.bulk) -- the next rung, not written.
+// ============================================================================
+template <int BN_, int Stages_>
+struct WgConfig {
+  static constexpr int BM = 128, BN = BN_, BK = 64, kStages = Stages_;
+  static constexpr int kThreads = 256;     // two warpgroups, 64 rows of the tile each
+  static constexpr int kChunksK = BK / 8;  // 8 chunks of 16 bytes: 128-byte rows
+  static constexpr int kChunksN = BN / 8;
+  static constexpr std::uint32_t kStageBytesA = BM * BK * 2, kStageBytesB = BN * BK * 2;
+  static constexpr int kSmemBytes = kStages * static_cast<int>(kStageBytesA + kStageBytesB) + 1024;  // + alignment
+  static constexpr int kMinBlocks = 2;
+  static_assert(BN == 64 || BN == 128, "wgmma m64n64k16 or m64n128k16");
+};
+
+/// Copies slabs of an n-contiguous B (stored K x N) into the MN-major 128-byte-swizzle
+/// layout: BN/64 blocks of [BK][64] bf16 (128-byte rows, one per k), chunk c of row k at
+/// c ^ (k % 8). Thread t copies chunk column t % kChunks of slab rows t / kChunks +
+/// i * kRowStep; kRowStep is a multiple of 8, so every row it copies shares one swizzle.
+template <class Cfg>
+struct MnMajorSw128Copier {
+  static constexpr int kChunks = Cfg::kChunksN;
+  static constexpr int kRowStep = Cfg::kThreads / kChunks;
+  static constexpr int kIters = Cfg::BK / kRowStep;
+  static constexpr std::uint32_t kBlockBytes = Cfg::BK * 128;  // one 64-column block
+  static_assert(Cfg::kThreads % kChunks == 0 && Cfg::BK % kRowStep == 0 && kRowStep % 8 == 0,
+                "a thread keeps one chunk column and one swizzle");
+  const bf16* cur;
+  std::int64_t step, slab;
+  std::uint32_t dst;
+  int ncols, kleft;
+
+  __device__ __forceinline__ MnMajorSw128Copier(const bf16* p, std::int64_t ld, int cols, int K) {
+    const int kk = threadIdx.x / kChunks, ch = threadIdx.x % kChunks;
+    cur = p + kk * ld + ch * 8;
+    step = kRowStep * ld;
+    slab = Cfg::BK * ld;
+    dst = (ch / 8) * kBlockBytes + kk * 128 + (((ch % 8) ^ (kk & 7)) * 16);
+    ncols = clamp_count(cols - ch * 8);
+    kleft = K - kk;
+  }
+  __device__ __forceinline__ void copy_next(std::uint32_t smem, unsigned char* smem_generic, std::uint32_t stage,
+                                            bool vec, const bf16* fallback) {
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+      const int n = kleft > i * kRowStep ? ncols : 0;
+      const std::uint32_t off = stage + dst + i * kRowStep * 128;
+      if (vec)
+        cuda::cp_async_16_zfill(smem + off, n > 0 ? cur + i * step : fallback, 2 * n);
+      else
+        copy_chunk8_scalar(smem_generic + off, cur + i * step, n);
+    }
+    cur += slab;
+    kleft -= Cfg::BK;
+  }
+};
+
+template <class Cfg, bool kTransB, class OpA, class OpB, class OpC>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    bgemm_wgmma_kernel(OpA A, OpB B, OpC C, int M, int N, int K, float alpha, int tiles_n) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  // The swizzle atoms (8 rows x 128 bytes) must be 1024-byte aligned: round the base up.
+  const std::uint32_t raw = cuda::smem_u32(smem_raw);
+  const std::uint32_t smem = (raw + 1023u) & ~1023u;
+  unsigned char* smem_generic = smem_raw + (smem - raw);
+  constexpr std::uint32_t kOffsetB = Cfg::kStages * Cfg::kStageBytesA;
+
+  const int h = blockIdx.y, b = blockIdx.z;
+  const bf16* a = A.matrix(b, h);
+  const bf16* bm = B.matrix(b, h);
+  float* c = C.matrix(b, h);
+  const std::int64_t lda = A.ld, ldb = B.ld, ldc = C.ld;
+  const bool vec_a = aligned16(a) && lda % 8 == 0;
+  const bool vec_b = aligned16(bm) && ldb % 8 == 0;
+
+  const int tile_m = blockIdx.x / tiles_n, tile_n = blockIdx.x % tiles_n;
+  const int m0 = tile_m * Cfg::BM, n0 = tile_n * Cfg::BN;
+  KContiguousCopier<Cfg, Cfg::BM> copy_a(a + m0 * lda, lda, M - m0, K);
+  using BCopier = std::conditional_t<kTransB, KContiguousCopier<Cfg, Cfg::BN>, MnMajorSw128Copier<Cfg>>;
+  BCopier copy_b(kTransB ? bm + n0 * ldb : bm + n0, ldb, N - n0, K);
+  auto load_next_slab = [&](int stage) {
+    copy_a.copy_next(smem, smem_generic, stage * Cfg::kStageBytesA, vec_a, a);
+    copy_b.copy_next(smem, smem_generic, kOffsetB + stage * Cfg::kStageBytesB, vec_b, bm);
+  };
+
+  const int wg = threadIdx.x / 128;  // warpgroup: rows 64 wg .. 64 wg + 63 of the tile
+  float acc[Cfg::BN / 2];
+#pragma unroll
+  for (int i = 0; i < Cfg::BN / 2; ++i) acc[i] = 0.f;
+
+  const int k_tiles = (K + Cfg::BK - 1) / Cfg::BK;
+#pragma unroll
+  for (int s = 0; s < Cfg::kStages - 1; ++s) {
+    if (s < k_tiles) load_next_slab(s);
+    cuda::cp_async_commit();
+  }
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    cuda::cp_async_wait<Cfg::kStages - 2>();
+    cuda::fence_proxy_async_smem();  // my copies -> visible to the async proxy (wgmma) ...
+    __syncthreads();                 // ... everyone's; and slab kt-1's wgmmas are all complete
+    const int next = kt + Cfg::kStages - 1;
+    if (next < k_tiles) load_next_slab(next % Cfg::kStages);
+    cuda::cp_async_commit();
+
+    const std::uint32_t sa = smem + (kt % Cfg::kStages) * Cfg::kStageBytesA + wg * 64 * 128;
+    const std::uint32_t sb = smem + kOffsetB + (kt % Cfg::kStages) * Cfg::kStageBytesB;
+    cuda::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < Cfg::BK / 16; ++ks) {
+      // K-major tiles: a k16 step is 32 bytes further along the 128-byte rows.
+      const std::uint64_t da = cuda::wgmma_desc_sw128(sa + ks * 32, 16, 1024);
+      std::uint64_t db;
+      if constexpr (kTransB)
+        db = cuda::wgmma_desc_sw128(sb + ks * 32, 16, 1024);
+      else  // MN-major: a k16 step is 16 rows of 128 bytes further; lbo = next 64 columns
+        db = cuda::wgmma_desc_sw128(sb + ks * 16 * 128, MnMajorSw128Copier<Cfg>::kBlockBytes, 1024);
+      if constexpr (Cfg::BN == 128)
+        cuda::wgmma_m64n128k16_bf16_f32<!kTransB>(acc, da, db);
+      else
+        cuda::wgmma_m64n64k16_bf16_f32<!kTransB>(acc, da, db);
+    }
+    cuda::wgmma_commit();
+    cuda::wgmma_wait<0>();
+  }
+  cuda::cp_async_wait<0>();
+
+  // Epilogue straight from the accumulators (per warp of the group, the layout of
+  // mma.sync's fragments): one warp store covers 8 rows x 32 bytes, whole sectors.
+  const int lane = threadIdx.x % 32, warp_in_wg = (threadIdx.x / 32) % 4;
+  const bool vec2 = (reinterpret_cast<std::uintptr_t>(c) & 7u) == 0 && ldc % 2 == 0;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = m0 + wg * 64 + warp_in_wg * 16 + (lane >> 2) + half * 8;
+    if (r >= M) continue;
+    float* c_row = c + r * ldc;
+#pragma unroll
+    for (int j = 0; j < Cfg::BN / 8; ++j) {
+      const int col = n0 + j * 8 + (lane & 3) * 2;
+      store_pair(c_row, col, N, alpha * acc[4 * j + 2 * half], alpha * acc[4 * j + 2 * half + 1], vec2);
+    }
+  }
+#else
+  (void)A, (void)B, (void)C, (void)M, (void)N, (void)K, (void)alpha, (void)tiles_n;
+  __trap();  // never launched: the host checks wgmma_available() first
+#endif
+}
+
+/// Reports whether this binary carries sm_90a code for the current device: a one-off
+/// probe kernel (compiled for every target) says which target the driver picked.
+__global__ void wgmma_probe_kernel(int* out) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  *out = 1;
+#else
+  *out = 0;
+#endif
+}
+
+bool wgmma_available() {
+  int device = 0;
+  COURSE_CUDA_CHECK(cudaGetDevice(&device));
+  static int cached_device = -1;
+  static bool cached = false;
+  if (device == cached_device) return cached;
+  int major = 0, minor = 0;
+  COURSE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  COURSE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  bool ok = false;
+  if (major == 9 && minor == 0) {
+    DeviceBuffer<int> flag(1);
+    wgmma_probe_kernel<<<1, 1>>>(flag.data());
+    if (cudaGetLastError() == cudaSuccess) {  // no sm_90 code at all: "no kernel image"
+      int host = 0;
+      COURSE_CUDA_CHECK(cudaMemcpy(&host, flag.data(), sizeof(int), cudaMemcpyDeviceToHost));
+      ok = host == 1;
+    }
+  }
+  cached_device = device;
+  cached = ok;
+  return ok;
+}
+
+template <class Cfg, class OpA, class OpB, class OpC>
+void launch_wgmma_cfg(const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
+  const m02::BgemmGrid g = batched_gemm_grid(p.M, p.N, p.batch, p.heads, Cfg::BM, Cfg::BN);
+  auto kernel = p.trans_b ? allow_dynamic_smem<bgemm_wgmma_kernel<Cfg, true, OpA, OpB, OpC>>(Cfg::kSmemBytes)
+                          : allow_dynamic_smem<bgemm_wgmma_kernel<Cfg, false, OpA, OpB, OpC>>(Cfg::kSmemBytes);
+  kernel<<<to_dim3(g), Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(A, B, C, p.M, p.N, p.K, p.alpha,
+                                                                   static_cast<int>(g.tiles_n));
+  COURSE_CHECK_LAUNCH("bgemm_wgmma_kernel");
+}
+
+template <class OpA, class OpB, class OpC>
+void launch_wgmma(const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
+  if (!wgmma_available())
+    throw Unsupported("batched_gemm step wgmma",
+                      "a Hopper GPU (compute capability 9.0) and a build for sm_90a "
+                      "(CMAKE_CUDA_ARCHITECTURES=90a; wgmma is not in plain sm_90)");
+  if (p.N <= 64)
+    launch_wgmma_cfg<WgConfig<64, 3>>(A, B, C, p);  // 3 x 24 KB stages: 3 blocks per SM
+  else
+    launch_wgmma_cfg<WgConfig<128, 3>>(A, B, C, p);  // 3 x 32 KB stages: 2 blocks per SM
+}
+
+// ============================================================================
 // Dispatch: one switch for both APIs.
 // ============================================================================
 template <class T, class OpA, class OpB, class OpC>
@@ -769,11 +1263,16 @@ void run_step(BgemmStep step, const OpA& A, const OpB& B, const OpC& C, const Pr
     switch (step) {
       case BgemmStep::smem_tiled: launch_smem_tiled(A, B, C, p); return;
       case BgemmStep::register_blocked: launch_register_blocked(A, B, C, p); return;
+      case BgemmStep::warp_tiled: launch_warp_tiled(A, B, C, p); return;
       default: break;
     }
   } else {
     if (step == BgemmStep::tensor_core) {
       launch_tensor_core(A, B, C, p);
+      return;
+    }
+    if (step == BgemmStep::wgmma) {
+      launch_wgmma(A, B, C, p);
       return;
     }
   }

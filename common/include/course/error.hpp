@@ -49,6 +49,15 @@ class NotImplemented : public Error {
   std::string file_;
 };
 
+/// A step this GPU or this build cannot run (e.g. Hopper-only instructions on an
+/// Ampere GPU, or a binary built without sm_90a). Tests turn it into SKIPPED with the
+/// reason; benchmarks skip the row.
+class Unsupported : public Error {
+ public:
+  /// @param what the function or step; @param needs what it needs that is missing
+  Unsupported(const std::string& what, const std::string& needs);
+};
+
 /// Throws CudaError when `code` is not cudaSuccess.
 void check_cuda(cudaError_t code, const char* expr, const char* file, int line);
 

@@ -29,7 +29,7 @@
 /// run the very same kernel body and differ only in how a block finds its matrices.
 ///
 /// ## Input and output types
-/// Steps smem_tiled and register_blocked read fp32 A and B; step tensor_core reads bf16
+/// Steps smem_tiled, register_blocked and warp_tiled read fp32 A and B; steps tensor_core and wgmma read bf16
 /// A and B (call the __nv_bfloat16 overloads). Every step accumulates AND writes fp32 C:
 /// one output type keeps the API small, and fp32 scores are what a following softmax
 /// wants. (A production kernel would often write bf16 scores to halve the bytes of C;
@@ -86,7 +86,9 @@ namespace course::m02 {
 enum class BgemmStep {
   smem_tiled,        ///< fp32: 32x32 tiles of A and op(B) in shared memory, one output per thread
   register_blocked,  ///< fp32: 128x128 block tile, 8x8 outputs per thread in registers, float4 loads
+  warp_tiled,        ///< fp32: warp tiles with conflict-free fragments, cp.async pipeline, 32-deep K slabs
   tensor_core,       ///< bf16: mma.sync m16n8k16 + ldmatrix on swizzled tiles, 3-stage cp.async pipeline
+  wgmma,             ///< bf16, Hopper (sm_90a): warpgroup MMA reading both operands from shared memory
 };
 
 inline constexpr StepInfo<BgemmStep> kBgemmSteps[] = {
@@ -94,15 +96,19 @@ inline constexpr StepInfo<BgemmStep> kBgemmSteps[] = {
      "fp32; 32x32 tiles of A and op(B) staged in shared memory, one output per thread"},
     {BgemmStep::register_blocked, "register_blocked",
      "fp32; 128x128 (or 128x64) block tile, 8x8 outputs per thread, float4 loads, double buffering"},
+    {BgemmStep::warp_tiled, "warp_tiled",
+     "fp32; module 1's warp-tiled SGEMM: 64x32 warp tiles, cp.async pipeline (A and B^T land transposed)"},
     {BgemmStep::tensor_core, "tensor_core",
      "bf16 in, fp32 out; mma.sync m16n8k16 + ldmatrix, swizzled smem, 3-stage cp.async pipeline"},
+    {BgemmStep::wgmma, "wgmma",
+     "bf16 in, fp32 out; Hopper wgmma.mma_async from 128B-swizzled shared memory (sm_90a build only)"},
 };
 
 /// Element type of A and B a step reads (C is always fp32).
 enum class BgemmInput { f32, bf16 };
 
 constexpr BgemmInput step_input(BgemmStep step) {
-  return step == BgemmStep::tensor_core ? BgemmInput::bf16 : BgemmInput::f32;
+  return step == BgemmStep::tensor_core || step == BgemmStep::wgmma ? BgemmInput::bf16 : BgemmInput::f32;
 }
 inline const char* step_name(BgemmStep step) {
   for (const auto& info : kBgemmSteps)

@@ -46,11 +46,48 @@ __device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
 /// instruction retires: group it with cp_async_commit() and wait for it with
 /// cp_async_wait<N>(); the bytes are then visible to the issuing thread, and to the
 /// rest of the block after a __syncthreads().
+///
+/// kL2Prefetch = 256 adds `.L2::256B`: on an L2 miss, L2 fetches the whole aligned
+/// 256-byte block around the source from DRAM instead of just the missing sectors, a
+/// hint that pays off when a kernel streams rows it will read in full (the next slab
+/// of the same row is then already in L2).
+template <int kL2Prefetch = 0>
 __device__ __forceinline__ void cp_async_16_zfill(std::uint32_t dst_smem, const void* src, int src_bytes) {
+  static_assert(kL2Prefetch == 0 || kL2Prefetch == 256, "prefetch size: none or 256 bytes");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst_smem),
-               "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
-               : "memory");
+  if constexpr (kL2Prefetch == 256)
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst_smem),
+                 "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
+                 : "memory");
+  else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst_smem),
+                 "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
+                 : "memory");
+#else
+  __trap();  // cp.async needs sm_80
+#endif
+}
+
+/// `cp.async.ca.shared.global [dst], [src], 4, src_bytes;`
+///
+/// The 4-byte form, for fp32 kernels that scatter single elements: a tile stored
+/// k-major in shared memory while its rows are k-contiguous in global memory (A, and
+/// B^T in Q*K^T) lands transposed, one element per copy. `.ca` may also cache the
+/// source in L1. src_bytes is 4 or 0 (0: write a zero, read nothing). Both addresses
+/// 4-byte aligned. Completion rules as for cp_async_16_zfill.
+/// kL2Prefetch: as for cp_async_16_zfill.
+template <int kL2Prefetch = 0>
+__device__ __forceinline__ void cp_async_4_zfill(std::uint32_t dst_smem, const void* src, int src_bytes) {
+  static_assert(kL2Prefetch == 0 || kL2Prefetch == 256, "prefetch size: none or 256 bytes");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (kL2Prefetch == 256)
+    asm volatile("cp.async.ca.shared.global.L2::256B [%0], [%1], 4, %2;\n" ::"r"(dst_smem),
+                 "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
+                 : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst_smem),
+                 "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
+                 : "memory");
 #else
   __trap();  // cp.async needs sm_80
 #endif
@@ -170,6 +207,134 @@ __device__ __forceinline__ int swizzle_chunk(int row, int chunk) {
   constexpr int kRowsPerLine = kChunks >= 8 ? 1 : 8 / kChunks;
   constexpr int kMask = (kChunks >= 8 ? 8 : kChunks) - 1;
   return chunk ^ ((row / kRowsPerLine) & kMask);
+}
+
+
+// ------------------------------------------------------------------ wgmma (sm_90a) -----
+// Hopper's warpgroup MMA. Four consecutive warps (a warpgroup, the first warp index a
+// multiple of 4) issue one wgmma together; it reads A and B straight from shared
+// memory through 64-bit "matrix descriptors" and accumulates into registers, and it is
+// asynchronous: issue, commit the group, wait for it. The accumulator layout of
+// m64nNk16: warp w of the group owns rows 16w..16w+15, and inside them the registers
+// follow mma.sync m16n8's fragment order, n8 tile after n8 tile: d[4j + 0/1] = (row
+// 16w + g, columns 8j + 2t, 8j + 2t + 1), d[4j + 2/3] = the same columns of row + 8
+// (g = lane / 4, t = lane % 4).
+// Only compiled for the sm_90a target (`__CUDA_ARCH_FEAT_SM90_ALL`); elsewhere the
+// wrappers trap, and hosts must check wgmma_available() before launching.
+
+/// `fence.proxy.async.shared::cta;` -- orders this thread's earlier generic-proxy
+/// writes to shared memory (ordinary stores, and cp.async's writes) before later
+/// async-proxy reads (wgmma operands). Each writing thread runs it before the barrier.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+/// `wgmma.fence.sync.aligned;` -- required before the first wgmma that uses accumulator
+/// registers written by other instructions (here: their zero initialisation).
+__device__ __forceinline__ void wgmma_fence() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+/// `wgmma.commit_group.sync.aligned;` -- closes the group of wgmmas issued so far.
+__device__ __forceinline__ void wgmma_commit() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+/// `wgmma.wait_group.sync.aligned N;` -- waits until at most N groups are pending; then
+/// the accumulators of the others may be read and their shared-memory operands reused.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+/// A wgmma shared-memory matrix descriptor for the 128-byte swizzle (layout type 1):
+/// start address, leading and stride byte offsets, all in 16-byte units (bits 0-13,
+/// 16-29, 32-45), base offset 0 (every swizzle atom of 8 x 128 bytes is 1024-byte
+/// aligned). K-major operand (rows of 64 bf16 = 128 bytes along k): sbo = 1024, the
+/// distance between groups of 8 rows; lbo unused. MN-major operand (rows of 64 bf16
+/// along m or n, one row per k): sbo = 1024 between groups of 8 k, lbo = distance
+/// between the 64-wide column blocks.
+__device__ __forceinline__ std::uint64_t wgmma_desc_sw128(std::uint32_t smem_addr, std::uint32_t lbo_bytes,
+                                                          std::uint32_t sbo_bytes) {
+  return static_cast<std::uint64_t>((smem_addr & 0x3FFFFu) >> 4) |
+         static_cast<std::uint64_t>((lbo_bytes >> 4) & 0x3FFFu) << 16 |
+         static_cast<std::uint64_t>((sbo_bytes >> 4) & 0x3FFFu) << 32 | (1ull << 62);
+}
+
+/// `wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16` with both operands in shared
+/// memory: the warpgroup's 64 x 64 fp32 accumulator tile d += A (64 x 16) * B (16 x 64).
+/// desc_a / desc_b: wgmma_desc_sw128 descriptors; accumulate = 0 computes d = A * B.
+/// kBMnMajor = false: B is K-major (rows are n, k contiguous: the K of Q*K^T); true: B
+/// is MN-major (rows are k, n contiguous: the V of P*V), transposed on the fly. 32 registers per thread, in
+/// the mma.sync fragment order repeated over n8 tiles (see wgmma_m64nNk16 notes above).
+template <bool kBMnMajor>
+__device__ __forceinline__ void wgmma_m64n64k16_bf16_f32(float (&d)[32], std::uint64_t desc_a, std::uint64_t desc_b,
+                                                         int accumulate = 1) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{" 
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, 0, %35;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kBMnMajor ? 1 : 0));
+#else
+  (void)d, (void)desc_a, (void)desc_b, (void)accumulate;
+  __trap();  // wgmma needs an sm_90a build
+#endif
+}
+
+/// `wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16` with both operands in shared
+/// memory: the warpgroup's 64 x 128 fp32 accumulator tile d += A (64 x 16) * B (16 x 128).
+/// desc_a / desc_b: wgmma_desc_sw128 descriptors; accumulate = 0 computes d = A * B.
+/// kBMnMajor = false: B is K-major (rows are n, k contiguous: the K of Q*K^T); true: B
+/// is MN-major (rows are k, n contiguous: the V of P*V), transposed on the fly. 64 registers per thread, in
+/// the mma.sync fragment order repeated over n8 tiles (see wgmma_m64nNk16 notes above).
+template <bool kBMnMajor>
+__device__ __forceinline__ void wgmma_m64n128k16_bf16_f32(float (&d)[64], std::uint64_t desc_a, std::uint64_t desc_b,
+                                                         int accumulate = 1) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{" 
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, %67;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kBMnMajor ? 1 : 0));
+#else
+  (void)d, (void)desc_a, (void)desc_b, (void)accumulate;
+  __trap();  // wgmma needs an sm_90a build
+#endif
 }
 
 }  // namespace course::cuda

@@ -52,6 +52,8 @@ std::uint64_t test_seed();
       statement;                                                          \
     } catch (const ::course::NotImplemented& course_not_implemented_) {   \
       GTEST_SKIP() << course_not_implemented_.what();                     \
+    } catch (const ::course::Unsupported& course_unsupported_) {          \
+      GTEST_SKIP() << course_unsupported_.what();                         \
     }                                                                     \
   } while (0)
 
