@@ -1249,7 +1249,7 @@ void launch_wgmma(const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
                       "a Hopper GPU (compute capability 9.0) and a build for sm_90a "
                       "(CMAKE_CUDA_ARCHITECTURES=90a; wgmma is not in plain sm_90)");
   if (p.N <= 64)
-    launch_wgmma_cfg<WgConfig<64, 3>>(A, B, C, p);  // 3 x 24 KB stages: 3 blocks per SM
+    launch_wgmma_cfg<WgConfig<64, 3>>(A, B, C, p);  // 3 x 24 KB stages; ~108 registers: 2 blocks per SM
   else
     launch_wgmma_cfg<WgConfig<128, 3>>(A, B, C, p);  // 3 x 32 KB stages: 2 blocks per SM
 }

@@ -86,7 +86,7 @@ namespace course::m02 {
 enum class BgemmStep {
   smem_tiled,        ///< fp32: 32x32 tiles of A and op(B) in shared memory, one output per thread
   register_blocked,  ///< fp32: 128x128 block tile, 8x8 outputs per thread in registers, float4 loads
-  warp_tiled,        ///< fp32: warp tiles with conflict-free fragments, cp.async pipeline, 32-deep K slabs
+  warp_tiled,        ///< fp32: warp tiles with conflict-free fragments, cp.async pipeline, 16-deep K slabs x 4 stages
   tensor_core,       ///< bf16: mma.sync m16n8k16 + ldmatrix on swizzled tiles, 3-stage cp.async pipeline
   wgmma,             ///< bf16, Hopper (sm_90a): warpgroup MMA reading both operands from shared memory
 };
