@@ -1,0 +1,106 @@
+#pragma once
+/// @file batched_gemm_device.cuh
+/// @brief What the batched-GEMM kernels share: the operand addressing policies, the
+/// launch-side helpers, and the entry points of the two kernel files. Private to
+/// solutions/module02_batched_gemm.
+///
+/// Files of this solution:
+///   batched_gemm.cu              the launch grid and the dispatcher (both APIs)
+///   batched_gemm_fp32.cu         steps 1-3: smem_tiled, register_blocked, warp_tiled (fp32)
+///   batched_gemm_tensor_core.cu  steps 4-5: tensor_core (mma.sync), wgmma (Hopper), bf16 in
+///
+/// One kernel body per step serves BOTH APIs. Each kernel is a template over three
+/// "operand addressing" policies (A, B, C) with one job: given (b, h), return the
+/// first element of that matrix and its row stride.
+///   StridedOperand<T>:       base + b * stride_batch + h * stride_head
+///   PointerArrayOperand<T>:  ptrs[b * num_heads + h]
+/// After that first line, a block of either API sees an ordinary row-major GEMM.
+
+#include "module02/batched_gemm.hpp"
+
+#include "course/error.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace course::solution::bgemm {
+
+using bf16 = __nv_bfloat16;
+using m02::BgemmStep;
+
+// ============================================================================
+// Operand addressing: the only place the two APIs differ.
+// ============================================================================
+/// Matrix (b, h) of a strided operand: base + b*stride_batch + h*stride_head.
+/// T is `const float`, `const bf16` (inputs) or `float` (C).
+template <class T>
+struct StridedOperand {
+  T* base;
+  std::int64_t stride_batch, stride_head, ld;
+  __device__ __forceinline__ T* matrix(int b, int h) const {
+    return base + b * stride_batch + h * stride_head;  // 64-bit: int * int64_t
+  }
+};
+
+/// Matrix (b, h) of a pointer-array operand: one dependent global load, ptrs[b*H + h].
+template <class T>
+struct PointerArrayOperand {
+  T* const* ptrs;
+  std::int64_t ld;
+  int num_heads;
+  __device__ __forceinline__ T* matrix(int b, int h) const {
+    return ptrs[static_cast<std::int64_t>(b) * num_heads + h];
+  }
+};
+
+/// What every launch needs besides the operands.
+struct Problem {
+  int M, N, K, batch, heads;
+  float alpha;
+  bool trans_b;
+  cudaStream_t stream;
+};
+
+__device__ __forceinline__ bool aligned16(const void* p) {
+  return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
+}
+
+inline dim3 to_dim3(const m02::BgemmGrid& g) { return dim3(g.x, g.y, g.z); }
+
+/// A kernel may use more than 48 KB of dynamic shared memory only after opting in
+/// (once per kernel; the attribute then stays set). Returns the kernel for the launch.
+template <auto kKernel>
+auto allow_dynamic_smem(int bytes) {
+  static const bool opted_in = [bytes] {
+    if (bytes > 48 * 1024)
+      COURSE_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    return true;
+  }();
+  (void)opted_in;
+  return kKernel;
+}
+
+// ============================================================================
+// The kernel files' entry points. Each is defined (and explicitly instantiated for the
+// strided and the pointer-array operand sets) in its file; `step` must be one of that
+// file's steps, anything else throws InvalidArgument.
+// ============================================================================
+
+/// The fp32 steps (batched_gemm_fp32.cu): smem_tiled, register_blocked, warp_tiled.
+template <class OpA, class OpB, class OpC>
+void run_fp32_step(BgemmStep step, const OpA& A, const OpB& B, const OpC& C, const Problem& p);
+
+/// The bf16 steps (batched_gemm_tensor_core.cu): tensor_core, wgmma.
+template <class OpA, class OpB, class OpC>
+void run_bf16_step(BgemmStep step, const OpA& A, const OpB& B, const OpC& C, const Problem& p);
+
+/// Both operand sets a step is instantiated for, for element type T of A and B.
+#define COURSE_BGEMM_INSTANTIATE(fn, T)                                                                      \
+  template void fn(BgemmStep, const StridedOperand<const T>&, const StridedOperand<const T>&,                \
+                   const StridedOperand<float>&, const Problem&);                                           \
+  template void fn(BgemmStep, const PointerArrayOperand<const T>&, const PointerArrayOperand<const T>&,      \
+                   const PointerArrayOperand<float>&, const Problem&);
+
+}  // namespace course::solution::bgemm
