@@ -74,27 +74,30 @@ void zero_one(const BatchedGemmDesc& d, T* c, std::int64_t ldc) {
     for (std::int64_t n = 0; n < d.N; ++n) c[m * ldc + n] = T(0);
 }
 
-/// One GEMM: c (M x N, row stride ldc) = alpha * a (M x K, lda) * op(b), b is N x K
-/// (ldb) when transposed else K x N.
+/// One GEMM: c (M x N, row stride ldc) = alpha * op(a) * op(b); a is K x M (lda) when
+/// transposed else M x K, b is N x K (ldb) when transposed else K x N.
 template <class T>
 void gemm_one(const BatchedGemmDesc& d, const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
               std::int64_t ldc, std::vector<double>& acc) {
   const double alpha = static_cast<double>(d.alpha);
+  // op(A)(m, k): A(m, k) stored M x K, or A(k, m) stored K x M (a_transposed).
+  const std::int64_t a_row_step = d.a_transposed ? 1 : lda, a_k_step = d.a_transposed ? lda : 1;
   acc.assign(static_cast<std::size_t>(d.N), 0.0);
   for (std::int64_t m = 0; m < d.M; ++m) {
     std::fill(acc.begin(), acc.end(), 0.0);
-    const T* arow = a + m * lda;
+    const T* arow = a + m * a_row_step;  // op(A)(m, k) = arow[k * a_k_step]
     if (d.b_transposed) {
-      // op(B)(k, n) = B(n, k): each output is a dot product of two contiguous rows.
+      // op(B)(k, n) = B(n, k): each output is a dot product of row m of op(A) and row n of B.
       for (std::int64_t n = 0; n < d.N; ++n) {
         const T* brow = b + n * ldb;
         double s = 0.0;
-        for (std::int64_t k = 0; k < d.K; ++k) s += static_cast<double>(arow[k]) * static_cast<double>(brow[k]);
+        for (std::int64_t k = 0; k < d.K; ++k)
+          s += static_cast<double>(arow[k * a_k_step]) * static_cast<double>(brow[k]);
         acc[n] = s;
       }
     } else {
       for (std::int64_t k = 0; k < d.K; ++k) {
-        const double amk = static_cast<double>(arow[k]);
+        const double amk = static_cast<double>(arow[k * a_k_step]);
         const T* brow = b + k * ldb;
         for (std::int64_t n = 0; n < d.N; ++n) acc[n] += amk * static_cast<double>(brow[n]);
       }
@@ -140,7 +143,7 @@ MatmulGrads<T> matmul_backward(const HostTensor<T>& a, const HostTensor<T>& b, c
 }
 
 BatchedGemmDesc contiguous_batched_gemm(std::int64_t batch, std::int64_t heads, std::int64_t M, std::int64_t N,
-                                        std::int64_t K, bool b_transposed) {
+                                        std::int64_t K, bool b_transposed, bool a_transposed) {
   BatchedGemmDesc d;
   d.M = M;
   d.N = N;
@@ -148,9 +151,10 @@ BatchedGemmDesc contiguous_batched_gemm(std::int64_t batch, std::int64_t heads, 
   d.batch = batch;
   d.num_heads = heads;
   d.b_transposed = b_transposed;
+  d.a_transposed = a_transposed;
   require_gemm_sizes(d, "contiguous_batched_gemm");
   const std::int64_t b_rows = b_transposed ? N : K, b_cols = b_transposed ? K : N;
-  d.stride_a_row = K;
+  d.stride_a_row = a_transposed ? M : K;  // the head stride M * K is the same either way
   d.stride_a_head = M * K;
   d.stride_a_batch = heads * M * K;
   d.stride_b_row = b_cols;
@@ -197,8 +201,9 @@ void batched_gemm_ptr_array(const BatchedGemmDesc& d, const T* const* a, std::in
                             std::int64_t ldb, T* const* c, std::int64_t ldc) {
   const char* fn = "batched_gemm_ptr_array";
   require_gemm_sizes(d, fn);
-  const std::int64_t b_cols = d.b_transposed ? d.K : d.N;
-  require_arg(lda >= d.K, fn, "lda", lda, at_least("d.K", d.K).c_str());
+  const std::int64_t b_cols = d.b_transposed ? d.K : d.N, a_cols = d.a_transposed ? d.M : d.K;
+  require_arg(lda >= a_cols, fn, "lda", lda,
+              at_least(d.a_transposed ? "d.M (A is K x M)" : "d.K (A is M x K)", a_cols).c_str());
   require_arg(ldb >= b_cols, fn, "ldb", ldb,
               at_least(d.b_transposed ? "d.K (B is N x K)" : "d.N (B is K x N)", b_cols).c_str());
   require_arg(ldc >= d.N, fn, "ldc", ldc, at_least("d.N", d.N).c_str());

@@ -246,23 +246,26 @@ struct BatchedCase {
   bool b_transposed;
   bool padded;
   float alpha;
+  bool a_transposed = false;  ///< A stored K x M (op(A) = A^T)
 };
 /// gtest prints parameters in test names: keep them readable.
 void PrintTo(const BatchedCase& c, std::ostream* os) {
-  *os << (c.b_transposed ? "B^T" : "B") << (c.padded ? ", padded" : ", contiguous") << ", alpha=" << c.alpha;
+  *os << (c.a_transposed ? "A^T, " : "") << (c.b_transposed ? "B^T" : "B") << (c.padded ? ", padded" : ", contiguous")
+      << ", alpha=" << c.alpha;
 }
 
 class BatchedGemm : public ::testing::TestWithParam<BatchedCase> {};
 
 TEST_P(BatchedGemm, StridedPtrArrayAndPerMatrixAgree) {
-  const auto [b_transposed, padded, alpha] = GetParam();
+  const auto [b_transposed, padded, alpha, a_transposed] = GetParam();
   const std::int64_t B = 2, H = 3, M = 5, N = 7, K = 4;
-  ref::BatchedGemmDesc d = ref::contiguous_batched_gemm(B, H, M, N, K, b_transposed);
+  ref::BatchedGemmDesc d = ref::contiguous_batched_gemm(B, H, M, N, K, b_transposed, a_transposed);
   d.alpha = alpha;
+  const std::int64_t a_rows = a_transposed ? K : M, a_cols = a_transposed ? M : K;
   const std::int64_t b_rows = b_transposed ? N : K, b_cols = b_transposed ? K : N;
   if (padded) {  // row strides wider than the rows, gaps between heads and batches
-    d.stride_a_row = K + 3;
-    d.stride_a_head = M * d.stride_a_row + 5;
+    d.stride_a_row = a_cols + 3;
+    d.stride_a_head = a_rows * d.stride_a_row + 5;
     d.stride_a_batch = H * d.stride_a_head + 2;
     d.stride_b_row = b_cols + 1;
     d.stride_b_head = b_rows * d.stride_b_row + 4;
@@ -293,12 +296,12 @@ TEST_P(BatchedGemm, StridedPtrArrayAndPerMatrixAgree) {
   for (std::int64_t bi = 0; bi < B; ++bi)
     for (std::int64_t h = 0; h < H; ++h) {
       // This (b, h) as 2-D tensors viewed through the row strides, then 2-D matmul.
-      HostTensor<float> am({M, K}, {d.stride_a_row, 1}), bm({b_rows, b_cols}, {d.stride_b_row, 1});
+      HostTensor<float> am({a_rows, a_cols}, {d.stride_a_row, 1}), bm({b_rows, b_cols}, {d.stride_b_row, 1});
       const float* a0 = a.data() + bi * d.stride_a_batch + h * d.stride_a_head;
       const float* b0 = b.data() + bi * d.stride_b_batch + h * d.stride_b_head;
       std::copy(a0, a0 + am.storage().size(), am.storage().begin());
       std::copy(b0, b0 + bm.storage().size(), bm.storage().begin());
-      const auto want = ref::matmul(am.cast<double>(), bm.cast<double>(), false, b_transposed);
+      const auto want = ref::matmul(am.cast<double>(), bm.cast<double>(), a_transposed, b_transposed);
       HostTensor<float> got({M, N});
       for (std::int64_t m = 0; m < M; ++m)
         for (std::int64_t n = 0; n < N; ++n) {
@@ -318,9 +321,12 @@ TEST_P(BatchedGemm, StridedPtrArrayAndPerMatrixAgree) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, BatchedGemm,
                          ::testing::Values(BatchedCase{false, false, 1.0f}, BatchedCase{true, false, 1.0f},
-                                           BatchedCase{false, true, 1.0f}, BatchedCase{true, true, 0.5f}),
+                                           BatchedCase{false, true, 1.0f}, BatchedCase{true, true, 0.5f},
+                                           BatchedCase{false, false, 1.0f, true}, BatchedCase{true, false, 1.0f, true},
+                                           BatchedCase{false, true, 1.0f, true}, BatchedCase{true, true, 0.5f, true}),
                          [](const auto& info) {
-                           return std::string(info.param.b_transposed ? "BT" : "BN") +
+                           return std::string(info.param.a_transposed ? "AT_" : "") +
+                                  (info.param.b_transposed ? "BT" : "BN") +
                                   (info.param.padded ? "_padded" : "_contiguous") +
                                   (info.param.alpha != 1.0f ? "_alpha" : "");
                          });
@@ -337,6 +343,37 @@ TEST(BatchedGemmDesc, ContiguousStrides) {
   EXPECT_EQ(d.stride_c_head, 35);
   EXPECT_EQ(d.stride_c_batch, 105);
   EXPECT_EQ(ref::contiguous_batched_gemm(2, 3, 5, 7, 4, false).stride_b_row, 7);  // B is K x N
+  const auto t = ref::contiguous_batched_gemm(2, 3, 5, 7, 4, false, /*a_transposed=*/true);
+  EXPECT_TRUE(t.a_transposed);
+  EXPECT_EQ(t.stride_a_row, 5);  // A is K x M
+  EXPECT_EQ(t.stride_a_head, 20);
+  EXPECT_EQ(t.stride_a_batch, 60);
+}
+
+/// op(A) = A^T on the lesson-sized example dW = X^T dY: X is 3 x 2 (M = 2 columns of X
+/// become the rows of the result), dY is 3 x 2; every entry is worked out by hand.
+TEST(BatchedGemmDesc, ATransposedWorkedExample) {
+  const std::vector<float> x = {1, 2,    // X row 0
+                                3, 4,    // X row 1
+                                5, 6};   // X row 2
+  const std::vector<float> dy = {1, 0,   // dY row 0
+                                 0, 1,   // dY row 1
+                                 1, 1};  // dY row 2
+  // X^T dY = [[1*1 + 3*0 + 5*1, 1*0 + 3*1 + 5*1], [2*1 + 4*0 + 6*1, 2*0 + 4*1 + 6*1]] = [[6, 8], [8, 10]]
+  const auto d = ref::contiguous_batched_gemm(1, 1, /*M=*/2, /*N=*/2, /*K=*/3, false, /*a_transposed=*/true);
+  std::vector<float> dw(4, -1.f);
+  ref::batched_gemm_strided(d, x.data(), dy.data(), dw.data());
+  EXPECT_EQ(dw, (std::vector<float>{6, 8, 8, 10}));
+  // The same through the pointer-array reference, with padded rows of X (lda = 3 > M = 2).
+  const std::vector<float> xp = {1, 2, 99, 3, 4, 99, 5, 6, 99};
+  const float* pa[1] = {xp.data()};
+  const float* pb[1] = {dy.data()};
+  std::vector<float> dw2(4, -1.f);
+  float* pc[1] = {dw2.data()};
+  ref::batched_gemm_ptr_array<float>(d, pa, 3, pb, 2, pc, 2);
+  EXPECT_EQ(dw2, dw);
+  // lda must cover a row of the STORED A, i.e. M when transposed.
+  EXPECT_INVALID_ARGUMENT(ref::batched_gemm_ptr_array<float>(d, pa, 1, pb, 2, pc, 2), "argument 'lda' = 1");
 }
 
 TEST(BatchedGemmDesc, BadArgumentsAreNamed) {

@@ -1,5 +1,5 @@
 /// @file batched_gemm.cu
-/// @brief YOUR batched GEMM (module 2): C[b,h] = alpha * A[b,h] * op(B[b,h]) for every
+/// @brief YOUR batched GEMM (module 2): C[b,h] = alpha * op(A[b,h]) * op(B[b,h]) for every
 /// batch index b and head h.
 ///
 /// Read module02_batched_gemm/README.md first. Three exercises, in order:
@@ -10,7 +10,8 @@
 /// and the benchmark:    ./build/module02_batched_gemm/m02_bench --benchmark_filter='smem_tiled'
 /// Steps register_blocked, warp_tiled, tensor_core and wgmma are not exercises here: their tiling is
 /// module 1's (wgmma: see the solution's step 5), and what is new in this module (finding a block's
-/// matrices) is the same for every step. Read them in solutions/module02_batched_gemm/.
+/// matrices) is the same for every step. Read them in solutions/module02_batched_gemm/
+/// (batched_gemm_fp32.cu, batched_gemm_tensor_core.cu).
 
 #include "module02/batched_gemm.hpp"
 
@@ -95,9 +96,28 @@ struct PointerArrayOperand {
 struct Problem {
   int M, N, K, batch, heads;
   float alpha;
-  bool trans_b;
+  bool trans_b;  ///< B stored N x K
+  bool trans_a;  ///< A stored K x M
   cudaStream_t stream;
 };
+
+/// Turns the run-time flags into compile-time ones: calls
+/// f(std::bool_constant<trans_a>{}, std::bool_constant<trans_b>{}); inside f,
+/// decltype(trans_a)::value is a constant usable as a template argument. (Given.)
+template <class F>
+void with_transposes(const Problem& p, F&& f) {
+  if (p.trans_a) {
+    if (p.trans_b)
+      f(std::true_type{}, std::true_type{});
+    else
+      f(std::true_type{}, std::false_type{});
+  } else {
+    if (p.trans_b)
+      f(std::false_type{}, std::true_type{});
+    else
+      f(std::false_type{}, std::false_type{});
+  }
+}
 
 // ----------------------------------------------------------------------------
 // Exercise 2: step smem_tiled (fp32), the kernel both APIs run.
@@ -113,6 +133,10 @@ struct Problem {
 // TODO(exercise 2d): the tiled loop, then store alpha * acc if the output is inside C.
 //   op(B)(k, n) is B[k * ldb + n] when B is stored K x N (kTransB == false), and
 //   B[n * ldb + k] when it is stored N x K (kTransB == true, the K of Q*K^T).
+//   op(A)(m, k) is A[m * lda + k] when A is stored M x K (kTransA == false), and
+//   A[k * lda + m] when it is stored K x M (kTransA == true: the X of dW = X^T dY in
+//   module 4's backward pass). Handle both in the LOADS only: the tiles in shared
+//   memory, and so the inner loop, are the same whatever the flags.
 // Hint 1: thread (tx, ty) = (threadIdx.x, threadIdx.y) owns output row
 //         tile_m * 32 + ty and column tile_n * 32 + tx. Out-of-range elements of the
 //         tiles must be loaded as 0 (M, N, K need not be multiples of 32), and
@@ -121,8 +145,10 @@ struct Problem {
 //         n = tile_n * 32 + ty -- the coalesced direction -- and store the value
 //         transposed, Bs[tx][ty]. The padding column of Bs keeps that store free of
 //         bank conflicts. Two __syncthreads() per slab: after the tiles are written,
-//         and after they are used.
-// Hint 3: the loop body, for kTransB == false:
+//         and after they are used. kTransA is the mirror image: consecutive tx read
+//         consecutive m of row k0 + ty of the stored A (m = tile_m * 32 + tx) and store
+//         As[tx][ty]; As has the padding column in that case (see its declaration).
+// Hint 3: the loop body, for kTransA == false and kTransB == false:
 //           As[ty][tx] = (row < M && k0 + tx < K) ? a[row * lda + k0 + tx] : 0.f;
 //           Bs[ty][tx] = (k0 + ty < K && col < N) ? b[(k0 + ty) * ldb + col] : 0.f;
 //           __syncthreads();
@@ -131,22 +157,24 @@ struct Problem {
 // ----------------------------------------------------------------------------
 constexpr int kSmemTile = 32;
 
-template <bool kTransB, class OpA, class OpB, class OpC>
+template <bool kTransA, bool kTransB, class OpA, class OpB, class OpC>
 __global__ void __launch_bounds__(kSmemTile * kSmemTile)
     bgemm_smem_tiled_kernel(OpA A, OpB B, OpC C, int M, int N, int K, float alpha, int tiles_n) {
   constexpr int T = kSmemTile;
-  __shared__ float As[T][T];      // As[row][k]
-  __shared__ float Bs[T][T + 1];  // Bs[k][col]; +1 column: conflict-free transposed store
+  __shared__ float As[T][kTransA ? T + 1 : T];  // As[row][k]; +1 with kTransA: conflict-free transposed store
+  __shared__ float Bs[T][T + 1];                // Bs[k][col]; +1 column: conflict-free transposed store
   // TODO(exercise 2b, 2c, 2d)
 }
 
 template <class OpA, class OpB, class OpC>
 void launch_smem_tiled(const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
   // TODO(exercise 2e): delete the throw. Get the grid from YOUR batched_gemm_grid(p.M,
-  //   p.N, p.batch, p.heads, kSmemTile, kSmemTile), launch bgemm_smem_tiled_kernel<true>
-  //   or <false> (p.trans_b) with dim3(g.x, g.y, g.z) blocks of dim3(32, 32) threads on
-  //   p.stream, passing static_cast<int>(g.tiles_n); then
-  //   COURSE_CHECK_LAUNCH("bgemm_smem_tiled_kernel").
+  //   p.N, p.batch, p.heads, kSmemTile, kSmemTile), launch
+  //   bgemm_smem_tiled_kernel<kTransA, kTransB> (from p.trans_a, p.trans_b) with
+  //   dim3(g.x, g.y, g.z) blocks of dim3(32, 32) threads on p.stream, passing
+  //   static_cast<int>(g.tiles_n); then COURSE_CHECK_LAUNCH("bgemm_smem_tiled_kernel").
+  // Hint: with_transposes(p, [&](auto ta, auto tb) {
+  //         bgemm_smem_tiled_kernel<decltype(ta)::value, decltype(tb)::value><<<...>>>(...); });
   (void)A, (void)B, (void)C, (void)p;
   throw NotImplemented("batched_gemm step smem_tiled (exercise 2)", __FILE__);
 }
@@ -163,14 +191,14 @@ void run_step(BgemmStep step, const OpA& A, const OpB& B, const OpC& C, const Pr
     }
   }
   throw NotImplemented(std::string("batched_gemm step ") + m02::step_name(step) +
-                           " (not an exercise: read solutions/module02_batched_gemm/batched_gemm.cu)",
+                           " (not an exercise: read solutions/module02_batched_gemm/)",
                        __FILE__);
 }
 
 template <class Args>
 Problem problem_of(const Args& s) {
   return Problem{static_cast<int>(s.M), static_cast<int>(s.N), static_cast<int>(s.K), static_cast<int>(s.batch),
-                 static_cast<int>(s.num_heads), s.alpha, s.b_transposed, s.stream};
+                 static_cast<int>(s.num_heads), s.alpha, s.b_transposed, s.a_transposed, s.stream};
 }
 
 template <class T>

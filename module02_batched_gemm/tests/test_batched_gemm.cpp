@@ -99,12 +99,13 @@ struct Case {
   float alpha = 1.0f;
   bool broadcast_b = false;  ///< stride_b_head = 0: all heads share one B (multi-query attention)
   float a_lo = -1.0f, a_hi = 1.0f;
+  bool trans_a = false;  ///< A stored K x M (a_transposed): its layout is that of a K x M matrix
 };
 
 std::string describe(const Case& c) {
   std::ostringstream os;
   os << "B=" << c.B << " H=" << c.H << " M=" << c.M << " N=" << c.N << " K=" << c.K
-     << (c.trans_b ? " A*B^T" : " A*B") << " layouts(a,b,c)=" << to_string(c.la) << "," << to_string(c.lb) << ","
+     << (c.trans_a ? " A^T" : " A") << (c.trans_b ? "*B^T" : "*B") << " layouts(a,b,c)=" << to_string(c.la) << "," << to_string(c.lb) << ","
      << to_string(c.lc);
   if (c.alpha != 1.0f) os << " alpha=" << c.alpha;
   if (c.broadcast_b) os << " broadcast_b";
@@ -142,6 +143,7 @@ StridedBatchedGemmArgs<T> args_on(const Problem& p, const T* a, const T* b, floa
   s.stride_c_head = p.lc.sh;
   s.stride_c_row = p.lc.ld;
   s.b_transposed = p.cs.trans_b;
+  s.a_transposed = p.cs.trans_a;
   s.alpha = p.cs.alpha;
   return s;
 }
@@ -154,7 +156,8 @@ Problem make_problem(const Case& cs, std::uint64_t seed, bool bf16_inputs, Api a
   Problem p;
   p.cs = cs;
   const std::int64_t b_rows = cs.trans_b ? cs.N : cs.K, b_cols = cs.trans_b ? cs.K : cs.N;
-  p.la = make_layout(cs.la, cs.B, cs.H, cs.M, cs.K);
+  const std::int64_t a_rows = cs.trans_a ? cs.K : cs.M, a_cols = cs.trans_a ? cs.M : cs.K;
+  p.la = make_layout(cs.la, cs.B, cs.H, a_rows, a_cols);
   p.lb = make_layout(cs.lb, cs.B, cs.broadcast_b ? 1 : cs.H, b_rows, b_cols);
   p.lc = make_layout(cs.lc, cs.B, cs.H, cs.M, cs.N);
   p.a = course::random_vector(static_cast<std::size_t>(p.la.storage), seed, cs.a_lo, cs.a_hi);
@@ -457,7 +460,106 @@ TEST_P(BgemmTest, LargeAttentionShapes) {
     COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(check_cases(impl, api, step, cases, seed())));
 }
 
+// ---- a_transposed: op(A) = A^T with A stored K x M (dW = X^T dY, dV = P^T dO, dK = dS^T Q).
+
+/// Awkward shapes with A stored K x M: 1, primes, tile +- 1 (127, 129, 65, 33), exact
+/// tiles, every layout (padded row strides, odd ones that force the scalar paths), alone
+/// and with b_transposed, both register-blocked tile shapes (N <= 64 and N > 64).
+std::vector<Case> a_transposed_cases() {
+  std::vector<Case> c = {
+      {1, 1, 1, 1, 1, false},
+      {1, 1, 1, 1, 1, true},
+      {2, 2, 33, 40, 17, false},
+      {2, 2, 33, 40, 17, true, Layout::bnhd, Layout::bnhd, Layout::bnhd},
+      {3, 3, 17, 29, 5, true, Layout::padded_odd, Layout::padded_odd, Layout::padded_odd},
+      {2, 2, 20, 24, 24, false, Layout::padded_aligned, Layout::padded_aligned, Layout::padded_aligned, 0.5f},
+      {2, 3, 17, 129, 127, true},
+      {2, 3, 129, 17, 127, false},
+      {1, 2, 127, 129, 17, false, Layout::padded_odd, Layout::padded_odd, Layout::padded_odd},
+      {2, 2, 129, 127, 1, true, Layout::padded_aligned, Layout::padded_aligned, Layout::padded_aligned},
+      {1, 1, 128, 128, 128, false},
+      {1, 1, 257, 31, 7, false, Layout::padded_odd, Layout::contiguous, Layout::padded_aligned},
+      {3, 2, 65, 64, 129, false, Layout::bnhd, Layout::bnhd, Layout::bnhd},  // dV = P^T dO-like, d = 64
+      {2, 3, 130, 130, 64, true, Layout::bnhd, Layout::bnhd, Layout::contiguous, 0.125f},  // dK = dS^T Q-like
+      {1, 1, 33, 257, 128, false, Layout::padded_aligned, Layout::padded_odd, Layout::contiguous, -2.0f},
+      {2, 4, 33, 65, 64, true, Layout::contiguous, Layout::contiguous, Layout::padded_odd, 1.0f, true},
+  };
+  for (Case& x : c) x.trans_a = true;
+  return c;
+}
+
+/// Runs `call` and returns "" when it throws InvalidArgument naming a_transposed, else a report.
+template <class F>
+std::string rejection_of_a_transposed(F call) {
+  try {
+    call();
+  } catch (const course::InvalidArgument& e) {
+    const std::string what = e.what();
+    if (what.find("'a_transposed' = true") != std::string::npos &&
+        what.find("supported by the fp32 steps") != std::string::npos)
+      return "";
+    return "InvalidArgument without naming a_transposed: " + what;
+  }
+  return "accepted a_transposed";
+}
+
+/// fp32 steps: a_transposed matches the reference on every case, both APIs, and the two
+/// APIs agree bit for bit. bf16 steps: rejected by name on both APIs (device pointers,
+/// nothing launched).
+TEST_P(BgemmTest, ATransposedOddShapesBothApis) {
+  const BgemmStep step = GetParam().step;
+  const Impl impl = impl_under_test();
+  if (course::m02::step_input(step) == BgemmInput::bf16) {
+    const Problem p = make_problem(a_transposed_cases()[2], seed(), true, Api::strided);
+    DeviceBuffer<bf16> a(as_input<bf16>(p.a)), b(as_input<bf16>(p.b));
+    DeviceBuffer<float> c(static_cast<std::size_t>(p.lc.storage));
+    const StridedBatchedGemmArgs<bf16> s = args_on<bf16>(p, a.data(), b.data(), c.data());
+    EXPECT_EQ(rejection_of_a_transposed([&] { impl.strided_bf16(step, s); }), "") << "strided";
+    course::m02::BatchedPtrArrays<bf16> arrays;
+    course::m02::build_ptr_arrays(s, arrays);
+    EXPECT_EQ(rejection_of_a_transposed([&] { impl.ptr_bf16(step, course::m02::ptr_array_args(s, arrays)); }), "")
+        << "ptr_array";
+    return;
+  }
+  for (const Api api : {Api::strided, Api::ptr_array})
+    COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(check_cases(impl, api, step, a_transposed_cases(), seed())));
+  const Problem p = make_problem(a_transposed_cases()[8], seed() + 7, false, Api::strided);
+  std::vector<float> s, q;
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(s = run(impl, Api::strided, step, p));
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(q = run(impl, Api::ptr_array, step, p));
+  EXPECT_EQ(0, std::memcmp(s.data(), q.data(), s.size() * sizeof(float))) << "strided and pointer-array differ";
+}
+
 INSTANTIATE_TEST_SUITE_P(Steps, BgemmTest, ::testing::ValuesIn(course::m02::kBgemmSteps), step_param_name);
+
+/// The fp32 steps only: the options the bf16 steps reject.
+class BgemmF32Test : public GpuTest, public ::testing::WithParamInterface<course::StepInfo<BgemmStep>> {};
+
+std::vector<course::StepInfo<BgemmStep>> fp32_steps() {
+  std::vector<course::StepInfo<BgemmStep>> v;
+  for (const auto& info : course::m02::kBgemmSteps)
+    if (course::m02::step_input(info.step) == BgemmInput::f32) v.push_back(info);
+  return v;
+}
+
+/// The backward-pass products at realistic sizes, fp32 steps: dW = X^T dY (a 4096-row
+/// batch reduced into a 256 x 320 weight gradient), dV = P^T dO with softmax-like P, and
+/// dK = dS^T Q in the [B, N, H, d] layout.
+TEST_P(BgemmF32Test, LargeATransposedShapes) {
+  const BgemmStep step = GetParam().step;
+  std::vector<Case> cases = {
+      {1, 1, 256, 320, 4096, false},
+      {2, 4, 1024, 64, 1024, false, Layout::contiguous, Layout::contiguous, Layout::bnhd, 1.0f, false, 0.0f,
+       2.0f / 1024},
+      {1, 2, 1000, 128, 1000, false, Layout::contiguous, Layout::bnhd, Layout::bnhd, 1.0f, false, 0.0f, 2.0f / 1000},
+      {2, 4, 512, 64, 512, false, Layout::bnhd, Layout::bnhd, Layout::bnhd, 0.125f},
+  };
+  for (Case& x : cases) x.trans_a = true;
+  for (const Api api : {Api::strided, Api::ptr_array})
+    COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(check_cases(impl_under_test(), api, step, cases, seed())));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fp32Steps, BgemmF32Test, ::testing::ValuesIn(fp32_steps()), step_param_name);
 
 // ---- planted bugs: the same check must reject each of them (proof that it can fail).
 
@@ -607,6 +709,76 @@ TEST(BgemmArgsTest, MisalignedElementPointerIsNamed) {
   HostStrided h;
   const float* odd = reinterpret_cast<const float*>(reinterpret_cast<const char*>(h.a) + 2);
   expect_invalid([&] { auto s = h.args(); s.a = odd; strided_all_f32_steps(s); }, {"'a'", "aligned to 4 bytes"});
+}
+
+TEST(BgemmArgsTest, ATransposedRowStrideAndSpanAreChecked) {
+  HostStrided h;  // contiguous B=2, H=3, M=5, N=6, K=4: A^T is 4 x 5 per head, 20 elements as before
+  auto t = h.args();
+  t.a_transposed = true;
+  t.stride_a_row = 5;  // a row of the stored A (K x M) holds M = 5 elements
+  EXPECT_NO_THROW(course::m02::validate_strided_layout(t, "test"));
+  expect_invalid([&] { auto s = t; s.stride_a_row = 4; strided_all_f32_steps(s); },
+                 {"'stride_a_row' = 4", "M = 5", "a_transposed"});
+  // A's span is K rows of stride_a_row when transposed (20 elements for one 4 x 5 A), not
+  // M rows (24 with the same row stride): a C right after it is accepted, and only then.
+  auto one = t;
+  one.batch = 1;
+  one.num_heads = 1;
+  one.c = h.a + 20;
+  EXPECT_NO_THROW(course::m02::validate_strided_layout(one, "test"));
+  one.a_transposed = false;  // now A is 5 x 4 with row stride 5: its last element is a[23]
+  expect_invalid([&] { course::m02::validate_strided_layout(one, "test"); }, {"'c'", "intersects A"});
+  PtrArrayBatchedGemmArgs<float> p;
+  p.M = 5;
+  p.N = 6;
+  p.K = 4;
+  p.batch = 2;
+  p.num_heads = 3;
+  p.lda = 4;
+  p.ldb = 4;
+  p.ldc = 6;
+  p.b_transposed = true;
+  p.a_transposed = true;
+  std::vector<const float*> a, b;
+  std::vector<float*> c;
+  for (int i = 0; i < 6; ++i) {
+    a.push_back(h.a + i * 20);
+    b.push_back(h.b + i * 24);
+    c.push_back(h.c + i * 30);
+  }
+  expect_invalid([&] { course::m02::validate_ptr_array_contents(p, a, b, c, "test"); }, {"'lda' = 4", "M = 5"});
+  p.lda = 5;
+  EXPECT_NO_THROW(course::m02::validate_ptr_array_contents(p, a, b, c, "test"));
+}
+
+TEST(BgemmArgsTest, ATransposedIsRejectedByBf16Steps) {
+  HostStrided h;
+  alignas(16) bf16 a[120] = {}, b[144] = {};
+  auto s = course::m02::contiguous_strided_args<bf16>(a, b, h.c, 2, 3, 5, 6, 4, true);
+  s.a_transposed = true;
+  s.stride_a_row = 5;
+  for (const auto& info : course::m02::kBgemmSteps) {
+    if (course::m02::step_input(info.step) != BgemmInput::bf16) continue;
+    expect_invalid([&] { impl::batched_gemm_strided(info.step, s); },
+                   {"'a_transposed' = true", "supported by the fp32 steps", info.name});
+    PtrArrayBatchedGemmArgs<bf16> p;  // host arrays: the option is named before the arrays are looked at
+    const bf16* ap[6] = {};
+    float* cp[6] = {};
+    p.a_ptrs = ap;
+    p.b_ptrs = ap;
+    p.c_ptrs = cp;
+    p.M = 5;
+    p.N = 6;
+    p.K = 4;
+    p.batch = 2;
+    p.num_heads = 3;
+    p.lda = 5;
+    p.ldb = 4;
+    p.ldc = 6;
+    p.b_transposed = true;
+    p.a_transposed = true;
+    expect_invalid([&] { impl::batched_gemm_ptr_array(info.step, p); }, {"'a_transposed' = true", info.name});
+  }
 }
 
 TEST(BgemmArgsTest, StepAndInputTypeMustMatch) {

@@ -68,7 +68,7 @@ void run_step(BgemmStep step, const OpA& A, const OpB& B, const OpC& C, const Pr
 template <class Args>
 Problem problem_of(const Args& s) {
   return Problem{static_cast<int>(s.M), static_cast<int>(s.N), static_cast<int>(s.K), static_cast<int>(s.batch),
-                 static_cast<int>(s.num_heads), s.alpha, s.b_transposed, s.stream};
+                 static_cast<int>(s.num_heads), s.alpha, s.b_transposed, s.a_transposed, s.stream};
 }
 
 template <class T>

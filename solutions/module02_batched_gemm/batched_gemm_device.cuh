@@ -24,6 +24,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace course::solution::bgemm {
 
@@ -59,7 +60,8 @@ struct PointerArrayOperand {
 struct Problem {
   int M, N, K, batch, heads;
   float alpha;
-  bool trans_b;
+  bool trans_b;  ///< B stored N x K
+  bool trans_a;  ///< A stored K x M (fp32 steps only)
   cudaStream_t stream;
 };
 
@@ -68,6 +70,24 @@ __device__ __forceinline__ bool aligned16(const void* p) {
 }
 
 inline dim3 to_dim3(const m02::BgemmGrid& g) { return dim3(g.x, g.y, g.z); }
+
+/// Turns the run-time operand flags into compile-time ones: calls
+/// f(std::bool_constant<trans_a>{}, std::bool_constant<trans_b>{}), so each kernel is a
+/// template over its flags and its inner loop holds no branch on them.
+template <class F>
+void with_transposes(const Problem& p, F&& f) {
+  if (p.trans_a) {
+    if (p.trans_b)
+      f(std::true_type{}, std::true_type{});
+    else
+      f(std::true_type{}, std::false_type{});
+  } else {
+    if (p.trans_b)
+      f(std::false_type{}, std::true_type{});
+    else
+      f(std::false_type{}, std::false_type{});
+  }
+}
 
 /// A kernel may use more than 48 KB of dynamic shared memory only after opting in
 /// (once per kernel; the attribute then stays set). Returns the kernel for the launch.

@@ -32,6 +32,9 @@ namespace {
 // b_transposed (a template flag, so no branch in the loop): B is stored N x K, so the
 // coalesced read walks k; the thread stores it transposed, Bs[k][n], and the extra
 // column of padding (33 floats per row) makes that transposed store conflict-free.
+// a_transposed (also a template flag): A is stored K x M, the mirror image: consecutive
+// threads read consecutive m of row k, store As[m][k] transposed, and As gets the
+// padding column instead of staying 32 wide. The inner loop does not change.
 // Edges: out-of-range elements load as 0, out-of-range outputs are not stored.
 // Prediction: the inner loop issues 2 shared loads (As[ty][k] is a broadcast, Bs[k][tx]
 // a full wavefront) per FMA, and an SM serves ~1 wavefront per clock while it could
@@ -42,12 +45,12 @@ namespace {
 // ============================================================================
 constexpr int kSmemTile = 32;
 
-template <bool kTransB, class OpA, class OpB, class OpC>
+template <bool kTransA, bool kTransB, class OpA, class OpB, class OpC>
 __global__ void __launch_bounds__(kSmemTile * kSmemTile)
     bgemm_smem_tiled_kernel(OpA A, OpB B, OpC C, int M, int N, int K, float alpha, int tiles_n) {
   constexpr int T = kSmemTile;
-  __shared__ float As[T][T];      // As[row][k]
-  __shared__ float Bs[T][T + 1];  // Bs[k][col]; +1: conflict-free transposed store
+  __shared__ float As[T][kTransA ? T + 1 : T];  // As[row][k]; +1 with A^T: conflict-free transposed store
+  __shared__ float Bs[T][T + 1];                // Bs[k][col]; +1: conflict-free transposed store
 
   const int tile_m = blockIdx.x / tiles_n, tile_n = blockIdx.x % tiles_n;
   const int h = blockIdx.y, b = blockIdx.z;
@@ -60,7 +63,12 @@ __global__ void __launch_bounds__(kSmemTile * kSmemTile)
   const int row = tile_m * T + ty, col = tile_n * T + tx;
   float acc = 0.f;
   for (int k0 = 0; k0 < K; k0 += T) {
-    As[ty][tx] = (row < M && k0 + tx < K) ? a[row * lda + k0 + tx] : 0.f;
+    if constexpr (kTransA) {
+      const int m = tile_m * T + tx;  // A stored K x M: coalesced along m
+      As[tx][ty] = (m < M && k0 + ty < K) ? a[(k0 + ty) * lda + m] : 0.f;
+    } else {
+      As[ty][tx] = (row < M && k0 + tx < K) ? a[row * lda + k0 + tx] : 0.f;
+    }
     if constexpr (kTransB) {
       const int n = tile_n * T + ty;  // coalesced along k: consecutive tx read consecutive k
       Bs[tx][ty] = (n < N && k0 + tx < K) ? bm[n * ldb + k0 + tx] : 0.f;
@@ -80,10 +88,10 @@ void launch_smem_tiled(const OpA& A, const OpB& B, const OpC& C, const Problem& 
   const m02::BgemmGrid g = batched_gemm_grid(p.M, p.N, p.batch, p.heads, kSmemTile, kSmemTile);
   const dim3 block(kSmemTile, kSmemTile);
   const int tiles_n = static_cast<int>(g.tiles_n);
-  if (p.trans_b)
-    bgemm_smem_tiled_kernel<true><<<to_dim3(g), block, 0, p.stream>>>(A, B, C, p.M, p.N, p.K, p.alpha, tiles_n);
-  else
-    bgemm_smem_tiled_kernel<false><<<to_dim3(g), block, 0, p.stream>>>(A, B, C, p.M, p.N, p.K, p.alpha, tiles_n);
+  with_transposes(p, [&](auto trans_a, auto trans_b) {
+    bgemm_smem_tiled_kernel<decltype(trans_a)::value, decltype(trans_b)::value>
+        <<<to_dim3(g), block, 0, p.stream>>>(A, B, C, p.M, p.N, p.K, p.alpha, tiles_n);
+  });
   COURSE_CHECK_LAUNCH("bgemm_smem_tiled_kernel");
 }
 
@@ -100,7 +108,9 @@ void launch_smem_tiled(const OpA& A, const OpB& B, const OpC& C, const Problem& 
 //  * Both tiles are stored k-major in shared memory (As[k][m], Bs[k][n]) so those
 //    reads are contiguous. A (and B when b_transposed) arrives k-contiguous from
 //    global memory and is transposed on the store; a warp covers 32 consecutive rows,
-//    so the transposed store is conflict-free.
+//    so the transposed store is conflict-free. A stored K x M (a_transposed) arrives
+//    m-contiguous, already in As's order: it takes B's loader (NContiguousTile), a
+//    template choice like b_transposed's, so no transpose is materialized anywhere.
 //  * float4 global loads where the matrix start is 16-byte aligned and its row stride a
 //    multiple of 4; decided per block at run time (a uniform branch), element-wise
 //    loads with bounds checks otherwise and at the K / M / N edges.
@@ -145,7 +155,7 @@ __device__ __forceinline__ float4 load_chunk4(const float* p, std::int64_t ld, i
   return v;
 }
 
-/// A tile of R rows x BK columns from a k-contiguous matrix (A, or B^T-stored B),
+/// A tile of R rows x BK columns from a k-contiguous matrix (A stored M x K, or B stored N x K),
 /// stored transposed into S[BK][R]. Chunk q of the tile: row q % R, k-chunk q / R.
 template <int R, int BK, int kThreads>
 struct KContiguousTile {
@@ -172,8 +182,9 @@ struct KContiguousTile {
   }
 };
 
-/// A tile of BK rows (k) x Cn columns from an n-contiguous matrix (B stored K x N),
-/// stored as is into S[BK][Cn]. Chunk q: row q / (Cn/4), column chunk q % (Cn/4).
+/// A tile of BK rows (k) x Cn columns from an n- (or m-) contiguous matrix (B stored
+/// K x N, or A stored K x M), stored as is into S[BK][Cn]. Chunk q: row q / (Cn/4),
+/// column chunk q % (Cn/4).
 template <int Cn, int BK, int kThreads>
 struct NContiguousTile {
   static constexpr int kPerThread = Cn * BK / 4 / kThreads;
@@ -209,7 +220,7 @@ __device__ __forceinline__ void store_chunk4(float* c_row, int col, int N, float
   if (col + 3 < N) dst[3] = v.w;
 }
 
-template <class Cfg, bool kTransB, class OpA, class OpB, class OpC>
+template <class Cfg, bool kTransA, bool kTransB, class OpA, class OpB, class OpC>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     bgemm_register_blocked_kernel(OpA A, OpB B, OpC C, int M, int N, int K, float alpha, int tiles_n) {
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kThreads = Cfg::kThreads;
@@ -229,11 +240,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const bool vec_b = aligned16(bm) && ldb % 4 == 0;
   const bool vec_c = aligned16(c) && ldc % 4 == 0;
 
-  const float* a_tile = a + m0 * lda;                       // row m0 of A
+  const float* a_tile = kTransA ? a + m0 : a + m0 * lda;    // column m0 (K x M) or row m0 (M x K)
   const float* b_tile = kTransB ? bm + n0 * ldb : bm + n0;  // row n0 (N x K) or column n0 (K x N)
   const int rows_a = M - m0, cols_b = N - n0;
 
-  KContiguousTile<BM, BK, kThreads> load_a;
+  using ATile = std::conditional_t<kTransA, NContiguousTile<BM, BK, kThreads>, KContiguousTile<BM, BK, kThreads>>;
+  ATile load_a;
   using BTile = std::conditional_t<kTransB, KContiguousTile<BN, BK, kThreads>, NContiguousTile<BN, BK, kThreads>>;
   BTile load_b;
 
@@ -299,12 +311,10 @@ template <class Cfg, class OpA, class OpB, class OpC>
 void launch_register_blocked_cfg(const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
   const m02::BgemmGrid g = batched_gemm_grid(p.M, p.N, p.batch, p.heads, Cfg::BM, Cfg::BN);
   const int tiles_n = static_cast<int>(g.tiles_n);
-  if (p.trans_b)
-    bgemm_register_blocked_kernel<Cfg, true>
+  with_transposes(p, [&](auto trans_a, auto trans_b) {
+    bgemm_register_blocked_kernel<Cfg, decltype(trans_a)::value, decltype(trans_b)::value>
         <<<to_dim3(g), Cfg::kThreads, 0, p.stream>>>(A, B, C, p.M, p.N, p.K, p.alpha, tiles_n);
-  else
-    bgemm_register_blocked_kernel<Cfg, false>
-        <<<to_dim3(g), Cfg::kThreads, 0, p.stream>>>(A, B, C, p.M, p.N, p.K, p.alpha, tiles_n);
+  });
   COURSE_CHECK_LAUNCH("bgemm_register_blocked_kernel");
 }
 
@@ -330,7 +340,8 @@ void launch_register_blocked(const OpA& A, const OpB& B, const OpC& C, const Pro
 //    are k-contiguous (A, and B stored N x K for Q*K^T) are copied one 4-byte element
 //    per cp.async so they land transposed, As[k][m]; the pitch BM + 4 spreads the 4
 //    rows x 8 k a warp copies over 32 banks. B stored K x N (P*V) is copied as 16-byte
-//    vectors when its start and row stride allow it (decided per block).
+//    vectors when its start and row stride allow it (decided per block); so is A stored
+//    K x M (a_transposed, dV = P^T dO): it takes B's copier, a template choice.
 //  * BK = 16 slabs, 4 stages deep; edges are zero-filled by the copies themselves
 //    (src-size 0), so the math never tests bounds.
 // Prediction: FFMA-issue bound like module 1's warp_tiled (0.90 of cuBLAS at 4096^3):
@@ -362,6 +373,7 @@ struct WtConfig {
   static_assert(BM % WM == 0 && BN % WN == 0 && BK % 8 == 0 && kStages >= 2, "whole warp tiles, k in groups of 8");
   static_assert(BM % (kThreads / 8) == 0 && BN % (kThreads / 8) == 0, "k-contiguous copies: whole row groups");
   static_assert((BK * BN / 4) % kThreads == 0 && kThreads % BN == 0, "n-contiguous copies: whole chunks");
+  static_assert((BK * BM / 4) % kThreads == 0 && kThreads % BM == 0, "m-contiguous copies (A^T): whole chunks");
 };
 
 /// Copies slabs of a k-contiguous operand (R rows, row stride ld, k along the row) into
@@ -407,8 +419,8 @@ struct KMajorCopierF32 {
   }
 };
 
-/// Copies slabs of an n-contiguous operand (B stored K x N, P*V's V) into stages
-/// S[k][n] of pitch BN + 4. Vector path: 16-byte copies, thread t owns columns
+/// Copies slabs of an n-contiguous operand (B stored K x N, P*V's V; or A stored K x M,
+/// with BN = BM) into stages S[k][n] of pitch BN + 4. Vector path: 16-byte copies, thread t owns columns
 /// 4 (t % (BN/4)) .. + 3 of rows t / (BN/4) + i * step; a chunk cut by the N edge goes
 /// as 4-byte pieces (a short 16-byte copy would still be a 16-byte read). Scalar path
 /// (start or row stride not 16-byte aligned): one element per copy.
@@ -457,7 +469,7 @@ struct NMajorCopierF32 {
   }
 };
 
-template <class Cfg, bool kTransB, class OpA, class OpB, class OpC>
+template <class Cfg, bool kTransA, bool kTransB, class OpA, class OpB, class OpC>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     bgemm_warp_tiled_kernel(OpA A, OpB B, OpC C, int M, int N, int K, float alpha, int tiles_n) {
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, WM = Cfg::WM, WN = Cfg::WN, kStages = Cfg::kStages;
@@ -473,10 +485,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   float* c = C.matrix(b, h);
   const std::int64_t lda = A.ld, ldb = B.ld, ldc = C.ld;
   const int m0 = tile_m * BM, n0 = tile_n * BN;
+  const bool vec_a = kTransA && aligned16(a + m0) && lda % 4 == 0;  // only the m-contiguous copier has a vector path
   const bool vec_b = aligned16(bm + (kTransB ? 0 : n0)) && ldb % 4 == 0;
   const bool vec_c = aligned16(c) && ldc % 4 == 0;
 
-  KMajorCopierF32<BM, BK, Cfg::kThreads, Cfg::kL2Prefetch> copy_a(a + m0 * lda, lda, M - m0, false);
+  // A stored M x K: rows k-contiguous, copied transposed. A stored K x M (a_transposed):
+  // m-contiguous rows of the slab are already As[k][m]'s rows, B's copier fits as is.
+  using ACopier = std::conditional_t<kTransA, NMajorCopierF32<BM, BK, Cfg::kThreads, Cfg::kL2Prefetch>,
+                                     KMajorCopierF32<BM, BK, Cfg::kThreads, Cfg::kL2Prefetch>>;
+  ACopier copy_a(kTransA ? a + m0 : a + m0 * lda, lda, M - m0, vec_a);
   using BCopier = std::conditional_t<kTransB, KMajorCopierF32<BN, BK, Cfg::kThreads, Cfg::kL2Prefetch>,
                                      NMajorCopierF32<BN, BK, Cfg::kThreads, Cfg::kL2Prefetch>>;
   BCopier copy_b(kTransB ? bm + n0 * ldb : bm + n0, ldb, N - n0, vec_b);
@@ -550,10 +567,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 template <class Cfg, class OpA, class OpB, class OpC>
 void launch_warp_tiled_cfg(const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
   const m02::BgemmGrid g = batched_gemm_grid(p.M, p.N, p.batch, p.heads, Cfg::BM, Cfg::BN);
-  auto kernel = p.trans_b ? allow_dynamic_smem<bgemm_warp_tiled_kernel<Cfg, true, OpA, OpB, OpC>>(Cfg::kSmemBytes)
-                          : allow_dynamic_smem<bgemm_warp_tiled_kernel<Cfg, false, OpA, OpB, OpC>>(Cfg::kSmemBytes);
-  kernel<<<to_dim3(g), Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(A, B, C, p.M, p.N, p.K, p.alpha,
-                                                                   static_cast<int>(g.tiles_n));
+  with_transposes(p, [&](auto trans_a, auto trans_b) {
+    auto kernel = allow_dynamic_smem<bgemm_warp_tiled_kernel<Cfg, decltype(trans_a)::value, decltype(trans_b)::value,
+                                                             OpA, OpB, OpC>>(Cfg::kSmemBytes);
+    kernel<<<to_dim3(g), Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(A, B, C, p.M, p.N, p.K, p.alpha,
+                                                                     static_cast<int>(g.tiles_n));
+  });
   COURSE_CHECK_LAUNCH("bgemm_warp_tiled_kernel");
 }
 

@@ -624,6 +624,8 @@ void launch_wgmma(const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
 
 template <class OpA, class OpB, class OpC>
 void run_bf16_step(BgemmStep step, const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
+  // validate_step_options() already rejected this: these kernels read A stored M x K only.
+  require_arg(!p.trans_a, "batched_gemm", "a_transposed", p.trans_a, "is supported by the fp32 steps only");
   switch (step) {
     case BgemmStep::tensor_core: launch_tensor_core(A, B, C, p); return;
     case BgemmStep::wgmma: launch_wgmma(A, B, C, p); return;

@@ -37,9 +37,10 @@ HostTensor<T> matmul(const HostTensor<T>& a, const HostTensor<T>& b, bool trans_
 // ---------------------------------------------------------------- module 2 -----
 
 /// Shape and strides (in elements) of one strided-batched GEMM over (batch, head):
-///   C[b,h] (M x N) = A[b,h] (M x K) * op(B[b,h]),
-/// with op(B) = B^T when b_transposed (B stored N x K, as K in Q*K^T) else B (K x N).
-/// Element (r, c) of operand X for (b, h) lives at
+///   C[b,h] (M x N) = op(A[b,h]) * op(B[b,h]),
+/// with op(A) = A^T when a_transposed (A stored K x M, as X in dW = X^T dY) else A (M x K),
+/// and op(B) = B^T when b_transposed (B stored N x K, as K in Q*K^T) else B (K x N).
+/// Element (r, c) of operand X for (b, h), in its STORED shape, lives at
 ///   X + b*stride_x_batch + h*stride_x_head + r*stride_x_row + c   (unit column stride).
 struct BatchedGemmDesc {
   std::int64_t M = 0, N = 0, K = 0;
@@ -48,12 +49,15 @@ struct BatchedGemmDesc {
   std::int64_t stride_b_batch = 0, stride_b_head = 0, stride_b_row = 0;
   std::int64_t stride_c_batch = 0, stride_c_head = 0, stride_c_row = 0;
   bool b_transposed = false;
-  float alpha = 1.0f;  ///< C = alpha * A*op(B)
+  bool a_transposed = false;
+  float alpha = 1.0f;  ///< C = alpha * op(A)*op(B)
 };
 
-/// Contiguous [B,H,rows,cols] strides for every operand of `d` (fills the stride fields).
+/// Contiguous [B,H,rows,cols] strides for every operand of `d` (fills the stride fields);
+/// A is stored K x M when a_transposed, B is stored N x K when b_transposed.
 BatchedGemmDesc contiguous_batched_gemm(std::int64_t batch, std::int64_t heads, std::int64_t M,
-                                        std::int64_t N, std::int64_t K, bool b_transposed);
+                                        std::int64_t N, std::int64_t K, bool b_transposed,
+                                        bool a_transposed = false);
 
 /// Strided-batched reference. Only the elements of C that the GEMMs define are written.
 /// Strides must be >= 0 (a zero input stride broadcasts); rows of C must not overlap.
@@ -62,7 +66,7 @@ void batched_gemm_strided(const BatchedGemmDesc& d, const T* a, const T* b, T* c
 
 /// Pointer-array reference: a[i], b[i], c[i] for i = batch_index*num_heads + head,
 /// each a single matrix with row stride lda/ldb/ldc (only M,N,K,batch,num_heads,
-/// b_transposed and alpha of `d` are used).
+/// a_transposed, b_transposed and alpha of `d` are used).
 template <class T>
 void batched_gemm_ptr_array(const BatchedGemmDesc& d, const T* const* a, std::int64_t lda,
                             const T* const* b, std::int64_t ldb, T* const* c, std::int64_t ldc);

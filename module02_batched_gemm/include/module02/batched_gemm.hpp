@@ -5,14 +5,22 @@
 ///
 /// For every batch index b < batch and head h < num_heads:
 ///
-///     C[b,h] (M x N)  =  alpha * A[b,h] (M x K) * op(B[b,h])
+///     C[b,h] (M x N)  =  alpha * op(A[b,h]) (M x K) * op(B[b,h]) (K x N)
 ///
 /// op(B) = B^T when `b_transposed` (B stored N x K: the K of Q*K^T), else B (K x N: the
-/// V of P*V). Everything is row-major with a unit column stride; the row stride and the
-/// per-batch / per-head strides are in ELEMENTS (not bytes).
+/// V of P*V). op(A) = A^T when `a_transposed` (A stored K x M: the X of dW = X^T dY, the
+/// P of dV = P^T dO), else A (M x K). Everything is row-major with a unit column stride;
+/// the row stride and the per-batch / per-head strides are in ELEMENTS (not bytes), and
+/// describe each operand as STORED.
 ///
 ///     scores = Q K^T : A = Q [B,H,N,d], B = K [B,H,N,d], b_transposed = true,  M = N = seq, K = d
 ///     out    = P V   : A = P [B,H,N,N], B = V [B,H,N,d], b_transposed = false, M = K = seq, N = d
+///     dV     = P^T dO: A = P [B,H,N,N], B = dO,          a_transposed = true,  M = K = seq, N = d
+///
+/// `a_transposed` is an option of the fp32 steps (smem_tiled, register_blocked,
+/// warp_tiled): their operand loaders read A^T's rows (m contiguous) the way they read a
+/// K x N B, so no transpose is ever materialized. The bf16 steps (tensor_core, wgmma)
+/// reject it with InvalidArgument naming `a_transposed`.
 ///
 /// ## Two dispatch strategies, one kernel body
 /// - StridedBatchedGemmArgs: one base pointer per operand plus strides. Matrix (b, h) of A
@@ -53,8 +61,9 @@
 ///   required: every vectorized path (float4 loads, 16-byte cp.async) is chosen per
 ///   block at run time when its matrix start and row stride allow it, with a scalar
 ///   fallback otherwise (same result, slower).
-/// - Row strides: stride_a_row >= K, stride_b_row >= (b_transposed ? K : N),
-///   stride_c_row >= N. All strides >= 0; input batch/head strides may be 0 (broadcast).
+/// - Row strides: stride_a_row >= (a_transposed ? M : K), stride_b_row >= (b_transposed ?
+///   K : N), stride_c_row >= N. All strides >= 0; input batch/head strides may be 0 (broadcast).
+/// - a_transposed only with the fp32 steps.
 /// - C must not alias itself: distinct (b, h, row, col) must be distinct addresses.
 ///   Checked exactly for the strided API (each stride, in increasing order, must clear
 ///   the span of the smaller ones) and for pointer arrays when their host copies are
@@ -121,8 +130,9 @@ inline constexpr std::int64_t kMaxGridYZ = 65535;      ///< gridDim.y and gridDi
 inline constexpr std::int64_t kMaxExtent = 2147483647;  ///< M, N, K are int inside the kernels
 
 /// Strided-batched GEMM: one base pointer per operand plus strides (in elements).
-/// Element (r, c) of A[b,h] is a[b*stride_a_batch + h*stride_a_head + r*stride_a_row + c];
-/// likewise B (rows = N if b_transposed else K) and C (M x N). All DEVICE pointers.
+/// Element (r, c) of A[b,h] is a[b*stride_a_batch + h*stride_a_head + r*stride_a_row + c]
+/// (rows = K if a_transposed else M); likewise B (rows = N if b_transposed else K) and C
+/// (M x N). All DEVICE pointers.
 template <class T>
 struct StridedBatchedGemmArgs {
   const T* a = nullptr;
@@ -134,7 +144,8 @@ struct StridedBatchedGemmArgs {
   std::int64_t stride_b_batch = 0, stride_b_head = 0, stride_b_row = 0;
   std::int64_t stride_c_batch = 0, stride_c_head = 0, stride_c_row = 0;
   bool b_transposed = false;  ///< true: B[b,h] is stored N x K and used as B^T (Q*K^T)
-  float alpha = 1.0f;         ///< C = alpha * A * op(B) (e.g. 1/sqrt(d) for attention scores)
+  bool a_transposed = false;  ///< true: A[b,h] is stored K x M and used as A^T (X^T dY); fp32 steps only
+  float alpha = 1.0f;         ///< C = alpha * op(A) * op(B) (e.g. 1/sqrt(d) for attention scores)
   cudaStream_t stream = nullptr;
 };
 
@@ -143,13 +154,14 @@ struct StridedBatchedGemmArgs {
 /// One row stride per operand (ld*, in elements).
 template <class T>
 struct PtrArrayBatchedGemmArgs {
-  const T* const* a_ptrs = nullptr;  ///< device array: a_ptrs[b*num_heads + h] -> M x K
+  const T* const* a_ptrs = nullptr;  ///< device array: a_ptrs[b*num_heads + h] -> K x M (a_transposed) or M x K
   const T* const* b_ptrs = nullptr;  ///< device array: -> N x K (b_transposed) or K x N
   float* const* c_ptrs = nullptr;    ///< device array: -> M x N
   std::int64_t M = 0, N = 0, K = 0;
   std::int64_t batch = 1, num_heads = 1;
   std::int64_t lda = 0, ldb = 0, ldc = 0;
   bool b_transposed = false;
+  bool a_transposed = false;  ///< fp32 steps only
   float alpha = 1.0f;
   cudaStream_t stream = nullptr;
 };
@@ -255,10 +267,14 @@ inline void require_sizes(std::int64_t M, std::int64_t N, std::int64_t K, std::i
               "must be in [1, 65535]: the head index is gridDim.y, limited to 65535 by the hardware");
 }
 
-inline void require_row_strides(std::int64_t K, std::int64_t N, bool b_transposed, std::int64_t lda,
-                                std::int64_t ldb, std::int64_t ldc, const char* fn, const char* lda_name,
-                                const char* ldb_name, const char* ldc_name) {
-  require_arg(lda >= K, fn, lda_name, lda, msg("must be >= K = ", K, " (A is M x K, row-major)").c_str());
+inline void require_row_strides(std::int64_t M, std::int64_t K, std::int64_t N, bool a_transposed,
+                                bool b_transposed, std::int64_t lda, std::int64_t ldb, std::int64_t ldc,
+                                const char* fn, const char* lda_name, const char* ldb_name, const char* ldc_name) {
+  const std::int64_t a_cols = a_transposed ? M : K;
+  require_arg(lda >= a_cols, fn, lda_name, lda,
+              (a_transposed ? msg("must be >= M = ", M, " (a_transposed: A is stored K x M)")
+                            : msg("must be >= K = ", K, " (A is M x K, row-major)"))
+                  .c_str());
   const std::int64_t b_cols = b_transposed ? K : N;
   require_arg(ldb >= b_cols, fn, ldb_name, ldb,
               (b_transposed ? msg("must be >= K = ", K, " (b_transposed: B is stored N x K)")
@@ -296,8 +312,8 @@ void validate_strided_layout(const StridedBatchedGemmArgs<T>& s, const char* fn)
   for (const StrideDim& d : strides)
     require_arg(d.stride >= 0, fn, d.name, d.stride,
                 "must be >= 0 (strides are in elements; negative strides are not supported)");
-  detail::require_row_strides(s.K, s.N, s.b_transposed, s.stride_a_row, s.stride_b_row, s.stride_c_row, fn,
-                              "stride_a_row", "stride_b_row", "stride_c_row");
+  detail::require_row_strides(s.M, s.K, s.N, s.a_transposed, s.b_transposed, s.stride_a_row, s.stride_b_row,
+                              s.stride_c_row, fn, "stride_a_row", "stride_b_row", "stride_c_row");
   require_not_null(s.a, fn, "a");
   require_not_null(s.b, fn, "b");
   require_not_null(s.c, fn, "c");
@@ -312,9 +328,10 @@ void validate_strided_layout(const StridedBatchedGemmArgs<T>& s, const char* fn)
   detail::require_no_self_overlap(c_dims, fn, "C");
   // No in-place GEMM: C's address range must not meet A's or B's (conservative: ranges).
   const std::int64_t b_rows = s.b_transposed ? s.N : s.K, b_cols = s.b_transposed ? s.K : s.N;
+  const std::int64_t a_rows = s.a_transposed ? s.K : s.M, a_cols = s.a_transposed ? s.M : s.K;
   const std::vector<StrideDim> a_dims = {
-      {s.K, 1, "K"}, {s.M, s.stride_a_row, "stride_a_row"}, {s.num_heads, s.stride_a_head, "stride_a_head"},
-      {s.batch, s.stride_a_batch, "stride_a_batch"}};
+      {a_cols, 1, "cols of A"}, {a_rows, s.stride_a_row, "stride_a_row"},
+      {s.num_heads, s.stride_a_head, "stride_a_head"}, {s.batch, s.stride_a_batch, "stride_a_batch"}};
   const std::vector<StrideDim> b_dims = {
       {b_cols, 1, "cols of B"}, {b_rows, s.stride_b_row, "stride_b_row"},
       {s.num_heads, s.stride_b_head, "stride_b_head"}, {s.batch, s.stride_b_batch, "stride_b_batch"}};
@@ -327,10 +344,19 @@ void validate_strided_layout(const StridedBatchedGemmArgs<T>& s, const char* fn)
               "C's address range intersects B's: in-place batched GEMM is not supported");
 }
 
+/// Throws unless `step` supports the operand options: a_transposed is an fp32-step option.
+inline void validate_step_options(BgemmStep step, bool a_transposed, const char* fn) {
+  require_arg(!a_transposed || step_input(step) == BgemmInput::f32, fn, "a_transposed", a_transposed,
+              detail::msg("is supported by the fp32 steps (smem_tiled, register_blocked, warp_tiled) only, not by "
+                          "step ", step_name(step), "; pass A stored M x K")
+                  .c_str());
+}
+
 /// The validation every strided launch runs first (both implementations).
 template <class T>
 void validate_strided_args(const StridedBatchedGemmArgs<T>& s, BgemmStep step, const char* fn) {
   validate_step_input<T>(step, fn);
+  validate_step_options(step, s.a_transposed, fn);
   validate_strided_layout(s, fn);
 }
 
@@ -341,8 +367,10 @@ void validate_strided_args(const StridedBatchedGemmArgs<T>& s, BgemmStep step, c
 template <class T>
 void validate_ptr_array_args(const PtrArrayBatchedGemmArgs<T>& p, BgemmStep step, const char* fn) {
   validate_step_input<T>(step, fn);
+  validate_step_options(step, p.a_transposed, fn);
   detail::require_sizes(p.M, p.N, p.K, p.batch, p.num_heads, fn);
-  detail::require_row_strides(p.K, p.N, p.b_transposed, p.lda, p.ldb, p.ldc, fn, "lda", "ldb", "ldc");
+  detail::require_row_strides(p.M, p.K, p.N, p.a_transposed, p.b_transposed, p.lda, p.ldb, p.ldc, fn, "lda", "ldb",
+                              "ldc");
   require_not_null(p.a_ptrs, fn, "a_ptrs");
   require_not_null(p.b_ptrs, fn, "b_ptrs");
   require_not_null(p.c_ptrs, fn, "c_ptrs");
@@ -361,7 +389,8 @@ template <class T>
 void validate_ptr_array_contents(const PtrArrayBatchedGemmArgs<T>& p, const std::vector<const T*>& a,
                                  const std::vector<const T*>& b, const std::vector<float*>& c, const char* fn) {
   detail::require_sizes(p.M, p.N, p.K, p.batch, p.num_heads, fn);
-  detail::require_row_strides(p.K, p.N, p.b_transposed, p.lda, p.ldb, p.ldc, fn, "lda", "ldb", "ldc");
+  detail::require_row_strides(p.M, p.K, p.N, p.a_transposed, p.b_transposed, p.lda, p.ldb, p.ldc, fn, "lda", "ldb",
+                              "ldc");
   const std::size_t count = static_cast<std::size_t>(p.batch * p.num_heads);
   require_arg(a.size() == count, fn, "a_ptrs.size()", a.size(), "must equal batch * num_heads");
   require_arg(b.size() == count, fn, "b_ptrs.size()", b.size(), "must equal batch * num_heads");
@@ -448,6 +477,7 @@ course::ref::BatchedGemmDesc reference_desc(const StridedBatchedGemmArgs<T>& s) 
   d.stride_c_head = s.stride_c_head;
   d.stride_c_row = s.stride_c_row;
   d.b_transposed = s.b_transposed;
+  d.a_transposed = s.a_transposed;
   d.alpha = s.alpha;
   return d;
 }
@@ -506,6 +536,7 @@ PtrArrayBatchedGemmArgs<T> ptr_array_args(const StridedBatchedGemmArgs<T>& s, co
   p.ldb = s.stride_b_row;
   p.ldc = s.stride_c_row;
   p.b_transposed = s.b_transposed;
+  p.a_transposed = s.a_transposed;
   p.alpha = s.alpha;
   p.stream = s.stream;
   return p;
