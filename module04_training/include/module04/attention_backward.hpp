@@ -1,0 +1,332 @@
+#pragma once
+/// @file attention_backward.hpp
+/// @brief Module 4 API: the backward pass of module 3's attention (fp32), as a ladder of steps.
+///
+/// The forward pass (module 3, any fused step) computed, for every batch b and query head h,
+///
+///     S = scale * Q K^T      P = softmax(S [masked])      O = P V      lse_i = log sum_j exp(S_ij)
+///
+/// Given dO = dL/dO, the backward pass returns dQ, dK, dV:
+///
+///     P    = exp(S - lse)                 recomputed from Q, K and the forward's lse (never stored)
+///     dV   = P^T dO
+///     dP   = dO V^T
+///     D_i  = sum_c dO_ic O_ic             (= sum_j P_ij dP_ij: the softmax Jacobian's row term)
+///     dS   = P * (dP - D)                 (elementwise; D broadcast along the row)
+///     dQ   = scale * dS K
+///     dK   = scale * dS^T Q
+///
+/// Shapes and strides follow module 3 exactly: Q, O, dO, dQ are [B, H, N_q, d]; K, V, dK, dV
+/// are [B, H_kv, N_k, d]; query head h reads key/value head h / (H / H_kv), so with grouped-
+/// query attention dK and dV of a key/value head are SUMS over the H / H_kv query heads that
+/// read it. Element (b, h, n, c) of X lives at X + b*s.batch + h*s.head + n*s.seq + c (strides in
+/// elements, see m03::AttentionStrides / m03::attention_strides()). The causal mask is
+/// bottom-right aligned like the forward's: query i sees key j iff j <= i + (N_k - N_q); a
+/// query row that sees no key (lse = -inf) has O = 0 and gets dQ = 0 and contributes nothing.
+///
+/// ## The ladder
+/// - naive: S, P and dP materialized in an O(N^2) workspace, module 2's batched GEMMs (with
+///   its a_transposed / b_transposed options: no transpose is ever materialized) and the
+///   softmax-backward kernel of this module for dS.
+/// - flash: one small kernel for D, then one kernel parallel over K/V tiles that loops over
+///   the query tiles, recomputes P from lse on chip, keeps dK and dV in registers and adds
+///   its share of dQ with fp32 atomics. Causal tiles above the diagonal are skipped. O(N)
+///   extra memory. dQ's summation order depends on scheduling: results differ run to run in
+///   the last bits (within tolerance).
+/// - flash_deterministic: flash without atomics -- dK/dV in the K/V-parallel kernel, dQ in a
+///   second, query-parallel kernel that recomputes P and dP itself. Bit-identical run to run;
+///   the recomputation is its price (measured in the lesson).
+///
+/// ## Contract (validate_attention_backward_args, run by both implementations before any
+/// launch; each violation throws course::InvalidArgument naming the argument and its value)
+/// - batch, heads, kv_heads, seq_q, seq_k >= 1, heads % kv_heads == 0, batch * heads <= 65535,
+///   seq_q, seq_k <= 2^31 - 1; head_dim in {16, 32, 64, 96, 128} (m03::kHeadDims).
+/// - Step naive: kv_heads == heads (no grouped-query attention) and a workspace of
+///   attention_backward_workspace_bytes(); the flash steps need a workspace too (D, O(N)).
+/// - q, k, v, o, dout, dq, dk, dv non-null and 16-byte aligned; lse non-null, 4-byte aligned,
+///   [B, H, N_q] contiguous; strides >= 0, multiples of 4, seq strides >= head_dim. Input
+///   batch/head strides may be 0 (broadcast); each gradient maps distinct elements to
+///   distinct addresses.
+/// - dq, dk, dv overlap no input (q, k, v, o, dout, lse), no other gradient, nor the
+///   workspace; the workspace overlaps nothing.
+
+#include "course/error.hpp"
+#include "course/impl.hpp"
+#include "module03/attention.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <string>
+#include <utility>
+
+namespace course::m04 {
+
+using m03::AttentionStrides;
+
+/// The attention-backward ladder, in teaching order.
+enum class AttentionBackwardStep {
+  naive,                ///< S, P, dP materialized; module 2 GEMMs + softmax backward
+  flash,                ///< K/V-tile parallel, P recomputed on chip, dQ by fp32 atomics
+  flash_deterministic,  ///< flash without atomics: dQ in its own query-parallel pass
+};
+
+inline constexpr StepInfo<AttentionBackwardStep> kAttentionBackwardSteps[] = {
+    {AttentionBackwardStep::naive, "naive",
+     "S, P, dP in an O(N^2) workspace: module 2's batched GEMMs and the softmax-backward kernel"},
+    {AttentionBackwardStep::flash, "flash",
+     "one kernel per K/V tile: P recomputed from lse, dK/dV in registers, dQ by fp32 atomics"},
+    {AttentionBackwardStep::flash_deterministic, "flash_deterministic",
+     "flash without atomics: dK/dV per K/V tile, dQ in a query-parallel pass; bit-identical runs"},
+};
+
+/// What a step accepts. Anything else is rejected by validate_attention_backward_args.
+struct BackwardStepSupport {
+  int max_head_dim;    ///< largest head dimension
+  bool causal;         ///< args.causal may be true
+  bool grouped_query;  ///< kv_heads < heads
+  bool deterministic;  ///< bit-identical results run to run
+};
+
+constexpr BackwardStepSupport step_support(AttentionBackwardStep step) {
+  switch (step) {
+    case AttentionBackwardStep::naive: return {128, true, false, true};
+    case AttentionBackwardStep::flash: return {128, true, true, false};
+    case AttentionBackwardStep::flash_deterministic: return {128, true, true, true};
+  }
+  return {0, false, false, false};
+}
+
+inline const char* step_name(AttentionBackwardStep step) {
+  for (const auto& info : kAttentionBackwardSteps)
+    if (info.step == step) return info.name;
+  return "?";
+}
+
+/// Device-side arguments of attention_backward(). All pointers are DEVICE pointers.
+struct AttentionBackwardArgs {
+  const float* q = nullptr;     ///< [B, H, N_q, d]
+  const float* k = nullptr;     ///< [B, H_kv, N_k, d]
+  const float* v = nullptr;     ///< [B, H_kv, N_k, d]
+  const float* o = nullptr;     ///< [B, H, N_q, d], the forward's output
+  const float* dout = nullptr;  ///< [B, H, N_q, d], dL/dO
+  const float* lse = nullptr;   ///< [B, H, N_q] contiguous, the forward's natural-log logsumexp
+  float* dq = nullptr;          ///< [B, H, N_q, d]
+  float* dk = nullptr;          ///< [B, H_kv, N_k, d]
+  float* dv = nullptr;          ///< [B, H_kv, N_k, d]
+  std::int64_t batch = 0;       ///< B
+  std::int64_t heads = 0;       ///< H, query heads
+  std::int64_t kv_heads = 0;    ///< H_kv, key/value heads (H % H_kv == 0)
+  std::int64_t seq_q = 0;       ///< N_q
+  std::int64_t seq_k = 0;       ///< N_k
+  std::int64_t head_dim = 0;    ///< d
+  AttentionStrides q_strides, k_strides, v_strides, o_strides, do_strides;
+  AttentionStrides dq_strides, dk_strides, dv_strides;
+  float scale = 0.f;      ///< 0 selects 1/sqrt(d); must equal the forward's
+  bool causal = false;    ///< bottom-right aligned causal mask, as in the forward
+  float* workspace = nullptr;       ///< scratch, see attention_backward_workspace_bytes()
+  std::size_t workspace_bytes = 0;  ///< >= attention_backward_workspace_bytes(step, ...)
+  cudaStream_t stream = nullptr;
+};
+
+/// Arguments for dense tensors all stored in `layout` (gradients like their inputs).
+inline AttentionBackwardArgs make_attention_backward_args(
+    const float* q, const float* k, const float* v, const float* o, const float* dout, const float* lse, float* dq,
+    float* dk, float* dv, std::int64_t batch, std::int64_t heads, std::int64_t kv_heads, std::int64_t seq_q,
+    std::int64_t seq_k, std::int64_t head_dim, AttentionLayout layout, cudaStream_t stream = nullptr) {
+  AttentionBackwardArgs a;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.o = o;
+  a.dout = dout;
+  a.lse = lse;
+  a.dq = dq;
+  a.dk = dk;
+  a.dv = dv;
+  a.batch = batch;
+  a.heads = heads;
+  a.kv_heads = kv_heads;
+  a.seq_q = seq_q;
+  a.seq_k = seq_k;
+  a.head_dim = head_dim;
+  a.q_strides = m03::attention_strides(layout, heads, seq_q, head_dim);
+  a.k_strides = m03::attention_strides(layout, kv_heads, seq_k, head_dim);
+  a.v_strides = a.k_strides;
+  a.o_strides = a.q_strides;
+  a.do_strides = a.q_strides;
+  a.dq_strides = a.q_strides;
+  a.dk_strides = a.k_strides;
+  a.dv_strides = a.k_strides;
+  a.stream = stream;
+  return a;
+}
+
+/// The scale actually used: args.scale, or 1/sqrt(d) when it is 0.
+inline float effective_scale(const AttentionBackwardArgs& a) {
+  return a.scale != 0.f ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
+}
+
+/// Scratch bytes `step` needs.
+///  - naive: P and dP (dS overwrites dP in place), 2 * B*H*N_q*N_k floats: O(N^2).
+///  - flash, flash_deterministic: D, B*H*N_q floats: O(N).
+inline std::size_t attention_backward_workspace_bytes(AttentionBackwardStep step, std::int64_t batch,
+                                                      std::int64_t heads, std::int64_t seq_q, std::int64_t seq_k) {
+  if (batch <= 0 || heads <= 0 || seq_q <= 0 || seq_k <= 0) return 0;
+  const auto rows = static_cast<std::size_t>(batch) * static_cast<std::size_t>(heads) * static_cast<std::size_t>(seq_q);
+  if (step == AttentionBackwardStep::naive) return 2 * rows * static_cast<std::size_t>(seq_k) * sizeof(float);
+  return rows * sizeof(float);
+}
+inline std::size_t attention_backward_workspace_bytes(AttentionBackwardStep step, const AttentionBackwardArgs& a) {
+  return attention_backward_workspace_bytes(step, a.batch, a.heads, a.seq_q, a.seq_k);
+}
+
+/// FLOPs by the FlashAttention convention: backward = 2.5 x forward = 10*B*H*N_q*N_k*d
+/// (five GEMMs: S recomputed, dV, dP, dQ, dK), halved when causal.
+inline double attention_backward_flops(const AttentionBackwardArgs& a) {
+  const double f = 10.0 * static_cast<double>(a.batch) * static_cast<double>(a.heads) *
+                   static_cast<double>(a.seq_q) * static_cast<double>(a.seq_k) * static_cast<double>(a.head_dim);
+  return a.causal ? f / 2 : f;
+}
+
+/// Device bytes a call touches: the inputs Q, K, V, O, dO and lse, the gradients dQ, dK,
+/// dV (all dense) and the step's workspace: O(N) for the flash steps, O(N^2) for naive.
+inline std::size_t attention_backward_device_bytes(AttentionBackwardStep step, const AttentionBackwardArgs& a) {
+  const auto f = [](std::int64_t x) { return static_cast<std::size_t>(x); };
+  const std::size_t q_like = f(a.batch) * f(a.heads) * f(a.seq_q) * f(a.head_dim);   // Q, O, dO, dQ
+  const std::size_t kv_like = f(a.batch) * f(a.kv_heads) * f(a.seq_k) * f(a.head_dim);  // K, V, dK, dV
+  const std::size_t lse = f(a.batch) * f(a.heads) * f(a.seq_q);
+  return (4 * q_like + 4 * kv_like + lse) * sizeof(float) + attention_backward_workspace_bytes(step, a);
+}
+
+/// The validation every implementation runs first (see the contract above). Throws
+/// InvalidArgument naming the argument, its value and the rule.
+inline void validate_attention_backward_args(const AttentionBackwardArgs& a, AttentionBackwardStep step,
+                                             const char* fn) {
+  namespace md = m03::detail;
+  using md::msg;
+  const int s = static_cast<int>(step);
+  require_arg(s >= 0 && s < static_cast<int>(std::size(kAttentionBackwardSteps)), fn, "step", s,
+              "is not an AttentionBackwardStep");
+  const BackwardStepSupport sup = step_support(step);
+  const std::string sname = step_name(step);
+
+  // Sizes.
+  require_arg(a.batch >= 1, fn, "batch", a.batch, "must be >= 1");
+  require_arg(a.heads >= 1, fn, "heads", a.heads, "must be >= 1");
+  require_arg(a.kv_heads >= 1, fn, "kv_heads", a.kv_heads, "must be >= 1");
+  require_arg(a.heads % a.kv_heads == 0, fn, "kv_heads", a.kv_heads,
+              msg("must divide heads = ", a.heads, " (query head h reads kv head h / (heads / kv_heads))").c_str());
+  require_arg(a.batch <= m03::kMaxGridY && a.heads <= m03::kMaxGridY && a.batch * a.heads <= m03::kMaxGridY, fn,
+              "batch", a.batch,
+              msg("times heads = ", a.heads, " must be <= 65535: one (batch, head) pair per blockIdx.y").c_str());
+  require_arg(a.seq_q >= 1 && a.seq_q <= m03::kMaxSeq, fn, "seq_q", a.seq_q, "must be in [1, 2^31 - 1]");
+  require_arg(a.seq_k >= 1 && a.seq_k <= m03::kMaxSeq, fn, "seq_k", a.seq_k, "must be in [1, 2^31 - 1]");
+  const bool known_d =
+      std::find(std::begin(m03::kHeadDims), std::end(m03::kHeadDims), a.head_dim) != std::end(m03::kHeadDims);
+  require_arg(known_d, fn, "head_dim", a.head_dim,
+              "must be one of 16, 32, 64, 96, 128 (the kernels are templated on it)");
+  require_arg(a.head_dim <= sup.max_head_dim, fn, "head_dim", a.head_dim,
+              msg("is above ", sup.max_head_dim, " for step ", sname).c_str());
+  require_arg(std::isfinite(a.scale) && a.scale >= 0.f, fn, "scale", a.scale,
+              "must be finite and >= 0 (0 selects 1/sqrt(head_dim)); it must equal the forward's");
+
+  // Features of the step.
+  require_arg(!a.causal || sup.causal, fn, "causal", a.causal, msg("is not supported by step ", sname).c_str());
+  require_arg(a.kv_heads == a.heads || sup.grouped_query, fn, "kv_heads", a.kv_heads,
+              msg("differs from heads = ", a.heads, ": step ", sname,
+                  " has no grouped-query attention (its batched GEMMs pair query head h with kv head h); "
+                  "use step flash or flash_deterministic")
+                  .c_str());
+
+  // Pointers and strides.
+  for (const auto& [p, name] : {std::pair<const float*, const char*>{a.q, "q"}, {a.k, "k"}, {a.v, "v"}, {a.o, "o"},
+                                {a.dout, "dout"}, {a.dq, "dq"}, {a.dk, "dk"}, {a.dv, "dv"}}) {
+    require_not_null(p, fn, name);
+    require_aligned(p, 16, fn, name);
+  }
+  require_not_null(a.lse, fn, "lse");
+  require_aligned(a.lse, alignof(float), fn, "lse");
+  const std::int64_t d = a.head_dim;
+  md::require_strides(a.q_strides, d, fn, "q_strides.batch", "q_strides.head", "q_strides.seq");
+  md::require_strides(a.k_strides, d, fn, "k_strides.batch", "k_strides.head", "k_strides.seq");
+  md::require_strides(a.v_strides, d, fn, "v_strides.batch", "v_strides.head", "v_strides.seq");
+  md::require_strides(a.o_strides, d, fn, "o_strides.batch", "o_strides.head", "o_strides.seq");
+  md::require_strides(a.do_strides, d, fn, "do_strides.batch", "do_strides.head", "do_strides.seq");
+  md::require_strides(a.dq_strides, d, fn, "dq_strides.batch", "dq_strides.head", "dq_strides.seq");
+  md::require_strides(a.dk_strides, d, fn, "dk_strides.batch", "dk_strides.head", "dk_strides.seq");
+  md::require_strides(a.dv_strides, d, fn, "dv_strides.batch", "dv_strides.head", "dv_strides.seq");
+  const auto q_dims = [&](const AttentionStrides& st, const char* b, const char* h, const char* n) {
+    return md::tensor_dims(st, a.batch, a.heads, a.seq_q, d, b, h, n);
+  };
+  const auto kv_dims = [&](const AttentionStrides& st, const char* b, const char* h, const char* n) {
+    return md::tensor_dims(st, a.batch, a.kv_heads, a.seq_k, d, b, h, n);
+  };
+  const auto dq_dims = q_dims(a.dq_strides, "dq_strides.batch", "dq_strides.head", "dq_strides.seq");
+  const auto dk_dims = kv_dims(a.dk_strides, "dk_strides.batch", "dk_strides.head", "dk_strides.seq");
+  const auto dv_dims = kv_dims(a.dv_strides, "dv_strides.batch", "dv_strides.head", "dv_strides.seq");
+  md::require_injective(dq_dims, fn, "dq");
+  md::require_injective(dk_dims, fn, "dk");
+  md::require_injective(dv_dims, fn, "dv");
+
+  // No overlap between what is written (dq, dk, dv, workspace) and anything else.
+  struct Range {
+    const void* p;
+    std::size_t bytes;
+    const char* name;
+  };
+  const Range inputs[] = {
+      {a.q, md::span_bytes(q_dims(a.q_strides, "", "", "")), "q"},
+      {a.k, md::span_bytes(kv_dims(a.k_strides, "", "", "")), "k"},
+      {a.v, md::span_bytes(kv_dims(a.v_strides, "", "", "")), "v"},
+      {a.o, md::span_bytes(q_dims(a.o_strides, "", "", "")), "o"},
+      {a.dout, md::span_bytes(q_dims(a.do_strides, "", "", "")), "dout"},
+      {a.lse, static_cast<std::size_t>(a.batch * a.heads * a.seq_q) * sizeof(float), "lse"},
+  };
+  const Range grads[] = {
+      {a.dq, md::span_bytes(dq_dims), "dq"},
+      {a.dk, md::span_bytes(dk_dims), "dk"},
+      {a.dv, md::span_bytes(dv_dims), "dv"},
+  };
+  for (std::size_t g = 0; g < std::size(grads); ++g) {
+    for (const Range& in : inputs)
+      require_arg(!md::ranges_intersect(grads[g].p, grads[g].bytes, in.p, in.bytes), fn, grads[g].name, grads[g].p,
+                  msg("overlaps ", in.name, ": the backward pass is not in place (gradients are written while ",
+                      "the inputs are read)")
+                      .c_str());
+    for (std::size_t other = g + 1; other < std::size(grads); ++other)
+      require_arg(!md::ranges_intersect(grads[g].p, grads[g].bytes, grads[other].p, grads[other].bytes), fn,
+                  grads[g].name, grads[g].p, msg("overlaps ", grads[other].name).c_str());
+  }
+
+  // The workspace: D (flash steps, O(N)) or P and dP (naive, O(N^2)).
+  const std::size_t need = attention_backward_workspace_bytes(step, a);
+  require_arg(a.workspace_bytes >= need, fn, "workspace_bytes", a.workspace_bytes,
+              msg("must be >= attention_backward_workspace_bytes(step, ...) = ", need, " (step ", sname,
+                  step == AttentionBackwardStep::naive ? " stores P and dP: 2 * B*H*N_q*N_k floats)"
+                                                       : " stores D = rowsum(dO * O): B*H*N_q floats)")
+                  .c_str());
+  require_not_null(a.workspace, fn, "workspace");
+  require_aligned(a.workspace, 16, fn, "workspace");
+  for (const Range& r : inputs)
+    require_arg(!md::ranges_intersect(a.workspace, need, r.p, r.bytes), fn, "workspace",
+                static_cast<const void*>(a.workspace), msg("overlaps ", r.name).c_str());
+  for (const Range& r : grads)
+    require_arg(!md::ranges_intersect(a.workspace, need, r.p, r.bytes), fn, "workspace",
+                static_cast<const void*>(a.workspace), msg("overlaps ", r.name).c_str());
+}
+
+}  // namespace course::m04
+
+COURSE_DECLARE_FOR_BOTH_IMPLS(
+    /// dQ, dK, dV = attention_backward(Q, K, V, O, dO, lse) with the step's kernels
+    /// (asynchronous on args.stream). dq, dk, dv are overwritten (not accumulated into).
+    void attention_backward(::course::m04::AttentionBackwardStep step,
+                            const ::course::m04::AttentionBackwardArgs& args);
+    /// The preprocessing kernel alone: D[b, h, i] = sum_c dO[b,h,i,c] * O[b,h,i,c] written to
+    /// `d` ([B, H, N_q] contiguous floats, device). Validated like step flash. Synchronous.
+    void attention_backward_row_dot(const ::course::m04::AttentionBackwardArgs& args, float* d);)

@@ -1,0 +1,89 @@
+#pragma once
+/// @file attention_backward_device.cuh
+/// @brief The launchers of the attention-backward steps, shared by the files of
+/// solutions/module04_training (dispatcher: attention_backward.cu; step naive:
+/// attention_backward_naive.cu; steps flash and flash_deterministic:
+/// attention_backward_flash.cu). Private to the solution.
+
+#include "module04/attention_backward.hpp"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace course::solution::attn_bwd {
+
+using m03::AttentionStrides;
+
+/// Element offset of row n of head h of batch b (module 3's row_offset, for module 4's
+/// kernels). 64-bit: B*H*N*d exceeds 2^31 for realistic tensors.
+__host__ __device__ __forceinline__ std::int64_t row_offset(const AttentionStrides& s, std::int64_t b,
+                                                            std::int64_t h, std::int64_t n) {
+  return b * s.batch + h * s.head + n * s.seq;
+}
+
+/// Everything the flash kernels need, by value (well under the 4 KB parameter space).
+struct Params {
+  const float* q;
+  const float* k;
+  const float* v;
+  const float* o;
+  const float* dout;
+  const float* lse;    ///< [B*H*N_q], natural log
+  const float* d_row;  ///< D = rowsum(dO * O), [B*H*N_q] (the workspace)
+  float* dq;
+  float* dk;
+  float* dv;
+  AttentionStrides qs, ks, vs, os, dos, dqs, dks, dvs;
+  int heads;     ///< H
+  int kv_heads;  ///< H_kv
+  int group;     ///< H / H_kv: query heads per kv head
+  int seq_q;     ///< N_q
+  int seq_k;     ///< N_k
+  long long causal_offset;  ///< N_k - N_q: query i sees key j iff j <= i + causal_offset
+  float scale;              ///< softmax scale (dQ and dK are multiplied by it)
+  float scale_log2;         ///< scale * log2(e): P = exp2(s * scale_log2 - lse * log2(e))
+};
+
+inline Params make_params(const m04::AttentionBackwardArgs& a) {
+  Params p{};
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.o = a.o;
+  p.dout = a.dout;
+  p.lse = a.lse;
+  p.d_row = a.workspace;
+  p.dq = a.dq;
+  p.dk = a.dk;
+  p.dv = a.dv;
+  p.qs = a.q_strides;
+  p.ks = a.k_strides;
+  p.vs = a.v_strides;
+  p.os = a.o_strides;
+  p.dos = a.do_strides;
+  p.dqs = a.dq_strides;
+  p.dks = a.dk_strides;
+  p.dvs = a.dv_strides;
+  p.heads = static_cast<int>(a.heads);
+  p.kv_heads = static_cast<int>(a.kv_heads);
+  p.group = static_cast<int>(a.heads / a.kv_heads);
+  p.seq_q = static_cast<int>(a.seq_q);
+  p.seq_k = static_cast<int>(a.seq_k);
+  p.causal_offset = static_cast<long long>(a.seq_k) - static_cast<long long>(a.seq_q);
+  p.scale = m04::effective_scale(a);
+  p.scale_log2 = static_cast<float>(static_cast<double>(p.scale) * 1.4426950408889634073599246810019);
+  return p;
+}
+
+/// Step naive: S, P and dP materialized in args.workspace (module 2 GEMMs + softmax backward).
+void launch_naive(const m04::AttentionBackwardArgs& args);
+/// D[b, h, i] = dO_i . O_i into `d` ([B, H, N_q] contiguous); when `zero_dq`, also dQ = 0
+/// (the flash step accumulates dQ with atomics into a zeroed dq).
+void launch_row_dot(const m04::AttentionBackwardArgs& args, float* d, bool zero_dq);
+/// Step flash: D, then the K/V-parallel kernel with dQ atomics.
+void launch_flash(const m04::AttentionBackwardArgs& args);
+/// Step flash_deterministic: D, the K/V-parallel kernel without dQ, the query-parallel dQ kernel.
+void launch_flash_deterministic(const m04::AttentionBackwardArgs& args);
+
+}  // namespace course::solution::attn_bwd
