@@ -266,8 +266,8 @@ void launch_column_strip(const SoftmaxBackwardArgs& a, const char* step) {
 // partly from L2).
 // dim = 0 uses the column strips above with scalar loads (kVec = 1).
 //
-// Registers: ~80 per thread at kPerLane = 32 -> ~3 blocks of 8 warps per SM, each warp
-// with 8 KiB of loads in flight: enough to cover DRAM latency.
+// Registers (ptxas, sm_90a): 107 per thread at kPerLane = 32 -> 2 blocks of 8 warps per
+// SM, each warp with 8 KiB of loads in flight (128 KiB per SM): enough to cover DRAM latency.
 // Prediction: 65536 x 1024 (registers): 0.8-0.9 of the copy (scalar loads: 4x the load
 // instructions of float4); 16384 x 4096 and 4096 x 32768 (streamed, the re-read mostly
 // from DRAM: thousands of warps each touching 32-256 KiB between its two reads): ~0.5-0.6;
@@ -367,10 +367,14 @@ void launch_warp_per_row(const SoftmaxBackwardArgs& a) {
 // (c) dim = 0: the column strips with float4 (a warp covers 4 rows x 32 columns: four
 //   full 128-byte segments per load instruction), four rows in flight per thread.
 //
-// Prediction: >= 0.9 of the copy at 16384 x 4096 (256 threads x 16 + 16 values, ~4 blocks
-// per SM, 128 KiB of loads in flight per SM) and 65536 x 1024 (warp per row, 8 + 8 float4
-// per lane); ~0.8-0.9 at 4096 x 32768 (half the row re-read, from L2); dim 0 at
-// 16384 x 4096: ~0.55-0.6 (the strip's second read comes from DRAM, see Column strips).
+// Registers (ptxas, sm_90a): 48-55 for the block kernels (the 1024-thread ones 52-64, no
+// spills), 80 for the warp kernel at 1024 columns.
+// Prediction: >= 0.9 of the copy at 16384 x 4096 (256 threads x (16 + 16) values, 48
+// registers: 5 blocks per SM, 160 KiB of loads in flight per SM) and 65536 x 1024 (warp per
+// row, 8 + 8 float4 per lane, 3 blocks of 8 warps per SM); ~0.8-0.9 at 4096 x 32768 (one
+// 1024-thread block per SM, half the row re-read from L2, the SM idle while a row's
+// reduction drains); dim 0 at 16384 x 4096: ~0.55-0.6 (the strip's second read comes from
+// DRAM, see Column strips).
 // Measured: (pending GPU run)
 // ============================================================================
 
