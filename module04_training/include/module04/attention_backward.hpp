@@ -48,7 +48,8 @@
 ///   batch/head strides may be 0 (broadcast); each gradient maps distinct elements to
 ///   distinct addresses.
 /// - dq, dk, dv overlap no input (q, k, v, o, dout, lse), no other gradient, nor the
-///   workspace; the workspace overlaps nothing.
+///   workspace; the workspace overlaps nothing. Gradients of one layout may interleave
+///   without sharing an element (dQ, dK, dV as the column blocks of one dQKV buffer).
 
 #include "course/error.hpp"
 #include "course/impl.hpp"
@@ -63,6 +64,7 @@
 #include <iterator>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace course::m04 {
 
@@ -203,6 +205,33 @@ inline std::size_t attention_backward_device_bytes(AttentionBackwardStep step, c
   return (4 * q_like + 4 * kv_like + lse) * sizeof(float) + attention_backward_workspace_bytes(step, a);
 }
 
+namespace detail {
+
+/// True if two views with the same dims (extent, stride), starting `delta` elements apart,
+/// share an address: delta = sum_k i_k * stride_k with |i_k| <= extent_k - 1 for some i.
+/// The dims must pass m03::detail::require_injective (sorted by stride, each stride exceeds
+/// the offsets the smaller ones reach), so at most two values of i_k fit the largest stride
+/// and the search visits at most 2^(number of dims) candidates.
+inline bool same_layout_views_overlap(std::int64_t delta, std::vector<m03::detail::Dim> dims) {
+  dims.erase(std::remove_if(dims.begin(), dims.end(), [](const m03::detail::Dim& d) { return d.extent <= 1; }),
+             dims.end());
+  std::stable_sort(dims.begin(), dims.end(),
+                   [](const m03::detail::Dim& x, const m03::detail::Dim& y) { return x.stride < y.stride; });
+  if (dims.empty()) return delta == 0;
+  const m03::detail::Dim top = dims.back();
+  dims.pop_back();
+  const std::int64_t reach = dims.empty() ? 0 : m03::detail::max_offset(dims);
+  const auto floor_div = [](std::int64_t a, std::int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); };
+  // |delta - i * stride| <= reach  <=>  i in [ceil((delta - reach) / stride), floor((delta + reach) / stride)]
+  const std::int64_t lo = std::max(-(top.extent - 1), -floor_div(reach - delta, top.stride));
+  const std::int64_t hi = std::min(top.extent - 1, floor_div(delta + reach, top.stride));
+  for (std::int64_t i = lo; i <= hi; ++i)
+    if (same_layout_views_overlap(delta - i * top.stride, dims)) return true;
+  return false;
+}
+
+}  // namespace detail
+
 /// The validation every implementation runs first (see the contract above). Throws
 /// InvalidArgument naming the argument, its value and the rule.
 inline void validate_attention_backward_args(const AttentionBackwardArgs& a, AttentionBackwardStep step,
@@ -292,6 +321,19 @@ inline void validate_attention_backward_args(const AttentionBackwardArgs& a, Att
       {a.dk, md::span_bytes(dk_dims), "dk"},
       {a.dv, md::span_bytes(dv_dims), "dv"},
   };
+  // Two gradients overlap if their address ranges meet -- unless they have one layout and
+  // interleave without sharing an element: dQ, dK, dV written as the column blocks of one
+  // fused dQKV buffer (the mirror of module 3's Q, K, V read from one QKV projection).
+  const std::vector<md::Dim> grad_dims[] = {dq_dims, dk_dims, dv_dims};
+  const auto gradient_views_overlap = [](const Range& x, const std::vector<md::Dim>& x_dims, const Range& y,
+                                         const std::vector<md::Dim>& y_dims) {
+    if (!md::ranges_intersect(x.p, x.bytes, y.p, y.bytes)) return false;
+    const auto delta = reinterpret_cast<std::intptr_t>(y.p) - reinterpret_cast<std::intptr_t>(x.p);
+    bool same_layout = delta % static_cast<std::intptr_t>(sizeof(float)) == 0 && x_dims.size() == y_dims.size();
+    for (std::size_t i = 0; same_layout && i < x_dims.size(); ++i)
+      same_layout = x_dims[i].extent == y_dims[i].extent && x_dims[i].stride == y_dims[i].stride;
+    return !same_layout || detail::same_layout_views_overlap(delta / static_cast<std::intptr_t>(sizeof(float)), x_dims);
+  };
   for (std::size_t g = 0; g < std::size(grads); ++g) {
     for (const Range& in : inputs)
       require_arg(!md::ranges_intersect(grads[g].p, grads[g].bytes, in.p, in.bytes), fn, grads[g].name, grads[g].p,
@@ -299,7 +341,7 @@ inline void validate_attention_backward_args(const AttentionBackwardArgs& a, Att
                       "the inputs are read)")
                       .c_str());
     for (std::size_t other = g + 1; other < std::size(grads); ++other)
-      require_arg(!md::ranges_intersect(grads[g].p, grads[g].bytes, grads[other].p, grads[other].bytes), fn,
+      require_arg(!gradient_views_overlap(grads[g], grad_dims[g], grads[other], grad_dims[other]), fn,
                   grads[g].name, grads[g].p, msg("overlaps ", grads[other].name).c_str());
   }
 
