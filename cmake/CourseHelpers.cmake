@@ -76,13 +76,13 @@ function(course_add_cpu_test name)
   _course_discover(${name} "cpu" "cpu")
 endfunction()
 
-# course_add_gpu_test(<module> <name> SOURCES ... [LIBRARIES ...])
+# course_add_gpu_test(<module> <name> SOURCES ... [LIBRARIES ...] [LABELS ...])
 #   One test source, two executables: <name>_solution and <name>_exercise.
 #   COURSE_IMPL names the namespace the test calls (course::solution or
-#   course::exercise). Labels: gpu + solution|exercise. Without a device the
+#   course::exercise). Labels: gpu [+ LABELS] + solution|exercise. Without a device the
 #   course::testing::GpuTest fixture skips each test with a message.
 function(course_add_gpu_test module name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;LIBRARIES" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBRARIES;LABELS" ${ARGN})
   if(NOT COURSE_BUILD_TESTS)
     return()
   endif()
@@ -91,7 +91,8 @@ function(course_add_gpu_test module name)
     add_executable(${target} ${ARG_SOURCES})
     target_compile_definitions(${target} PRIVATE COURSE_IMPL=${impl} COURSE_IMPL_NAME="${impl}")
     target_link_libraries(${target} PRIVATE ${module}_${impl} course_testing course_flags ${ARG_LIBRARIES})
-    _course_discover(${target} "gpu;${impl}" "${impl}")
+    set(labels gpu ${ARG_LABELS} ${impl})
+    _course_discover(${target} "${labels}" "${impl}")
   endforeach()
 endfunction()
 
@@ -120,6 +121,7 @@ endfunction()
 #   Builds a module folder by convention, so adding a step or an op never needs a
 #   CMake edit:
 #     tests/test_*.cpp      one GPU test pair each (<short>_<name>_solution/_exercise)
+#     tests/fuzz_*.cpp      random-case tests, a GPU test pair each (<short>_fuzz_<name>_...), label fuzz
 #     tests/planted/*.cu    deliberately wrong kernels the tests must reject (<short>_planted)
 #     tests/cpu_*.cpp       one CPU test each
 #     bench/*.cpp           one benchmark binary <short>_bench
@@ -139,6 +141,11 @@ function(course_module_targets module short)
     get_filename_component(name "${src}" NAME_WE)
     string(REGEX REPLACE "^test_" "" name "${name}")
     course_add_gpu_test(${module} ${short}_${name} SOURCES "${src}" LIBRARIES ${extra_libs} CUDA::cublas)
+  endforeach()
+  file(GLOB fuzz_tests CONFIGURE_DEPENDS "${dir}/tests/fuzz_*.cpp")
+  foreach(src IN LISTS fuzz_tests)
+    get_filename_component(name "${src}" NAME_WE)
+    course_add_gpu_test(${module} ${short}_${name} SOURCES "${src}" LIBRARIES ${extra_libs} CUDA::cublas LABELS fuzz)
   endforeach()
   file(GLOB cpu_tests CONFIGURE_DEPENDS "${dir}/tests/cpu_*.cpp")
   foreach(src IN LISTS cpu_tests)

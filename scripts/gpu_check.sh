@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Everything a GPU machine should check, in one call:
-#   configure + build (ninja), every test, compute-sanitizer memcheck and racecheck over
-#   the GPU test binaries, the benchmarks to JSON, and a short summary printed last.
+#   configure + build (ninja), every test (the random-case "fuzz" tests included, summed up
+#   per op), compute-sanitizer memcheck over the GPU test binaries and racecheck, initcheck
+#   and synccheck over the solutions, a separate longer memcheck run over the Large cases,
+#   the benchmarks to JSON, and a short summary printed last.
 #
 # usage: scripts/gpu_check.sh [options]
 #   --out DIR          where logs go (default: $OUT, else ./gpu-check-out)
@@ -10,6 +12,9 @@
 #   --bench REGEX      --benchmark_filter for every module's benchmark binary
 #   --bench-time T     --benchmark_min_time (default 0.2s)
 #   --sanitize REGEX   only binaries whose name matches (default: all *_solution and *_exercise)
+# Environment: SANITIZER_TIMEOUT (s per run, 300), SANITIZER_LARGE_TIMEOUT (s per Large run,
+#   900; 0 skips the Large runs), SANITIZER_FUZZ_CASES (random cases per fuzz test under a
+#   sanitizer, 4), SANITIZER_JOBS, CTEST_JOBS.
 # Logs (at most 8 files, as the device tool returns): env.txt build.log ctest.log
 # sanitizer.log bench.txt bench_<module>.json summary.txt
 set -uo pipefail
@@ -67,38 +72,66 @@ if ((run_tests)); then
   # Test processes are independent: several share the GPU at once.
   args=(--test-dir "$build" --output-on-failure --timeout 600 -j "${CTEST_JOBS:-8}")
   [[ -n "$test_filter" ]] && args+=(-R "$test_filter")
-  ctest "${args[@]}" >"$out/ctest.log" 2>&1
+  # Each fuzz test appends one "[fuzz] op=... step=... cases=... worst=..." line here.
+  fuzz_log=$(mktemp)
+  COURSE_FUZZ_LOG=$fuzz_log ctest "${args[@]}" >"$out/ctest.log" 2>&1
   note "tests: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1) in $((SECONDS - t0)) s"
   note "  skipped: $(grep -c '(Skipped)' "$out/ctest.log")   (exercise stubs not yet written are skipped)"
+  if [[ -s "$fuzz_log" ]]; then
+    note "  fuzz: $(ctest --test-dir "$build" -N -L fuzz | sed -n 's/^Total Tests: //p') tests labelled fuzz, $(sed -n '/The following tests FAILED/,$p' "$out/ctest.log" | grep -c 'Fuzz') failed; random cases per op (worst = largest error/bound, 1 = tolerance):"
+    # Per op: cases, steps, fewest cases of any step, failures, the worst ratio and its step.
+    awk '/^\[fuzz\] op=/ {
+        delete f
+        for (i = 2; i <= NF && $i !~ /^worst_case=/; i++) { n = index($i, "="); f[substr($i, 1, n - 1)] = substr($i, n + 1) }
+        op = f["op"]; per_step[op SUBSEP f["step"]] += f["cases"]; cases[op] += f["cases"]; failed[op] += f["failed"]
+        w = (f["worst"] ~ /inf|nan/) ? 1e308 : f["worst"] + 0
+        if (!(op in worst) || w > worst[op]) { worst[op] = w; shown[op] = f["worst"]; where[op] = f["step"] }
+      }
+      END {
+        for (k in per_step) { split(k, p, SUBSEP); steps[p[1]]++; if (!(p[1] in fewest) || per_step[k] < fewest[p[1]]) fewest[p[1]] = per_step[k] }
+        for (op in cases) printf "  [fuzz] %s: %d cases, %d steps (>= %d each), %d failed, worst %s (%s)\n", op, cases[op], steps[op], fewest[op], failed[op], shown[op], where[op]
+      }' "$fuzz_log" | sort | tee -a "$summary"
+    { echo "---- [fuzz] lines of every fuzz test"; sort "$fuzz_log"; } >>"$out/ctest.log"
+  fi
+  rm -f "$fuzz_log"
   sed -n '/The following tests FAILED/,$p' "$out/ctest.log" | head -30 | tee -a "$summary"
 fi
 
-# ---- compute-sanitizer: memcheck on every GPU test binary, racecheck on the solutions.
-# Large-size cases (names containing Large) are left out to keep the run short, and the
-# planted bugs (names containing Planted) because some are deliberate races.
+# ---- compute-sanitizer: memcheck on every GPU test binary; racecheck, initcheck and
+# synccheck on the solutions. Large-size cases (names containing Large) are left out to
+# keep these runs short and get their own, longer memcheck run; the planted bugs (names
+# containing Planted) are left out because some are deliberate races. Fuzz tests run
+# SANITIZER_FUZZ_CASES random cases each.
 if ((run_sanitizer)); then
   t0=$SECONDS
   : >"$out/sanitizer.log"
   sandir=$(mktemp -d)
   # One compute-sanitizer run per (tool, binary), a few at a time; each writes its own log.
-  sanitize() {  # tool binary
-    local tool=$1 bin=$2 log="$sandir/$1.$(basename "$2").log" rc errs
-    timeout "${SANITIZER_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
-      "$bin" --gtest_filter='-*Large*:*Planted*' --gtest_brief=1 >"$log" 2>&1
+  sanitize() {  # tool binary [name in the log] [gtest filter] [time limit]
+    local tool=$1 bin=$2 name=${3:-$1} filter=${4:--*Large*:*Planted*} limit=${5:-${SANITIZER_TIMEOUT:-300}}
+    local log="$sandir/$name.$(basename "$bin").log" rc errs
+    COURSE_FUZZ_CASES=${SANITIZER_FUZZ_CASES:-4} timeout "$limit" compute-sanitizer --tool "$tool" \
+      --error-exitcode 99 --print-limit 20 "$bin" --gtest_filter="$filter" --gtest_brief=1 >"$log" 2>&1
     rc=$?
     errs=$(sed -n 's/.*\(ERROR\|RACECHECK\) SUMMARY: \([0-9]*\) \(error\|hazard\).*/\2/p' "$log" | tail -1)
     [[ -z "$errs" ]] && errs="?"
     ((rc == 124)) && errs="timeout"
-    echo "$tool $(basename "$bin") rc=$rc errors=$errs" >>"$log"
+    echo "$name $(basename "$bin") rc=$rc errors=$errs" >>"$log"
   }
   jobs_max=${SANITIZER_JOBS:-4}
   for bin in $(find "$build/" -maxdepth 2 -type f -executable -name 'm0*_*' | grep -E "$sanitize_filter" | sort); do
     tools="memcheck"
-    [[ "$bin" == *_solution ]] && tools="memcheck racecheck"
+    [[ "$bin" == *_solution ]] && tools="memcheck racecheck initcheck synccheck"
     for tool in $tools; do
       while (($(jobs -rp | wc -l) >= jobs_max)); do wait -n; done
       sanitize "$tool" "$bin" &
     done
+    # The Large cases: memcheck only, on the solutions, with a longer limit.
+    if [[ "$bin" == *_solution ]] && ((${SANITIZER_LARGE_TIMEOUT:-900} > 0)) &&
+      "$bin" --gtest_list_tests --gtest_filter='*Large*-*Planted*' | grep -q '^  '; then
+      while (($(jobs -rp | wc -l) >= jobs_max)); do wait -n; done
+      sanitize memcheck "$bin" memcheck_large '*Large*-*Planted*' "${SANITIZER_LARGE_TIMEOUT:-900}" &
+    fi
   done
   wait
   total_errors=0 runs=0
@@ -115,7 +148,7 @@ if ((run_sanitizer)); then
     fi
   done
   rm -rf "$sandir"
-  note "sanitizer: $total_errors errors in $runs runs (memcheck on every test binary, racecheck on solutions; planted bugs and Large cases excluded) in $((SECONDS - t0)) s"
+  note "sanitizer: $total_errors errors in $runs runs (memcheck on every test binary; racecheck, initcheck, synccheck on solutions; Large cases in their own memcheck runs; planted bugs excluded) in $((SECONDS - t0)) s"
   # The planted bugs include deliberate races: racecheck must see them.
   for bin in $(find "$build/" -maxdepth 2 -type f -executable -name 'm0*_solution' | sort); do
     hazards=$(timeout 120 compute-sanitizer --tool racecheck "$bin" --gtest_filter='*Planted*' --gtest_brief=1 2>&1 |

@@ -69,11 +69,15 @@ void check_element(CompareResult& r, const std::vector<std::int64_t>& idx, doubl
   if (!std::isfinite(ref)) {
     // A reference may legitimately be -inf (a fully masked logsumexp): demand the same.
     bad = !(got == ref);
+    if (bad) r.worst_ratio = INFINITY;
   } else if (!std::isfinite(got)) {
     ++r.non_finite;
     bad = true;
+    r.worst_ratio = INFINITY;
   } else {
-    bad = !(err <= tol.atol + tol.rtol * std::fabs(ref));
+    const double bound = tol.atol + tol.rtol * std::fabs(ref);
+    bad = !(err <= bound);
+    r.worst_ratio = std::max(r.worst_ratio, bound > 0 ? err / bound : (err > 0 ? INFINITY : 0.0));
     r.max_abs_error = std::max(r.max_abs_error, err);
     r.max_rel_error = std::max(r.max_rel_error, err / std::max(std::fabs(ref), 1e-30));
   }
@@ -94,7 +98,8 @@ std::string CompareResult::report() const {
   }
   os << mismatches << " of " << checked << " elements outside tolerance";
   if (non_finite) os << " (" << non_finite << " NaN/Inf)";
-  os << "; max |err| = " << max_abs_error << ", max rel err = " << max_rel_error;
+  os << "; max |err| = " << max_abs_error << ", max rel err = " << max_rel_error
+     << ", worst |err|/bound = " << worst_ratio;
   for (const auto& m : first)
     os << "\n  at " << format_index(m.index, dim_names) << ": got " << m.got << ", want " << m.ref
        << " (|err| = " << std::fabs(m.got - m.ref) << ")";

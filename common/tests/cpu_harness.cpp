@@ -171,6 +171,15 @@ TEST(CompareMisc, FlatAndScalar) {
   EXPECT_FALSE(course::compare_scalar(kNaN, 5.0, {1e9, 1e9}).ok());
 }
 
+TEST(CompareMisc, WorstRatioIsErrorOverBound) {
+  // |err| / (atol + rtol*|ref|): 0.5 / (1 + 0.5*2) = 0.25 for the worst element.
+  const auto r = course::compare(std::vector<float>{2.5f, 1.f}, std::vector<double>{2.0, 1.0}, {1.0, 0.5});
+  EXPECT_TRUE(r.ok());
+  EXPECT_DOUBLE_EQ(r.worst_ratio, 0.25);
+  EXPECT_TRUE(std::isinf(course::compare_scalar(kNaN, 5.0, {1, 1}).worst_ratio));
+  EXPECT_DOUBLE_EQ(course::compare_scalar(5.0, 5.0, {0, 0}).worst_ratio, 0.0);
+}
+
 // ------------------------------------------------------------- tolerance -----
 
 TEST(Tolerance, GrowsWithReductionLengthAndDtype) {

@@ -4,6 +4,7 @@
 #include "course/reference.hpp"
 #include "course/testing.hpp"
 #include "module01/reductions.hpp"
+#include "reductions_check.hpp"
 #include "reductions_planted.hpp"
 
 #include <cmath>
@@ -20,38 +21,10 @@ using course::m01::ReduceArgs;
 using course::m01::ReduceStep;
 using course::testing::GpuTest;
 
-/// Runs one reduction on the device and returns its result. The result slot (and the
-/// workspace) can be poisoned (NaN) first, so a step that never writes it fails.
-struct Runner {
-  DeviceBuffer<float> x, y, result{1}, workspace;
-  explicit Runner(const std::vector<float>& hx, const std::vector<float>& hy = {})
-      : x(hx), y(hy), workspace(course::m01::reduce_workspace_bytes(static_cast<std::int64_t>(hx.size())) / sizeof(float)) {}
-
-  ReduceArgs args(bool with_y) {
-    ReduceArgs a;
-    a.x = x.data();
-    a.y = with_y ? y.data() : nullptr;
-    a.n = static_cast<std::int64_t>(x.size());
-    a.result = result.data();
-    a.workspace = workspace.data();
-    a.workspace_bytes = workspace.bytes();
-    return a;
-  }
-  void poison() {
-    result.poison();
-    workspace.poison();
-  }
-  float get() {
-    COURSE_CUDA_CHECK(cudaDeviceSynchronize());
-    return result.download()[0];
-  }
-};
-
-enum class Op { l2_norm, dot };
-const char* to_string(Op op) { return op == Op::l2_norm ? "l2_norm" : "dot"; }
-
-/// The signature of impl::l2_norm, impl::dot and the planted bugs.
-using ReduceFn = course::planted::ReduceFn;
+using course::m01::checks::Op;
+using course::m01::checks::ReduceFn;
+using course::m01::checks::Runner;
+using course::m01::checks::to_string;
 
 /// Lengths that catch indexing bugs: shorter than a float4 and with every tail
 /// (n % 4 = 1, 2, 3), around a warp and a block, primes, around one iteration of the
@@ -72,8 +45,7 @@ std::vector<std::int64_t> awkward_lengths(ReduceStep step, Op op) {
 }
 
 /// THE check, shared by the real tests and the planted-bug tests: runs `fn` on fresh
-/// random data at each length (result and workspace poisoned first) and compares with
-/// the CPU reference (double accumulation) within tolerance_for(f32, n). Fails with
+/// random data at each length with check_reduction (reductions_check.hpp). Fails with
 /// every failing length listed. course::NotImplemented propagates: callers wrap it in
 /// COURSE_SKIP_IF_NOT_IMPLEMENTED.
 ::testing::AssertionResult check_at_lengths(ReduceFn fn, Op op, ReduceStep step, std::uint64_t seed,
@@ -84,12 +56,7 @@ std::vector<std::int64_t> awkward_lengths(ReduceStep step, Op op) {
     const auto hx = course::random_vector(static_cast<std::size_t>(n), seed + static_cast<std::uint64_t>(n));
     const auto hy = op == Op::dot ? course::random_vector(static_cast<std::size_t>(n), seed + 7 * static_cast<std::uint64_t>(n) + 1)
                                   : std::vector<float>{};
-    Runner r(hx, hy);
-    r.poison();
-    fn(step, r.args(op == Op::dot));
-    const float got = r.get();
-    const double want = op == Op::dot ? course::ref::dot(hx.data(), hy.data(), n) : course::ref::l2_norm(hx.data(), n);
-    const auto result = course::compare_scalar(got, want, course::tolerance_for(course::DType::f32, n));
+    const auto result = course::m01::checks::check_reduction(fn, op, step, hx, hy);
     if (!result.ok()) {
       ++failed;
       failures << "\n  n = " << n << ": " << result.report();

@@ -4,6 +4,7 @@
 #include "course/tensor.hpp"
 #include "course/testing.hpp"
 #include "module01/softmax.hpp"
+#include "softmax_check.hpp"
 #include "softmax_planted.hpp"
 
 #include <algorithm>
@@ -25,121 +26,14 @@ using course::HostTensor;
 using course::m01::SoftmaxArgs;
 using course::m01::SoftmaxStep;
 using course::testing::GpuTest;
-
-/// Anything with the op's signature: impl::softmax or a planted bug.
-using SoftmaxFn = std::function<void(SoftmaxStep, const SoftmaxArgs&)>;
+using course::m01::checks::Accepted;
+using course::m01::checks::Case;
+using course::m01::checks::Outcome;
+using course::m01::checks::run_case;
+using course::m01::checks::SoftmaxFn;
 
 /// softmax([1, 2, 3]) by hand: e^-2, e^-1, 1 over their sum.
 const std::vector<double> kSoftmax123 = {0.09003057317038046, 0.24472847105479764, 0.6652409557748219};
-
-/// The padding between rows of x holds this: a kernel that reads past `cols`
-/// takes it into its max and sum and its results move.
-constexpr float kPadSentinel = 1000.f;
-
-/// One test input: a rows x cols matrix with row strides, values uniform in [lo, hi).
-struct Case {
-  std::int64_t rows = 1, cols = 1;
-  int dim = 1;
-  std::int64_t ldx = 0, ldy = 0;  ///< 0: contiguous (= cols)
-  double lo = -4.0, hi = 4.0;
-  bool in_place = false;          ///< y = x (then ldy = ldx)
-
-  std::int64_t row_stride_x() const { return ldx > 0 ? ldx : cols; }
-  std::int64_t row_stride_y() const { return in_place ? row_stride_x() : (ldy > 0 ? ldy : cols); }
-  std::string str() const {
-    std::ostringstream os;
-    os << rows << "x" << cols << " dim=" << dim << " ldx=" << row_stride_x() << " ldy=" << row_stride_y()
-       << " values in [" << lo << ", " << hi << ")" << (in_place ? " in place" : "");
-    return os.str();
-  }
-};
-
-struct Outcome {
-  CompareResult cmp;            ///< against course::ref::softmax; includes padding writes
-  std::int64_t padding_writes = 0;
-  double worst_sum_error = 0;   ///< max over slices of |sum(y) - 1|
-  HostTensor<float> y;
-  bool ok() const { return cmp.ok() && padding_writes == 0 && worst_sum_error <= 1e-4; }
-};
-
-std::uint32_t bits_of(float v) {
-  std::uint32_t b;
-  std::memcpy(&b, &v, sizeof b);
-  return b;
-}
-
-/// The checking helper every test (and the planted-bug test) uses: builds the input,
-/// poisons y (NaN, padding included), runs `fn`, and checks values against the CPU
-/// reference (double), the padding (never written), and that every slice sums to 1.
-/// Throws course::NotImplemented through for exercise stubs.
-Outcome run_case(const SoftmaxFn& fn, SoftmaxStep step, const Case& c, std::uint64_t seed) {
-  const std::int64_t ldx = c.row_stride_x(), ldy = c.row_stride_y();
-  HostTensor<float> x({c.rows, c.cols}, {ldx, 1});
-  std::fill(x.storage().begin(), x.storage().end(), kPadSentinel);
-  // Random values straight into storage (fill_random walks multi-indices: slow for 16M).
-  const auto values = course::random_vector(static_cast<std::size_t>(c.rows * c.cols), seed,
-                                            static_cast<float>(c.lo), static_cast<float>(c.hi));
-  for (std::int64_t r = 0; r < c.rows; ++r)
-    std::copy_n(values.begin() + r * c.cols, c.cols, x.storage().begin() + r * ldx);
-
-  HostTensor<float> y({c.rows, c.cols}, {ldy, 1});
-  DeviceBuffer<float> dx(x.storage());
-  DeviceBuffer<float> dy(c.in_place ? 0 : y.storage().size());
-  if (!c.in_place) dy.poison();
-  const std::size_t ws_bytes = course::m01::softmax_workspace_bytes(step, c.rows, c.cols, c.dim);
-  DeviceBuffer<float> ws((ws_bytes + sizeof(float) - 1) / sizeof(float));
-  ws.poison();
-
-  SoftmaxArgs a;
-  a.x = dx.data();
-  a.y = c.in_place ? dx.data() : dy.data();
-  a.rows = c.rows;
-  a.cols = c.cols;
-  a.ldx = ldx;
-  a.ldy = ldy;
-  a.dim = c.dim;
-  a.workspace = ws.data();
-  a.workspace_bytes = ws.bytes();
-  fn(step, a);
-  COURSE_CUDA_CHECK(cudaDeviceSynchronize());
-  y.storage() = c.in_place ? dx.download() : dy.download();
-
-  Outcome out;
-  const HostTensor<double> ref = course::ref::softmax(x.cast<double>(), c.dim);
-  const std::int64_t length = c.dim == 1 ? c.cols : c.rows;
-  out.cmp = course::compare(y, ref, course::tolerance_for(course::DType::f32, length), {"i", "j"});
-
-  // Padding (columns cols..ld-1 of every row but the last) must be untouched.
-  const std::uint32_t pad_bits = c.in_place ? bits_of(kPadSentinel) : 0xFFFFFFFFu;
-  for (std::int64_t r = 0; r + 1 < c.rows; ++r)
-    for (std::int64_t j = c.cols; j < ldy; ++j) {
-      const float v = y.storage()[static_cast<std::size_t>(r * ldy + j)];
-      if (bits_of(v) == pad_bits) continue;
-      ++out.padding_writes;
-      ++out.cmp.mismatches;
-      if (out.cmp.first.size() < 8) out.cmp.first.push_back({{r, j}, v, std::nan("")});  // j >= cols: padding
-    }
-
-  // Every slice sums to 1.
-  const std::int64_t slices = c.dim == 1 ? c.rows : c.cols;
-  for (std::int64_t s = 0; s < slices; ++s) {
-    double sum = 0;
-    for (std::int64_t i = 0; i < length; ++i) sum += c.dim == 1 ? y({s, i}) : y({i, s});
-    const double err = std::fabs(sum - 1.0);
-    if (!(err <= out.worst_sum_error)) out.worst_sum_error = std::isnan(err) ? INFINITY : err;
-  }
-  out.y = std::move(y);
-  return out;
-}
-
-::testing::AssertionResult Accepted(const Outcome& o) {
-  if (o.ok()) return ::testing::AssertionSuccess();
-  auto failure = ::testing::AssertionFailure();
-  failure << o.cmp.report();
-  if (o.padding_writes) failure << "\n  " << o.padding_writes << " writes into the row padding (j >= cols)";
-  failure << "\n  worst |sum(y) - 1| over slices = " << o.worst_sum_error << " (allowed 1e-4)";
-  return failure;
-}
 
 /// Run a tiny hand-written input (contiguous) and return y, row-major.
 std::vector<float> run_small(SoftmaxStep step, const std::vector<float>& hx, std::int64_t rows, std::int64_t cols,

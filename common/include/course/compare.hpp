@@ -46,6 +46,9 @@ struct CompareResult {
   std::int64_t non_finite = 0;    ///< NaN or Inf in `got` (where ref is finite)
   double max_abs_error = 0.0;
   double max_rel_error = 0.0;     ///< |got-ref| / max(|ref|, tiny)
+  /// Largest |got-ref| / (atol + rtol*|ref|) over the elements: <= 1 passes, and how far
+  /// below 1 it stays says how much of the error budget a kernel uses (inf for NaN/Inf).
+  double worst_ratio = 0.0;
   std::vector<Mismatch> first;    ///< up to `max_report` mismatches, in order
   std::vector<std::string> dim_names;  ///< optional names of the indices, e.g. {"b","h","i","j"}
 

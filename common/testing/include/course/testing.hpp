@@ -13,7 +13,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace course::solution {}
 namespace course::exercise {}
@@ -34,6 +36,32 @@ class GpuTest : public ::testing::Test {
 
  private:
   std::uint64_t seed_ = 0;
+};
+
+/// Device copy of a host vector placed `offset` elements into its allocation, so a test
+/// can hand a kernel a pointer that is aligned to its element but not to 16 bytes.
+template <class T>
+class OffsetBuffer {
+ public:
+  OffsetBuffer(const std::vector<T>& host, std::int64_t offset)
+      : buf_(host.size() + static_cast<std::size_t>(offset)), offset_(offset), n_(host.size()) {
+    if (n_ > 0)
+      COURSE_CUDA_CHECK(cudaMemcpy(ptr(), host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  T* ptr() { return buf_.data() + offset_; }
+  std::size_t size() const { return n_; }
+  /// The n_ elements from ptr() on (synchronous).
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    if (n_ > 0)
+      COURSE_CUDA_CHECK(cudaMemcpy(host.data(), buf_.data() + offset_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  DeviceBuffer<T> buf_;
+  std::int64_t offset_;
+  std::size_t n_;
 };
 
 /// gtest assertion: passes when `r.ok()`, else prints r.report().
