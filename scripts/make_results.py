@@ -7,6 +7,7 @@ Rows are named op/impl/step/shape (impl: solution, exercise, library); each op+s
 becomes one table (steps in ladder order) and one bar chart.
 """
 import argparse
+import csv
 import json
 import pathlib
 import re
@@ -52,6 +53,43 @@ def fmt(v, digits=1):
 
 def ratio(a, b):
     return "-" if not a or not b else f"{a / b:.2f}"
+
+
+def training_curve_section(run_dir, docs, images):
+    """Module 4's training curve (m04_train --out m04_training_curve.csv): loss and accuracy
+    vs step, plotted if the CSV is in RUN_DIR or in docs/data/. Returns the page's lines."""
+    path = next((p for p in (run_dir / "m04_training_curve.csv", docs / "data" / "m04_training_curve.csv")
+                 if p.exists()), None)
+    if path is None:
+        return []
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        return []
+    step = [int(r["step"]) for r in rows]
+    val = [(int(r["step"]), float(r["val_accuracy"])) for r in rows if r.get("val_accuracy")]
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.6))
+    ax_loss.plot(step, [float(r["loss"]) for r in rows], color="#4c72b0")
+    ax_loss.set_yscale("log")
+    ax_loss.set_xlabel("step")
+    ax_loss.set_ylabel("cross-entropy (training batch)")
+    ax_acc.plot(step, [100 * float(r["accuracy"]) for r in rows], color="#4c72b0", label="training batch")
+    if val:
+        ax_acc.plot([s for s, _ in val], [100 * a for _, a in val], "o", color="#c44e52", label="fresh validation batch")
+    ax_acc.set_xlabel("step")
+    ax_acc.set_ylabel("accuracy (%)")
+    ax_acc.set_ylim(0, 101)
+    ax_acc.legend(loc="lower right")
+    fig.suptitle("m04_train: one causal self-attention layer, course kernels only")
+    fig.tight_layout()
+    fig.savefig(images / "results_m04_training_curve.png", dpi=110)
+    plt.close(fig)
+    last = rows[-1]
+    final = f"validation accuracy {100 * val[-1][1]:.2f}% at step {val[-1][0]}" if val else f"step {step[-1]}"
+    return ["## module04_training: training curve", "",
+            f"`m04_train` on the GPU, from `{path.name}`: {len(rows)} steps, final training loss "
+            f"{float(last['loss']):.4g}, {final}.", "",
+            "![m04_train training curve](images/results_m04_training_curve.png)", ""]
 
 
 def main():
@@ -104,6 +142,7 @@ def main():
         fig.savefig(images / f"results_{slug}.png", dpi=110)
         plt.close(fig)
         out += ["", f"![{op} {shape}](images/results_{slug}.png)", ""]
+    out += training_curve_section(args.run_dir, args.docs, images)
     (args.docs / "results.md").write_text("\n".join(out) + "\n")
     print(f"wrote {args.docs / 'results.md'} with {len(groups)} tables")
 
