@@ -1,0 +1,422 @@
+/// @file attention_backward.cu
+/// @brief YOUR attention-backward ladder (module 4), fp32.
+///
+/// Read module04_training/README.md (the lesson: the softmax Jacobian, why D = rowsum(dO * O)
+/// replaces it, the chain through attention) and include/module04/attention_backward.hpp
+/// (the formulas, strides, the causal convention, grouped-query heads) first. Then, in order:
+///   1. row_dot_kernel        D_i = dO_i . O_i for every query row (and dQ = 0 for step flash)
+///   2. naive                 recompute_p_kernel + the pipeline of GEMMs and softmax backward
+///   3. flash                 the per-tile math of the K/V-parallel kernel, dQ by atomics
+///   4. flash_deterministic   the query-parallel dQ pass (no atomics)
+/// The kernels here may be simpler than the solution's (a thread per key row, a thread per
+/// query row): they must be correct, not fast. Measure them against the solution afterwards.
+/// Run the tests with:   ctest --preset default -L exercise -R AttentionBackward
+/// A step you have not written throws NotImplemented and its tests show SKIPPED.
+
+#include "module02/batched_gemm.hpp"
+#include "module04/attention_backward.hpp"
+#include "module04/softmax_backward.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+namespace course::exercise {
+namespace {
+
+using m03::AttentionStrides;
+using m04::AttentionBackwardArgs;
+using m04::AttentionBackwardStep;
+
+/// Element offset of row n of head h of batch b (given: module 3's step 0).
+__host__ __device__ __forceinline__ std::int64_t row_offset(const AttentionStrides& s, std::int64_t b, std::int64_t h,
+                                                            std::int64_t n) {
+  return b * s.batch + h * s.head + n * s.seq;
+}
+
+/// Everything a kernel needs, by value (given).
+struct Params {
+  const float* q;
+  const float* k;
+  const float* v;
+  const float* o;
+  const float* dout;
+  const float* lse;  ///< [B*H*N_q], the forward's logsumexp (-inf: the row sees no key)
+  float* dq;
+  float* dk;
+  float* dv;
+  float* d_row;  ///< [B*H*N_q], D_i = dO_i . O_i (the workspace of the flash steps)
+  AttentionStrides qs, ks, vs, os, dos, dqs, dks, dvs;
+  int heads, kv_heads, group, seq_q, seq_k, head_dim;
+  int causal_offset;  ///< N_k - N_q: query i sees key j iff j <= i + causal_offset
+  bool causal;
+  float scale;
+};
+
+Params make_params(const AttentionBackwardArgs& a) {
+  Params p{};
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.o = a.o;
+  p.dout = a.dout;
+  p.lse = a.lse;
+  p.dq = a.dq;
+  p.dk = a.dk;
+  p.dv = a.dv;
+  p.d_row = a.workspace;
+  p.qs = a.q_strides;
+  p.ks = a.k_strides;
+  p.vs = a.v_strides;
+  p.os = a.o_strides;
+  p.dos = a.do_strides;
+  p.dqs = a.dq_strides;
+  p.dks = a.dk_strides;
+  p.dvs = a.dv_strides;
+  p.heads = static_cast<int>(a.heads);
+  p.kv_heads = static_cast<int>(a.kv_heads);
+  p.group = static_cast<int>(a.heads / a.kv_heads);
+  p.seq_q = static_cast<int>(a.seq_q);
+  p.seq_k = static_cast<int>(a.seq_k);
+  p.head_dim = static_cast<int>(a.head_dim);
+  p.causal_offset = static_cast<int>(a.seq_k - a.seq_q);
+  p.causal = a.causal;
+  p.scale = m04::effective_scale(a);
+  return p;
+}
+
+unsigned grid_stride_blocks(long long work, int threads) {
+  const long long blocks = (work + threads - 1) / threads;
+  return static_cast<unsigned>(std::max(1LL, std::min(blocks, 1LL << 20)));
+}
+
+// ----------------------------------------------------------------------------
+// Step 1: the preprocessing kernel.  D_i = sum_c dO_ic * O_ic  for every query row
+// r = (b*H + h)*N_q + i, written to p.d_row[r]; when zero_dq, also dQ row r = 0 (step flash
+// adds into dQ with atomics, so it must start from zero; the launch is already there).
+// This dot product of length d replaces sum_j P_ij dP_ij, one of length N_k: see the lesson.
+// TODO(step 1): write the kernel body; then set kRowDotWritten to true.
+// Hint 1: one thread per row is enough: a grid-stride loop over r (64-bit) with
+//         i = r % N_q, bh = r / N_q, b = bh / H, h = bh % H; the rows of O and dO are at
+//         p.o + row_offset(p.os, b, h, i) and p.dout + row_offset(p.dos, b, h, i).
+// Hint 2: accumulate with fmaf in a float; p.head_dim is the row length.
+// Hint 3: for (c = 0; c < d; ++c) s = fmaf(g[c], o[c], s); p.d_row[r] = s; and if
+//         (zero_dq) set the d floats at p.dq + row_offset(p.dqs, b, h, i) to 0.
+// (The solution gives each row a group of lanes with float4 loads and a shuffle reduction.)
+// ----------------------------------------------------------------------------
+constexpr bool kRowDotWritten = false;  // TODO(step 1): true once row_dot_kernel is written
+
+__global__ void row_dot_kernel(const Params p, long long rows, bool zero_dq) {
+  // TODO(step 1)
+  (void)p;
+  (void)rows;
+  (void)zero_dq;
+}
+
+void launch_row_dot(const Params& p, long long rows, bool zero_dq, cudaStream_t stream) {
+  if (!kRowDotWritten) throw NotImplemented("attention_backward: row_dot_kernel (step 1)", __FILE__);
+  constexpr int kThreads = 256;
+  row_dot_kernel<<<grid_stride_blocks(rows, kThreads), kThreads, 0, stream>>>(p, rows, zero_dq);
+  COURSE_CHECK_LAUNCH("row_dot_kernel");
+}
+
+// ----------------------------------------------------------------------------
+// Step 2: naive -- S, P and dP materialized. The workspace holds two [B, H, N_q, N_k]
+// matrices, W1 = a.workspace and W2 = W1 + B*H*N_q*N_k (strides H*N_q*N_k, N_q*N_k, N_k):
+//   W1 = scale * Q K^T       course::solution::batched_gemm_strided(BgemmStep::warp_tiled, ...),
+//                            b_transposed = true, alpha = scale
+//   W1 = P = exp(W1 - lse)   recompute_p_kernel (below), in place, 0 where masked
+//   dV = P^T dO              GEMM with a_transposed = true (P is stored N_q x N_k)
+//   W2 = dP = dO V^T         GEMM, b_transposed = true
+//   W2 = dS = P * (dP - D)   course::solution::softmax_backward(SoftmaxBackwardStep::fused_vectorized,
+//                            ...) with y = W1, dy = dx = W2 (in place), rows = B*H*N_q, cols = N_k
+//   dQ = scale * dS K        GEMM, alpha = scale
+//   dK = scale * dS^T Q      GEMM, a_transposed = true, alpha = scale
+// Why does the softmax backward give dS? It computes D_i = sum_j P_ij dP_ij itself, and
+// sum_j P_ij (dO_i . V_j) = dO_i . O_i: the same D as step 1's.
+// TODO(step 2): write recompute_p_kernel and launch_naive.
+// Hint 1: sizes (M, N, K) and operands: S: (N_q, N_k, d) A = Q, B = K; dV: (N_k, d, N_q)
+//         A = W1 (a_transposed: its stored rows are N_k long), B = dO, C = dV; dP: (N_q, N_k, d)
+//         A = dO, B = V; dQ: (N_q, d, N_k) A = W2, B = K; dK: (N_k, d, N_q) A = W2
+//         (a_transposed), B = Q. batch = B, num_heads = H; strides of the attention tensors
+//         are their .batch / .head / .seq.
+// Hint 2: recompute_p_kernel: one block per row r (grid-stride), i = r % N_q, l = lse[r];
+//         the row sees keys j < visible with visible = N_k, or min(N_k, max(0, i + N_k - N_q
+//         + 1)) when causal, and 0 when l == -INFINITY (exp(s - (-inf)) would be inf).
+//         P = expf(s - l) for visible keys, 0 for the others (the softmax backward and the
+//         GEMMs then give hidden keys and dead rows no gradient).
+// Hint 3: m04::contiguous_softmax_backward_args(w1, w2, w2, rows, N_k, 1, a.stream) builds
+//         the softmax-backward arguments; everything goes on a.stream, in this order, so no
+//         synchronization is needed.
+// ----------------------------------------------------------------------------
+__global__ void recompute_p_kernel(float* s, const float* lse, long long rows, int seq_q, int seq_k, bool causal) {
+  // TODO(step 2)
+  (void)s;
+  (void)lse;
+  (void)rows;
+  (void)seq_q;
+  (void)seq_k;
+  (void)causal;
+}
+
+m02::StridedBatchedGemmArgs<float> gemm(const AttentionBackwardArgs& a, std::int64_t M, std::int64_t N,
+                                        std::int64_t K, const float* A, const AttentionStrides& as, const float* Bm,
+                                        const AttentionStrides& bs, float* C, const AttentionStrides& cs) {
+  m02::StridedBatchedGemmArgs<float> g;
+  g.a = A;
+  g.b = Bm;
+  g.c = C;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.batch = a.batch;
+  g.num_heads = a.heads;
+  g.stride_a_batch = as.batch;
+  g.stride_a_head = as.head;
+  g.stride_a_row = as.seq;
+  g.stride_b_batch = bs.batch;
+  g.stride_b_head = bs.head;
+  g.stride_b_row = bs.seq;
+  g.stride_c_batch = cs.batch;
+  g.stride_c_head = cs.head;
+  g.stride_c_row = cs.seq;
+  g.stream = a.stream;
+  return g;
+}
+
+void launch_naive(const AttentionBackwardArgs& a) {
+  // TODO(step 2): delete the throw, then launch the pipeline above (gemm() fills in the
+  // sizes and strides of one batched GEMM; set b_transposed, a_transposed and alpha yourself).
+  (void)a;
+  throw NotImplemented("attention_backward step naive", __FILE__);
+}
+
+// ----------------------------------------------------------------------------
+// Step 3: flash -- never store S or P. Grid: x = tiles of kKvRows keys, y = (batch, kv head).
+// One thread per key j keeps k_j, v_j and its accumulators dK_j, dV_j (float[D] each) in
+// registers (or local memory, for large D: correct, not fast). The block walks the query
+// rows of every query head that reads its kv head, kQRows at a time; the scaffolding loads
+// each query tile (Q, dO, lse, D) into shared memory. Per query row i of the tile, the
+// thread of key j recomputes
+//     s    = scale * q_i . k_j                    P = exp(s - lse_i)   (0 if j is hidden)
+//     dV_j += P * dO_i
+//     dP   = dO_i . v_j                           dS = P * (dP - D_i)
+//     dK_j += dS * q_i                            (times scale once, at the store)
+//     dQ_i += scale * dS * k_j                    many key threads add into the same dQ_i:
+//                                                 atomicAdd (step flash only: kAtomicDq)
+// Step 4 runs the same kernel with kAtomicDq = false and computes dQ in its own pass.
+// TODO(step 3): write the per-row math marked below; then set kFlashWritten to true.
+// Hint 1: key j is visible to row i iff i < N_q, lse_i != -inf and (not causal or
+//         j <= i + causal_offset). Rows past N_q were loaded as zeros with lse = -inf, so
+//         the lse test covers them. Hidden keys contribute nothing: `continue`.
+// Hint 2: two dot products of length D per (i, j): q_tile[r] . k_row and do_tile[r] . v_row
+//         (#pragma unroll, fmaf). Then one loop over c for dV, dK and, if kAtomicDq,
+//         atomicAdd(p.dq + row_offset(p.dqs, b, h, i) + c, p.scale * ds * k_row[c]).
+// Hint 3: P is exactly exp(s - lse): lse already normalizes, no max and no sum to redo. Use
+//         expf. Contention: every key thread of the block adds into the same dQ_i at once;
+//         correct, but slow -- summing ds * k_row over the warp first (course/cuda/
+//         warp_reduce.cuh) and adding once per warp is the first speed-up.
+// ----------------------------------------------------------------------------
+constexpr bool kFlashWritten = false;  // TODO(step 3): true once the per-row math is written
+
+constexpr int kKvRows = 32;  // keys per block = threads per block
+constexpr int kQRows = 16;   // query rows per shared-memory tile
+
+template <int D, bool kAtomicDq>
+__global__ void __launch_bounds__(kKvRows) flash_kv_kernel(const Params p) {
+  __shared__ float q_tile[kQRows][D];
+  __shared__ float do_tile[kQRows][D];
+  __shared__ float lse_tile[kQRows];
+  __shared__ float d_tile[kQRows];
+
+  const int bhk = blockIdx.y, b = bhk / p.kv_heads, hk = bhk % p.kv_heads;
+  const int j0 = blockIdx.x * kKvRows;
+  const int j = j0 + threadIdx.x;  // this thread's key
+  const bool active = j < p.seq_k;
+
+  float k_row[D], v_row[D], dk[D], dv[D];
+  {
+    const float* kr = p.k + row_offset(p.ks, b, hk, active ? j : 0);
+    const float* vr = p.v + row_offset(p.vs, b, hk, active ? j : 0);
+#pragma unroll
+    for (int c = 0; c < D; ++c) {
+      k_row[c] = active ? kr[c] : 0.f;
+      v_row[c] = active ? vr[c] : 0.f;
+      dk[c] = 0.f;
+      dv[c] = 0.f;
+    }
+  }
+
+  // Causal: row i sees key j0 (the block's first) only from i = j0 - causal_offset on.
+  const int q_begin = p.causal ? std::max(0, std::min(p.seq_q, j0 - p.causal_offset)) : 0;
+  for (int h = hk * p.group; h < (hk + 1) * p.group; ++h) {
+    const long long bh = static_cast<long long>(b) * p.heads + h;
+    for (int q0 = q_begin; q0 < p.seq_q; q0 += kQRows) {
+      __syncthreads();  // everyone is done with the previous tile
+      for (int idx = threadIdx.x; idx < kQRows * D; idx += kKvRows) {
+        const int r = idx / D, c = idx % D, i = q0 + r;
+        const bool in = i < p.seq_q;
+        q_tile[r][c] = in ? p.q[row_offset(p.qs, b, h, i) + c] : 0.f;
+        do_tile[r][c] = in ? p.dout[row_offset(p.dos, b, h, i) + c] : 0.f;
+      }
+      for (int r = threadIdx.x; r < kQRows; r += kKvRows) {
+        const int i = q0 + r;
+        lse_tile[r] = i < p.seq_q ? p.lse[bh * p.seq_q + i] : -INFINITY;
+        d_tile[r] = i < p.seq_q ? p.d_row[bh * p.seq_q + i] : 0.f;
+      }
+      __syncthreads();
+      if (!active) continue;  // no return: the other threads still need this one at __syncthreads
+      for (int r = 0; r < kQRows; ++r) {
+        const int i = q0 + r;
+        // TODO(step 3): the per-row math (see above): s, P, dv +=, dP, dS, dk +=, and the
+        // dQ atomics when kAtomicDq. Skip the row when key j is hidden from it.
+        (void)i;
+      }
+    }
+  }
+
+  if (!active) return;
+  float* dk_out = p.dk + row_offset(p.dks, b, hk, j);
+  float* dv_out = p.dv + row_offset(p.dvs, b, hk, j);
+#pragma unroll
+  for (int c = 0; c < D; ++c) {
+    dk_out[c] = p.scale * dk[c];
+    dv_out[c] = dv[c];
+  }
+}
+
+// ----------------------------------------------------------------------------
+// Step 4: flash_deterministic -- dQ without atomics. The K/V kernel above runs with
+// kAtomicDq = false (dK, dV only); then this kernel, one thread per query row i (grid:
+// x = tiles of kDqRows rows, y = (batch, head)), walks the keys in shared-memory tiles of
+// kDqKeys and sums dQ_i = scale * sum_j dS_ij k_j in a fixed order: the same bits every run.
+// It recomputes s, P, dP and dS for every (i, j) -- that recomputation is the price of
+// determinism, which the lesson measures.
+// TODO(step 4): write the per-key math marked below; then set kDqPassWritten to true.
+// Hint 1: the thread already holds q_i, dO_i (float[D]), lse_i and D_i; the tile holds
+//         k_tile[t], v_tile[t] for keys j = kv0 + t (zeros past N_k).
+// Hint 2: key j is visible iff j < N_k, lse_i != -inf and (not causal or j <= i + causal_offset);
+//         then s = scale * q_i . k_j, P = exp(s - lse_i), dP = dO_i . v_j, dS = P (dP - D_i),
+//         dq[c] += dS * k_tile[t][c].
+// Hint 3: the same formulas as step 3, row and key swapped: if your step 3 passes, copy its
+//         math. The store multiplies by the scale once.
+// ----------------------------------------------------------------------------
+constexpr bool kDqPassWritten = false;  // TODO(step 4): true once the per-key math is written
+
+constexpr int kDqRows = 64;  // query rows per block = threads per block
+constexpr int kDqKeys = 16;  // keys per shared-memory tile
+
+template <int D>
+__global__ void __launch_bounds__(kDqRows) flash_dq_kernel(const Params p) {
+  __shared__ float k_tile[kDqKeys][D];
+  __shared__ float v_tile[kDqKeys][D];
+
+  const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads, hk = h / p.group;
+  const int q0 = blockIdx.x * kDqRows;
+  const int i = q0 + threadIdx.x;  // this thread's query row
+  const bool active = i < p.seq_q;
+
+  float q_row[D], do_row[D], dq[D];
+  {
+    const float* qr = p.q + row_offset(p.qs, b, h, active ? i : 0);
+    const float* gr = p.dout + row_offset(p.dos, b, h, active ? i : 0);
+#pragma unroll
+    for (int c = 0; c < D; ++c) {
+      q_row[c] = active ? qr[c] : 0.f;
+      do_row[c] = active ? gr[c] : 0.f;
+      dq[c] = 0.f;
+    }
+  }
+  const float lse = active ? p.lse[static_cast<long long>(bh) * p.seq_q + i] : -INFINITY;
+  const float d_i = active ? p.d_row[static_cast<long long>(bh) * p.seq_q + i] : 0.f;
+
+  // Causal: the block's last row sees keys up to last + causal_offset; none past that.
+  const int last = std::min(p.seq_q - 1, q0 + kDqRows - 1);
+  const int kv_end = p.causal ? std::max(0, std::min(p.seq_k, last + p.causal_offset + 1)) : p.seq_k;
+  for (int kv0 = 0; kv0 < kv_end; kv0 += kDqKeys) {
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < kDqKeys * D; idx += kDqRows) {
+      const int t = idx / D, c = idx % D, j = kv0 + t;
+      const bool in = j < p.seq_k;
+      k_tile[t][c] = in ? p.k[row_offset(p.ks, b, hk, j) + c] : 0.f;
+      v_tile[t][c] = in ? p.v[row_offset(p.vs, b, hk, j) + c] : 0.f;
+    }
+    __syncthreads();
+    if (!active) continue;
+    for (int t = 0; t < kDqKeys; ++t) {
+      const int j = kv0 + t;
+      // TODO(step 4): the per-key math (see above): skip hidden keys, then s, P, dP, dS and
+      // dq += dS * k_tile[t].
+      (void)j;
+      (void)lse;
+      (void)d_i;
+    }
+  }
+
+  if (!active) return;
+  float* dq_out = p.dq + row_offset(p.dqs, b, h, i);
+#pragma unroll
+  for (int c = 0; c < D; ++c) dq_out[c] = p.scale * dq[c];
+}
+
+// ----------------------------------------------------------------------------
+// The launches of steps 3 and 4 (given).
+// ----------------------------------------------------------------------------
+template <int D>
+void launch_flash_d(const Params& p, const AttentionBackwardArgs& a, bool deterministic) {
+  const dim3 kv_grid(static_cast<unsigned>((a.seq_k + kKvRows - 1) / kKvRows),
+                     static_cast<unsigned>(a.batch * a.kv_heads));
+  if (deterministic) {
+    flash_kv_kernel<D, false><<<kv_grid, kKvRows, 0, a.stream>>>(p);
+    COURSE_CHECK_LAUNCH("flash_kv_kernel");
+    const dim3 q_grid(static_cast<unsigned>((a.seq_q + kDqRows - 1) / kDqRows),
+                      static_cast<unsigned>(a.batch * a.heads));
+    flash_dq_kernel<D><<<q_grid, kDqRows, 0, a.stream>>>(p);
+    COURSE_CHECK_LAUNCH("flash_dq_kernel");
+  } else {
+    flash_kv_kernel<D, true><<<kv_grid, kKvRows, 0, a.stream>>>(p);
+    COURSE_CHECK_LAUNCH("flash_kv_kernel");
+  }
+}
+
+void launch_flash(const AttentionBackwardArgs& a, bool deterministic) {
+  if (!kFlashWritten) throw NotImplemented("attention_backward step flash (flash_kv_kernel, step 3)", __FILE__);
+  if (deterministic && !kDqPassWritten)
+    throw NotImplemented("attention_backward step flash_deterministic (flash_dq_kernel, step 4)", __FILE__);
+  const Params p = make_params(a);
+  // D (and dQ = 0 when dQ is accumulated with atomics), then the K/V pass (and the dQ pass).
+  launch_row_dot(p, a.batch * a.heads * a.seq_q, /*zero_dq=*/!deterministic, a.stream);
+  switch (a.head_dim) {
+    case 16: return launch_flash_d<16>(p, a, deterministic);
+    case 32: return launch_flash_d<32>(p, a, deterministic);
+    case 64: return launch_flash_d<64>(p, a, deterministic);
+    case 96: return launch_flash_d<96>(p, a, deterministic);
+    case 128: return launch_flash_d<128>(p, a, deterministic);
+  }
+  require_arg(false, "attention_backward", "head_dim", a.head_dim, "is not supported");
+}
+
+}  // namespace
+
+void attention_backward(m04::AttentionBackwardStep step, const m04::AttentionBackwardArgs& args) {
+  m04::validate_attention_backward_args(args, step, "attention_backward");
+  switch (step) {
+    case AttentionBackwardStep::naive: return launch_naive(args);
+    case AttentionBackwardStep::flash: return launch_flash(args, false);
+    case AttentionBackwardStep::flash_deterministic: return launch_flash(args, true);
+  }
+}
+
+void attention_backward_row_dot(const m04::AttentionBackwardArgs& args, float* d) {
+  m04::validate_attention_backward_args(args, AttentionBackwardStep::flash, "attention_backward_row_dot");
+  require_not_null(d, "attention_backward_row_dot", "d");
+  require_aligned(d, alignof(float), "attention_backward_row_dot", "d");
+  Params p = make_params(args);
+  p.d_row = d;
+  launch_row_dot(p, args.batch * args.heads * args.seq_q, /*zero_dq=*/false, args.stream);
+  COURSE_CUDA_CHECK(cudaStreamSynchronize(args.stream));
+}
+
+}  // namespace course::exercise
