@@ -1,0 +1,712 @@
+// The C ABI of bindings/include/course_bridge.h over the public C++ API of modules 1-4.
+//
+// Compiled twice, like the tests: COURSE_IMPL=solution -> libcourse_bridge_solution,
+// COURSE_IMPL=exercise -> libcourse_bridge_exercise. Every exported function
+//  1. turns C arguments (names, flat sizes, stride arrays) into the op's argument struct,
+//  2. calls course::<impl>::<op>, which validates before any launch,
+//  3. maps any exception to a status code and keeps its message for course_last_error().
+// The step is found by name in the op's k...Steps table (find_step, one helper for all).
+//
+// Ops whose implementation may not be in a build yet (module 4 while it is written) are
+// declared weak below: the library links, course_op_available() says 0, and a call
+// reports COURSE_ERR_NOT_IMPLEMENTED naming the folder to fill in. The module libraries
+// are linked whole (bindings/CMakeLists.txt), so a weak symbol that exists is found.
+
+#include "course_bridge.h"
+
+#include "course/error.hpp"
+#include "course/impl.hpp"
+#include "module01/matmul.hpp"
+#include "module01/matmul_tc.hpp"
+#include "module01/reductions.hpp"
+#include "module01/softmax.hpp"
+#include "module02/batched_gemm.hpp"
+#include "module03/attention.hpp"
+// Module 4 is being written: each of its headers is optional until it lands.
+#if __has_include("module04/softmax_backward.hpp")
+#include "module04/softmax_backward.hpp"
+#define COURSE_BRIDGE_HAS_SOFTMAX_BACKWARD 1
+#endif
+#if __has_include("module04/linear_backward.hpp")
+#include "module04/linear_backward.hpp"
+#define COURSE_BRIDGE_HAS_LINEAR_BACKWARD 1
+#endif
+#if __has_include("module04/attention_backward.hpp")
+#include "module04/attention_backward.hpp"
+#define COURSE_BRIDGE_HAS_ATTENTION_BACKWARD 1
+#endif
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <exception>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+#ifndef COURSE_IMPL
+#error "compile with COURSE_IMPL=solution or COURSE_IMPL=exercise"
+#endif
+
+#define COURSE_BRIDGE_STR2(x) #x
+#define COURSE_BRIDGE_STR(x) COURSE_BRIDGE_STR2(x)
+
+// Weak references: a missing definition leaves the function's address null.
+namespace course::COURSE_IMPL {
+#ifdef COURSE_BRIDGE_HAS_SOFTMAX_BACKWARD
+__attribute__((weak)) void softmax_backward(::course::m04::SoftmaxBackwardStep step,
+                                            const ::course::m04::SoftmaxBackwardArgs& args);
+#endif
+#ifdef COURSE_BRIDGE_HAS_LINEAR_BACKWARD
+__attribute__((weak)) void linear_backward(::course::m04::BiasGradStep step,
+                                           const ::course::m04::LinearBackwardArgs& args);
+#endif
+#ifdef COURSE_BRIDGE_HAS_ATTENTION_BACKWARD
+__attribute__((weak)) void attention_backward(::course::m04::AttentionBackwardStep step,
+                                              const ::course::m04::AttentionBackwardArgs& args);
+#endif
+}  // namespace course::COURSE_IMPL
+
+namespace {
+
+namespace impl = course::COURSE_IMPL;
+using course::InvalidArgument;
+
+constexpr const char* kImplName = COURSE_BRIDGE_STR(COURSE_IMPL);
+
+thread_local std::string t_last_error;
+
+int fail(int status, const char* message) noexcept {
+  try {
+    t_last_error = message;
+  } catch (...) {  // out of memory for the message itself: keep the status
+  }
+  return status;
+}
+
+/// Runs `body`, mapping every exception to a status; the one place exceptions stop.
+template <class F>
+int guarded(F&& body) noexcept {
+  try {
+    body();
+    t_last_error.clear();
+    return COURSE_OK;
+  } catch (const course::InvalidArgument& e) {
+    return fail(COURSE_ERR_INVALID_ARGUMENT, e.what());
+  } catch (const course::NotImplemented& e) {
+    return fail(COURSE_ERR_NOT_IMPLEMENTED, e.what());
+  } catch (const course::Unsupported& e) {
+    return fail(COURSE_ERR_UNSUPPORTED, e.what());
+  } catch (const course::CudaError& e) {
+    return fail(COURSE_ERR_CUDA, e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(COURSE_ERR_OTHER, "out of host memory");
+  } catch (const std::exception& e) {
+    return fail(COURSE_ERR_OTHER, e.what());
+  } catch (...) {
+    return fail(COURSE_ERR_OTHER, "unknown C++ exception");
+  }
+}
+
+// ---- step tables, by op name --------------------------------------------------------
+
+struct StepEntry {
+  const char* name;
+  const char* summary;
+};
+
+struct OpEntry {
+  const char* op;
+  std::vector<StepEntry> steps;
+  std::string joined;  ///< "a,b,c"
+  bool available;      ///< this build contains the implementation
+};
+
+template <class Step, std::size_t N>
+std::vector<StepEntry> entries(const course::StepInfo<Step> (&table)[N]) {
+  std::vector<StepEntry> out;
+  for (const auto& info : table) out.push_back({info.name, info.summary});
+  return out;
+}
+
+template <class Step, std::size_t N>
+OpEntry op_entry(const char* op, const course::StepInfo<Step> (&table)[N], bool available = true) {
+  OpEntry e{op, entries(table), "", available};
+  for (const StepEntry& s : e.steps) e.joined += (e.joined.empty() ? "" : ",") + std::string(s.name);
+  return e;
+}
+
+const std::vector<OpEntry>& op_table() {
+  static const std::vector<OpEntry> table = [] {
+    using namespace course;
+    return std::vector<OpEntry>{
+        op_entry("l2_norm", m01::kReduceSteps),
+        op_entry("dot", m01::kReduceSteps),
+        op_entry("softmax", m01::kSoftmaxSteps),
+        op_entry("matmul", m01::kMatmulSteps),
+        op_entry("matmul_tc", m01::kTcMatmulSteps),
+        op_entry("batched_gemm", m02::kBgemmSteps),
+        op_entry("attention", m03::kAttentionSteps),
+#ifdef COURSE_BRIDGE_HAS_SOFTMAX_BACKWARD
+        op_entry("softmax_backward", m04::kSoftmaxBackwardSteps, &impl::softmax_backward != nullptr),
+#endif
+#ifdef COURSE_BRIDGE_HAS_LINEAR_BACKWARD
+        op_entry("linear_backward", m04::kBiasGradSteps, &impl::linear_backward != nullptr),
+#endif
+#ifdef COURSE_BRIDGE_HAS_ATTENTION_BACKWARD
+        op_entry("attention_backward", m04::kAttentionBackwardSteps, &impl::attention_backward != nullptr),
+#endif
+    };
+  }();
+  return table;
+}
+
+const OpEntry* find_op(const char* op) {
+  if (op == nullptr) return nullptr;
+  for (const OpEntry& e : op_table())
+    if (std::strcmp(e.op, op) == 0) return &e;
+  return nullptr;
+}
+
+std::string joined_ops() {
+  std::string s;
+  for (const OpEntry& e : op_table()) s += (s.empty() ? "" : ",") + std::string(e.op);
+  return s;
+}
+
+std::string quoted(const char* s) { return s == nullptr ? std::string("nullptr") : "\"" + std::string(s) + "\""; }
+
+/// The op called `op`; InvalidArgument listing the ops otherwise.
+const OpEntry& require_op(const char* op, const char* fn) {
+  if (const OpEntry* e = find_op(op)) return *e;
+  throw InvalidArgument(std::string(fn) + ": argument 'op' = " + quoted(op) + ": is not an op; the ops are: " +
+                        joined_ops());
+}
+
+std::string unknown_step_message(const char* op, const char* step, const std::string& valid) {
+  return std::string(op) + ": argument 'step' = " + quoted(step) + ": is not a step of " + op +
+         "; the steps are: " + valid;
+}
+
+/// The step of `table` called `name`; InvalidArgument listing the valid names otherwise.
+template <class Step, std::size_t N>
+Step find_step(const course::StepInfo<Step> (&table)[N], const char* name, const char* op) {
+  std::string valid;
+  for (const auto& info : table) {
+    if (name != nullptr && std::strcmp(info.name, name) == 0) return info.step;
+    valid += (valid.empty() ? "" : ",") + std::string(info.name);
+  }
+  throw InvalidArgument(unknown_step_message(op, name, valid));
+}
+
+/// Throws NotImplemented for an op whose implementation this build lacks (weak symbol null).
+template <class Fn>
+void require_linked(Fn* fn, const char* op, const char* module) {
+  if (fn != nullptr) return;
+  throw course::NotImplemented(std::string(op) + " is not in this build of the " + kImplName + " library",
+                               std::string(kImplName) + "s/" + module + "/ (then rebuild course_bridge_" +
+                                   kImplName + ")");
+}
+
+/// Reads a {batch, head, seq|row} stride triple.
+course::m03::AttentionStrides strides3(const int64_t* s, const char* fn, const char* name) {
+  course::require_arg(s != nullptr, fn, name, static_cast<const void*>(s),
+                      "must point to 3 strides {batch, head, seq} in elements");
+  return {s[0], s[1], s[2]};
+}
+
+cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
+
+template <class T>
+const T* in(const void* p) {
+  return static_cast<const T*>(p);
+}
+template <class T>
+T* out(void* p) {
+  return static_cast<T*>(p);
+}
+
+template <class T>
+int batched_gemm_strided(const char* step, const void* a, const void* b, void* c, int64_t M, int64_t N, int64_t K,
+                         int64_t batch, int64_t num_heads, const int64_t* a_strides, const int64_t* b_strides,
+                         const int64_t* c_strides, int a_transposed, int b_transposed, float alpha, void* stream) {
+  return guarded([&] {
+    const char* fn = "batched_gemm_strided";
+    const auto s = find_step(course::m02::kBgemmSteps, step, "batched_gemm");
+    const auto sa = strides3(a_strides, fn, "a_strides");
+    const auto sb = strides3(b_strides, fn, "b_strides");
+    const auto sc = strides3(c_strides, fn, "c_strides");
+    course::m02::StridedBatchedGemmArgs<T> args;
+    args.a = in<T>(a);
+    args.b = in<T>(b);
+    args.c = out<float>(c);
+    args.M = M;
+    args.N = N;
+    args.K = K;
+    args.batch = batch;
+    args.num_heads = num_heads;
+    args.stride_a_batch = sa.batch;
+    args.stride_a_head = sa.head;
+    args.stride_a_row = sa.seq;
+    args.stride_b_batch = sb.batch;
+    args.stride_b_head = sb.head;
+    args.stride_b_row = sb.seq;
+    args.stride_c_batch = sc.batch;
+    args.stride_c_head = sc.head;
+    args.stride_c_row = sc.seq;
+    args.a_transposed = a_transposed != 0;
+    args.b_transposed = b_transposed != 0;
+    args.alpha = alpha;
+    args.stream = as_stream(stream);
+    impl::batched_gemm_strided(s, args);
+  });
+}
+
+template <class T>
+int batched_gemm_ptr_array(const char* step, const void* a_ptrs, const void* b_ptrs, const void* c_ptrs, int64_t M,
+                           int64_t N, int64_t K, int64_t batch, int64_t num_heads, int64_t lda, int64_t ldb,
+                           int64_t ldc, int a_transposed, int b_transposed, float alpha, void* stream) {
+  return guarded([&] {
+    const auto s = find_step(course::m02::kBgemmSteps, step, "batched_gemm");
+    course::m02::PtrArrayBatchedGemmArgs<T> args;
+    args.a_ptrs = static_cast<const T* const*>(a_ptrs);
+    args.b_ptrs = static_cast<const T* const*>(b_ptrs);
+    args.c_ptrs = static_cast<float* const*>(c_ptrs);
+    args.M = M;
+    args.N = N;
+    args.K = K;
+    args.batch = batch;
+    args.num_heads = num_heads;
+    args.lda = lda;
+    args.ldb = ldb;
+    args.ldc = ldc;
+    args.a_transposed = a_transposed != 0;
+    args.b_transposed = b_transposed != 0;
+    args.alpha = alpha;
+    args.stream = as_stream(stream);
+    impl::batched_gemm_ptr_array(s, args);
+  });
+}
+
+/// The status of an op whose API header is not in this checkout yet.
+[[maybe_unused]] int missing_header(const char* header) {
+  return guarded([&] {
+    throw course::NotImplemented(std::string("the op of ") + header + " (its header is not in this checkout)",
+                                 header);
+  });
+}
+
+int set_bytes(size_t* bytes, std::size_t value, const char* fn) {
+  course::require_arg(bytes != nullptr, fn, "bytes", static_cast<const void*>(bytes),
+                      "must point to a size_t that receives the byte count");
+  *bytes = value;
+  return COURSE_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+// ---- discovery, errors, memory --------------------------------------------------------
+
+int course_bridge_abi_version(void) { return COURSE_BRIDGE_ABI_VERSION; }
+
+const char* course_bridge_impl(void) { return kImplName; }
+
+const char* course_last_error(void) { return t_last_error.c_str(); }
+
+const char* course_list_ops(void) {
+  static const std::string ops = [] {
+    try {
+      return joined_ops();
+    } catch (...) {
+      return std::string();
+    }
+  }();
+  return ops.c_str();
+}
+
+const char* course_list_steps(const char* op) {
+  const char* result = nullptr;
+  guarded([&] { result = require_op(op, "course_list_steps").joined.c_str(); });
+  return result;
+}
+
+const char* course_step_summary(const char* op, const char* step) {
+  const char* result = nullptr;
+  guarded([&] {
+    const OpEntry& e = require_op(op, "course_step_summary");
+    for (const StepEntry& s : e.steps)
+      if (step != nullptr && std::strcmp(s.name, step) == 0) result = s.summary;
+    if (result == nullptr) throw InvalidArgument(unknown_step_message(e.op, step, e.joined));
+  });
+  return result;
+}
+
+int course_op_available(const char* op) {
+  int result = -1;
+  guarded([&] {
+    const OpEntry* e = find_op(op);
+    if (e != nullptr) result = e->available ? 1 : 0;
+  });
+  return result;
+}
+
+int course_malloc(size_t bytes, void** ptr) {
+  return guarded([&] {
+    course::require_arg(ptr != nullptr, "course_malloc", "ptr", static_cast<const void*>(ptr),
+                        "must point to a void* that receives the allocation");
+    *ptr = nullptr;
+    if (bytes > 0) COURSE_CUDA_CHECK(cudaMalloc(ptr, bytes));
+  });
+}
+
+int course_free(void* ptr) {
+  return guarded([&] {
+    if (ptr != nullptr) COURSE_CUDA_CHECK(cudaFree(ptr));
+  });
+}
+
+int course_memcpy(void* dst, const void* src, size_t bytes) {
+  return guarded([&] {
+    if (bytes == 0) return;
+    course::require_not_null(dst, "course_memcpy", "dst");
+    course::require_not_null(src, "course_memcpy", "src");
+    COURSE_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  });
+}
+
+int course_stream_synchronize(void* stream) {
+  return guarded([&] { COURSE_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream))); });
+}
+
+// ---- module 1 --------------------------------------------------------------------------
+
+int course_reduce_workspace_bytes(int64_t n, size_t* bytes) {
+  return guarded([&] {
+    course::require_arg(n >= 0, "reduce_workspace_bytes", "n", n, "must be >= 0");
+    set_bytes(bytes, course::m01::reduce_workspace_bytes(n), "reduce_workspace_bytes");
+  });
+}
+
+int course_l2_norm(const char* step, const void* x, int64_t n, void* result, void* workspace,
+                   size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    course::m01::ReduceArgs args;
+    args.x = in<float>(x);
+    args.n = n;
+    args.result = out<float>(result);
+    args.workspace = out<float>(workspace);
+    args.workspace_bytes = workspace_bytes;
+    args.stream = as_stream(stream);
+    impl::l2_norm(find_step(course::m01::kReduceSteps, step, "l2_norm"), args);
+  });
+}
+
+int course_dot(const char* step, const void* x, const void* y, int64_t n, void* result, void* workspace,
+               size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    course::m01::ReduceArgs args;
+    args.x = in<float>(x);
+    args.y = in<float>(y);
+    args.n = n;
+    args.result = out<float>(result);
+    args.workspace = out<float>(workspace);
+    args.workspace_bytes = workspace_bytes;
+    args.stream = as_stream(stream);
+    impl::dot(find_step(course::m01::kReduceSteps, step, "dot"), args);
+  });
+}
+
+int course_softmax_workspace_bytes(const char* step, int64_t rows, int64_t cols, int dim, size_t* bytes) {
+  return guarded([&] {
+    const auto s = find_step(course::m01::kSoftmaxSteps, step, "softmax");
+    set_bytes(bytes, course::m01::softmax_workspace_bytes(s, rows, cols, dim), "softmax_workspace_bytes");
+  });
+}
+
+int course_softmax(const char* step, const void* x, void* y, int64_t rows, int64_t cols, int64_t ldx, int64_t ldy,
+                   int dim, void* workspace, size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    course::m01::SoftmaxArgs args;
+    args.x = in<float>(x);
+    args.y = out<float>(y);
+    args.rows = rows;
+    args.cols = cols;
+    args.ldx = ldx;
+    args.ldy = ldy;
+    args.dim = dim;
+    args.workspace = out<float>(workspace);
+    args.workspace_bytes = workspace_bytes;
+    args.stream = as_stream(stream);
+    impl::softmax(find_step(course::m01::kSoftmaxSteps, step, "softmax"), args);
+  });
+}
+
+int course_matmul(const char* step, const void* a, const void* b, void* c, int64_t m, int64_t n, int64_t k,
+                  int64_t lda, int64_t ldb, int64_t ldc, float alpha, float beta, void* stream) {
+  return guarded([&] {
+    course::m01::MatmulArgs args;
+    args.a = in<float>(a);
+    args.b = in<float>(b);
+    args.c = out<float>(c);
+    args.m = m;
+    args.n = n;
+    args.k = k;
+    args.lda = lda;
+    args.ldb = ldb;
+    args.ldc = ldc;
+    args.alpha = alpha;
+    args.beta = beta;
+    args.stream = as_stream(stream);
+    impl::matmul(find_step(course::m01::kMatmulSteps, step, "matmul"), args);
+  });
+}
+
+int course_matmul_tc(const char* step, const void* a, const void* b, void* c, int64_t m, int64_t n, int64_t k,
+                     int64_t lda, int64_t ldb, int64_t ldc, void* stream) {
+  return guarded([&] {
+    course::m01::TcMatmulArgs args;
+    args.a = in<__nv_bfloat16>(a);
+    args.b = in<__nv_bfloat16>(b);
+    args.c = out<float>(c);
+    args.m = m;
+    args.n = n;
+    args.k = k;
+    args.lda = lda;
+    args.ldb = ldb;
+    args.ldc = ldc;
+    args.stream = as_stream(stream);
+    impl::matmul_tc(find_step(course::m01::kTcMatmulSteps, step, "matmul_tc"), args);
+  });
+}
+
+// ---- module 2 --------------------------------------------------------------------------
+
+int course_batched_gemm_strided_f32(const char* step, const void* a, const void* b, void* c, int64_t M, int64_t N,
+                                    int64_t K, int64_t batch, int64_t num_heads, const int64_t a_strides[3],
+                                    const int64_t b_strides[3], const int64_t c_strides[3], int a_transposed,
+                                    int b_transposed, float alpha, void* stream) {
+  return batched_gemm_strided<float>(step, a, b, c, M, N, K, batch, num_heads, a_strides, b_strides, c_strides,
+                                     a_transposed, b_transposed, alpha, stream);
+}
+
+int course_batched_gemm_strided_bf16(const char* step, const void* a, const void* b, void* c, int64_t M, int64_t N,
+                                     int64_t K, int64_t batch, int64_t num_heads, const int64_t a_strides[3],
+                                     const int64_t b_strides[3], const int64_t c_strides[3], int a_transposed,
+                                     int b_transposed, float alpha, void* stream) {
+  return batched_gemm_strided<__nv_bfloat16>(step, a, b, c, M, N, K, batch, num_heads, a_strides, b_strides,
+                                             c_strides, a_transposed, b_transposed, alpha, stream);
+}
+
+int course_batched_gemm_ptr_array_f32(const char* step, const void* a_ptrs, const void* b_ptrs, const void* c_ptrs,
+                                      int64_t M, int64_t N, int64_t K, int64_t batch, int64_t num_heads,
+                                      int64_t lda, int64_t ldb, int64_t ldc, int a_transposed, int b_transposed,
+                                      float alpha, void* stream) {
+  return batched_gemm_ptr_array<float>(step, a_ptrs, b_ptrs, c_ptrs, M, N, K, batch, num_heads, lda, ldb, ldc,
+                                       a_transposed, b_transposed, alpha, stream);
+}
+
+int course_batched_gemm_ptr_array_bf16(const char* step, const void* a_ptrs, const void* b_ptrs, const void* c_ptrs,
+                                       int64_t M, int64_t N, int64_t K, int64_t batch, int64_t num_heads,
+                                       int64_t lda, int64_t ldb, int64_t ldc, int a_transposed, int b_transposed,
+                                       float alpha, void* stream) {
+  return batched_gemm_ptr_array<__nv_bfloat16>(step, a_ptrs, b_ptrs, c_ptrs, M, N, K, batch, num_heads, lda, ldb,
+                                               ldc, a_transposed, b_transposed, alpha, stream);
+}
+
+// ---- module 3 --------------------------------------------------------------------------
+
+int course_attention_workspace_bytes(const char* step, int64_t batch, int64_t heads, int64_t seq_q, int64_t seq_k,
+                                     size_t* bytes) {
+  return guarded([&] {
+    const auto s = find_step(course::m03::kAttentionSteps, step, "attention");
+    set_bytes(bytes, course::m03::attention_workspace_bytes(s, batch, heads, seq_q, seq_k),
+              "attention_workspace_bytes");
+  });
+}
+
+int course_attention_forward(const char* step, const void* q, const void* k, const void* v, void* o, void* lse,
+                             int64_t batch, int64_t heads, int64_t kv_heads, int64_t seq_q, int64_t seq_k,
+                             int64_t head_dim, const int64_t q_strides[3], const int64_t k_strides[3],
+                             const int64_t v_strides[3], const int64_t o_strides[3], float scale, int causal,
+                             int rope, float rope_theta, int alibi, void* workspace, size_t workspace_bytes,
+                             void* stream) {
+  return guarded([&] {
+    const char* fn = "attention";
+    const auto s = find_step(course::m03::kAttentionSteps, step, fn);
+    course::m03::AttentionArgs args;
+    args.q = in<float>(q);
+    args.k = in<float>(k);
+    args.v = in<float>(v);
+    args.o = out<float>(o);
+    args.lse = out<float>(lse);
+    args.batch = batch;
+    args.heads = heads;
+    args.kv_heads = kv_heads;
+    args.seq_q = seq_q;
+    args.seq_k = seq_k;
+    args.head_dim = head_dim;
+    args.q_strides = strides3(q_strides, fn, "q_strides");
+    args.k_strides = strides3(k_strides, fn, "k_strides");
+    args.v_strides = strides3(v_strides, fn, "v_strides");
+    args.o_strides = strides3(o_strides, fn, "o_strides");
+    args.scale = scale;
+    args.causal = causal != 0;
+    args.rope = rope != 0;
+    args.rope_theta = rope_theta;
+    args.alibi = alibi != 0;
+    args.workspace = out<float>(workspace);
+    args.workspace_bytes = workspace_bytes;
+    args.stream = as_stream(stream);
+    impl::attention(s, args);
+  });
+}
+
+// ---- module 4 --------------------------------------------------------------------------
+
+#ifdef COURSE_BRIDGE_HAS_SOFTMAX_BACKWARD
+int course_softmax_backward_workspace_bytes(const char* step, int64_t rows, int64_t cols, int dim, size_t* bytes) {
+  return guarded([&] {
+    const auto s = find_step(course::m04::kSoftmaxBackwardSteps, step, "softmax_backward");
+    set_bytes(bytes, course::m04::softmax_backward_workspace_bytes(s, rows, cols, dim),
+              "softmax_backward_workspace_bytes");
+  });
+}
+
+int course_softmax_backward(const char* step, const void* y, const void* dy, void* dx, int64_t rows, int64_t cols,
+                            int64_t ldy, int64_t lddy, int64_t lddx, int dim, void* workspace,
+                            size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    const auto s = find_step(course::m04::kSoftmaxBackwardSteps, step, "softmax_backward");
+    require_linked(&impl::softmax_backward, "softmax_backward", "module04_training");
+    course::m04::SoftmaxBackwardArgs args;
+    args.y = in<float>(y);
+    args.dy = in<float>(dy);
+    args.dx = out<float>(dx);
+    args.rows = rows;
+    args.cols = cols;
+    args.ldy = ldy;
+    args.lddy = lddy;
+    args.lddx = lddx;
+    args.dim = dim;
+    args.workspace = out<float>(workspace);
+    args.workspace_bytes = workspace_bytes;
+    args.stream = as_stream(stream);
+    impl::softmax_backward(s, args);
+  });
+}
+#else
+int course_softmax_backward_workspace_bytes(const char*, int64_t, int64_t, int, size_t*) {
+  return missing_header("module04/softmax_backward.hpp");
+}
+
+int course_softmax_backward(const char*, const void*, const void*, void*, int64_t, int64_t, int64_t, int64_t,
+                            int64_t, int, void*, size_t, void*) {
+  return missing_header("module04/softmax_backward.hpp");
+}
+#endif
+
+#ifdef COURSE_BRIDGE_HAS_LINEAR_BACKWARD
+int course_linear_backward(const char* step, const void* x, const void* w, const void* dy, void* dx, void* dw,
+                           void* db, int64_t M, int64_t K, int64_t N, int64_t ldx, int64_t ldw, int64_t lddy,
+                           int64_t lddx, int64_t lddw, void* stream) {
+  return guarded([&] {
+    const auto s = find_step(course::m04::kBiasGradSteps, step, "linear_backward");
+    require_linked(&impl::linear_backward, "linear_backward", "module04_training");
+    course::m04::LinearBackwardArgs args;
+    args.x = in<float>(x);
+    args.w = in<float>(w);
+    args.dy = in<float>(dy);
+    args.dx = out<float>(dx);
+    args.dw = out<float>(dw);
+    args.db = out<float>(db);
+    args.M = M;
+    args.K = K;
+    args.N = N;
+    args.ldx = ldx;
+    args.ldw = ldw;
+    args.lddy = lddy;
+    args.lddx = lddx;
+    args.lddw = lddw;
+    args.stream = as_stream(stream);
+    impl::linear_backward(s, args);
+  });
+}
+#else
+int course_linear_backward(const char*, const void*, const void*, const void*, void*, void*, void*, int64_t,
+                           int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, void*) {
+  return missing_header("module04/linear_backward.hpp");
+}
+#endif
+
+#ifdef COURSE_BRIDGE_HAS_ATTENTION_BACKWARD
+int course_attention_backward_workspace_bytes(const char* step, int64_t batch, int64_t heads, int64_t seq_q,
+                                              int64_t seq_k, size_t* bytes) {
+  return guarded([&] {
+    const auto s = find_step(course::m04::kAttentionBackwardSteps, step, "attention_backward");
+    set_bytes(bytes, course::m04::attention_backward_workspace_bytes(s, batch, heads, seq_q, seq_k),
+              "attention_backward_workspace_bytes");
+  });
+}
+
+int course_attention_backward(const char* step, const void* q, const void* k, const void* v, const void* o,
+                              const void* dout, const void* lse, void* dq, void* dk, void* dv, int64_t batch,
+                              int64_t heads, int64_t kv_heads, int64_t seq_q, int64_t seq_k, int64_t head_dim,
+                              const int64_t q_strides[3], const int64_t k_strides[3], const int64_t v_strides[3],
+                              const int64_t o_strides[3], const int64_t do_strides[3], const int64_t dq_strides[3],
+                              const int64_t dk_strides[3], const int64_t dv_strides[3], float scale, int causal,
+                              void* workspace, size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    const char* fn = "attention_backward";
+    const auto s = find_step(course::m04::kAttentionBackwardSteps, step, fn);
+    require_linked(&impl::attention_backward, fn, "module04_training");
+    course::m04::AttentionBackwardArgs args;
+    args.q = in<float>(q);
+    args.k = in<float>(k);
+    args.v = in<float>(v);
+    args.o = in<float>(o);
+    args.dout = in<float>(dout);
+    args.lse = in<float>(lse);
+    args.dq = out<float>(dq);
+    args.dk = out<float>(dk);
+    args.dv = out<float>(dv);
+    args.batch = batch;
+    args.heads = heads;
+    args.kv_heads = kv_heads;
+    args.seq_q = seq_q;
+    args.seq_k = seq_k;
+    args.head_dim = head_dim;
+    args.q_strides = strides3(q_strides, fn, "q_strides");
+    args.k_strides = strides3(k_strides, fn, "k_strides");
+    args.v_strides = strides3(v_strides, fn, "v_strides");
+    args.o_strides = strides3(o_strides, fn, "o_strides");
+    args.do_strides = strides3(do_strides, fn, "do_strides");
+    args.dq_strides = strides3(dq_strides, fn, "dq_strides");
+    args.dk_strides = strides3(dk_strides, fn, "dk_strides");
+    args.dv_strides = strides3(dv_strides, fn, "dv_strides");
+    args.scale = scale;
+    args.causal = causal != 0;
+    args.workspace = out<float>(workspace);
+    args.workspace_bytes = workspace_bytes;
+    args.stream = as_stream(stream);
+    impl::attention_backward(s, args);
+  });
+}
+#else
+int course_attention_backward_workspace_bytes(const char*, int64_t, int64_t, int64_t, int64_t, size_t*) {
+  return missing_header("module04/attention_backward.hpp");
+}
+
+int course_attention_backward(const char*, const void*, const void*, const void*, const void*, const void*,
+                              const void*, void*, void*, void*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                              int64_t, const int64_t*, const int64_t*, const int64_t*, const int64_t*,
+                              const int64_t*, const int64_t*, const int64_t*, const int64_t*, float, int, void*,
+                              size_t, void*) {
+  return missing_header("module04/attention_backward.hpp");
+}
+#endif
+
+}  // extern "C"
