@@ -1,0 +1,710 @@
+/// @file attention_backward_flash.cu
+/// @brief Steps 2 and 3 of the attention-backward ladder: flash (K/V-tile parallel, dQ by
+/// fp32 atomics) and flash_deterministic (the same without atomics, dQ in its own
+/// query-parallel kernel). Both start with launch_row_dot (attention_backward.cu), which
+/// writes D = rowsum(dO * O) into the workspace.
+///
+/// Numbers below are for the benchmark shape B*H = 64 (B = 4, H = 16), N_q = N_k = N = 4096,
+/// d = 64 on an H200 (132 SMs, fp32 FMA peak ~67 TFLOP/s, ~4.8 TB/s HBM), where the backward
+/// pass is 10*B*H*N^2*d = 687 GFLOP (FlashAttention convention: five GEMMs of N x N x d per
+/// head: S recomputed, dP, dV, dK, dQ). The library row (cuBLAS GEMMs with S, P and dP
+/// materialized) is expected at ~25 ms, ~27 TFLOP/s.
+
+#include "attention_backward_device.cuh"
+
+#include "course/cuda/mma_ptx.cuh"
+#include "course/error.hpp"
+#include "module04/attention_backward.hpp"
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace course::solution::attn_bwd {
+namespace {
+
+namespace cc = course::cuda;
+
+// ============================================================================
+// Step 2: flash -- one kernel per K/V tile; P recomputed on chip; dQ by atomics.
+//
+// Grid: (ceil(N_k / 64), B * H_kv). A block owns 64 keys j0 .. j0+63 of one kv head:
+// K_j and V_j stay in shared memory, dK_j and dV_j in registers, for the whole kernel. It
+// loops over the query heads of its group (GQA: their dK/dV contributions are summed in
+// registers, no atomics) and, per head, over the query tiles Q_i of 64 rows:
+//
+//   S^T  = K_j Q_i^T                            [64 keys x 64 queries], inner d
+//   P^T  = exp2(S^T * scale*log2e - lse_i*log2e) masked entries 0; tail rows lse = +inf
+//   dP^T = V_j dO_i^T                           the SAME thread map as S^T, so that
+//   dS^T = P^T * (dP^T - D_i)                   is elementwise in registers
+//   dK_j += dS^T Q_i        dV_j += P^T dO_i    [64 keys x d], inner 64 queries
+//   dQ_i += scale * dS K_j                      [64 queries x d], inner 64 keys -> atomicAdd
+//
+// and finally writes scale * dK_j and dV_j through their strides. S, P, dP are never
+// stored in global memory: extra memory is D (B*H*N_q floats), O(N).
+//
+// Register blocking (as module 3's fused forward). Threads form kGroups row groups (ty) of
+// 16 lanes (tx). In a 64 x 64 score tile a thread owns kRows key rows (tile_row: groups of 4
+// consecutive rows, 4*kGroups apart) and 4 query columns tx + 16 jj. Per step of 4 along d
+// it loads kRows float4 of K (the 16 lanes of a half-warp read the same address: broadcast)
+// and 4 float4 of Q (16 consecutive rows: conflict-free with rows padded to d + 4 floats).
+// P^T and dS^T go to shared memory as P[q][key] and dS[q][key] (key contiguous, float4
+// stores). dK/dV: a thread owns kRows keys x d/16 columns (u*16*kVec + tx*kVec + e) and per
+// query reads 2 float4 of P (or dS) and d/16 floats of dO (or Q). dQ: kRows queries x d/16
+// columns, per 4 keys kRows float4 of dS and 4 vectors of K.
+//
+// Pipeline per query tile (single-buffered Q and dO, 4 barriers):
+//   wait Q_i | sync | cp.async dO_i | S^T GEMM | P -> smem | wait dO_i | sync | dP^T GEMM |
+//   dS -> smem | sync | dK GEMM | sync | cp.async Q_{i+1} | dV GEMM | dQ GEMM + atomics
+// dO_i lands during the S^T GEMM, Q_{i+1} during the dV and dQ GEMMs. A thread writes its
+// P values to shared memory before the dP^T GEMM and reads them back after it (its own
+// writes: no barrier needed), so P and dP^T are not both live in registers.
+//
+// Causal: key tile j0 is seen by queries i >= j0 - (N_k - N_q), so the loop starts at the
+// query tile holding that row (tiles before it are fully masked and skipped); the mask is
+// evaluated only in tiles that cross the diagonal or hold the key tail. The first key
+// tiles see the most query tiles: with the mask on, blocks are numbered so that the first
+// key tiles of ALL heads start first (longest job first), light ones fill the last wave.
+//
+// dQ atomics: per query tile a thread adds kRows x d/16 values, as float4 (float2 at
+// d = 32, 96) vector atomics on sm_90 (one RED per 16 bytes), scalar atomicAdd elsewhere.
+// The order of the additions depends on scheduling: dQ differs run to run in the last bits.
+//
+// Tile sizes: 64 keys x 64 queries for every d. d <= 64: 128 threads, kRows = 8 (micro-tiles
+// 8 x 4 for S and dP, 8 x d/16 for dK, dV, dQ). d = 96, 128: 256 threads, kRows = 4 (the
+// dK + dV accumulators, 2 * 64 * d floats, would need d registers per thread at 128 threads).
+//
+// Prediction (d = 64): 5 * 64^3 FMAs per (key tile, query tile); per thread 10240 FMAs and
+// ~960 shared loads (~10.7 FMAs per load in every inner loop; ~8 FMA instructions per
+// shared-memory wavefront for S^T, dP^T and dQ). Registers ~170 (dK + dV 64, one 8x4 score
+// tile 32 plus dP^T or dQ 32, operands 48), shared memory 102 KB -> 2 blocks (8 warps) per
+// SM. L2 traffic: Q_i and dO_i (32 KB) per tile pair, 8.6 GB in all, mostly L2 hits (the 64
+// key tiles of a head run together); dQ atomics 4.3 GB (268 M float4 REDs, ~12 G/s).
+// FMA-issue bound at ~45% of peak (the forward reached 51% with 3 blocks per SM and 3
+// barriers per 2 GEMMs; here 2 blocks per SM, 4 barriers per 5 GEMMs, plus the atomics):
+// ~30 TFLOP/s, ~23 ms: ~1.1x the cuBLAS-materialized pipeline in O(N) instead of
+// 2*B*H*N^2*4 = 8.6 GB of scratch. Causal: ~half the tile pairs, ~12.5 ms (~1.85x faster).
+// d = 128: 1 block of 256 threads per SM (166 KB of shared memory), 4 x 4 score
+// micro-tiles (~5.3 FMAs per shared wavefront): ~22-25 TFLOP/s.
+// Measured: pending.
+//
+// ============================================================================
+// Step 3: flash_deterministic -- the same K/V kernel with the dQ part compiled out
+// (template flag), then a query-parallel kernel for dQ:
+//
+// Grid: (ceil(N_q / 64), B * H). A block owns 64 query rows of one head: Q_i, dO_i in
+// shared memory, lse_i, D_i and the dQ_i accumulator in registers; it loops over the key
+// tiles (causal: only up to the diagonal, heaviest query tiles launched first as in the
+// forward) and recomputes
+//   dP = dO_i V_j^T | S = Q_i K_j^T | P = exp2(...) | dS = P * (dP - D_i) -> smem as dS^T
+//   dQ_i += dS K_j
+// then stores scale * dQ_i once, with plain stores. No atomics and a fixed summation order:
+// the results are bit-identical run to run. The price: S and dP are computed twice (once
+// per kernel), 7 GEMMs instead of 5.
+// Pipeline per key tile (single-buffered K and V, 4 barriers): wait V_j | sync | dP GEMM |
+// wait K_j | sync | cp.async V_{j+1} | S GEMM, dS -> smem | sync | dQ GEMM | sync |
+// cp.async K_{j+1}: V_{j+1} lands during the S and dQ GEMMs, K_{j+1} during the next dP GEMM.
+//
+// Prediction (d = 64): K/V kernel without dQ: 4/5 of the FMAs, no atomics, ~18.5 ms. dQ
+// kernel: 3 GEMMs, 412 GFLOP, the forward's structure (8 x 4 micro-tiles, 85 KB of shared
+// memory: 2 blocks per SM) at ~48% of peak: ~12.9 ms. Total ~31 ms: ~1.35x flash -- the
+// 1.3x target needs the two kernels to run ~5% more efficiently than flash's (no atomics,
+// fewer live registers). Causal: both kernels skip the same half: ~16 ms.
+// Measured: pending.
+// ============================================================================
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int D>
+struct BwdTile {
+  static constexpr int kThreads = D <= 64 ? 128 : 256;
+  static constexpr int kGroups = kThreads / 16;  // row groups (ty); 16 lanes (tx) each
+  static constexpr int kBlock = 64;              // keys per K/V tile = queries per Q tile
+  static constexpr int kRows = kBlock / kGroups;  // rows of a 64-row tile per thread: 8 or 4
+  static constexpr int kCols = kBlock / 16;       // columns of a 64-column tile per thread: 4
+  static constexpr int kOutCols = D / 16;         // columns of a [64 x d] accumulator per thread
+  static constexpr int kVec = kOutCols % 4 == 0 ? 4 : (kOutCols % 2 == 0 ? 2 : 1);
+  static constexpr int kOutChunks = kOutCols / kVec;
+  static constexpr int kLd = D + 4;       // padded row stride of the Q, K, V, dO tiles
+  static constexpr int kLdX = kBlock + 4;  // padded row stride of the P and dS tiles
+  static constexpr int kTileFloats = kBlock * kLd;
+  static constexpr int kXFloats = kBlock * kLdX;
+  /// K/V kernel: K, V, Q, dO tiles + P and dS.
+  static constexpr std::size_t kKvSmemBytes = static_cast<std::size_t>(4 * kTileFloats + 2 * kXFloats) * sizeof(float);
+  /// dQ kernel: Q, dO, K, V tiles + dS^T.
+  static constexpr std::size_t kDqSmemBytes = static_cast<std::size_t>(4 * kTileFloats + kXFloats) * sizeof(float);
+  /// Blocks per SM (d = 64: 102 KB of shared memory -> 2); registers are capped to match.
+  static constexpr int kMinBlocks = D <= 32 ? 3 : (D <= 64 ? 2 : 1);
+  static_assert(kRows % 4 == 0 && kGroups * kRows == kBlock, "rows in groups of 4");
+  static_assert(kOutChunks * kVec == kOutCols && kOutCols * 16 == D, "output columns split into chunks");
+};
+
+/// Row (within a 64-row tile) of a thread's ii-th row: groups of 4 consecutive rows,
+/// 4 * kGroups apart (the two half-warps of a warp then read rows 4 apart: distinct banks).
+template <int kGroups>
+__device__ __forceinline__ int tile_row(int ty, int ii) {
+  return (ii / 4) * (4 * kGroups) + ty * 4 + (ii % 4);
+}
+
+/// First of the kVec consecutive columns of chunk u of a thread's accumulator columns.
+template <int kVec>
+__device__ __forceinline__ int out_col(int tx, int u) {
+  return u * 16 * kVec + tx * kVec;
+}
+
+__device__ __forceinline__ float component(const float4& v, int k) {
+  return k == 0 ? v.x : (k == 1 ? v.y : (k == 2 ? v.z : v.w));
+}
+
+template <int kVec>
+__device__ __forceinline__ void load_vec(const float* p, float (&out)[kVec]) {
+  if constexpr (kVec == 4) {
+    const float4 x = *reinterpret_cast<const float4*>(p);
+    out[0] = x.x; out[1] = x.y; out[2] = x.z; out[3] = x.w;
+  } else if constexpr (kVec == 2) {
+    const float2 x = *reinterpret_cast<const float2*>(p);
+    out[0] = x.x; out[1] = x.y;
+  } else {
+    out[0] = *p;
+  }
+}
+
+template <int kVec>
+__device__ __forceinline__ void store_vec(float* p, const float* x, float s) {
+  if constexpr (kVec == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(x[0] * s, x[1] * s, x[2] * s, x[3] * s);
+  } else if constexpr (kVec == 2) {
+    *reinterpret_cast<float2*>(p) = make_float2(x[0] * s, x[1] * s);
+  } else {
+    *p = x[0] * s;
+  }
+}
+
+/// *p += s * x[0 .. kVec): one vector atomic (RED) on sm_90, kVec scalar ones before.
+template <int kVec>
+__device__ __forceinline__ void atomic_add_vec(float* p, const float* x, float s) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool kVectorAtomic = kVec == 4 || kVec == 2;
+#else
+  constexpr bool kVectorAtomic = false;
+#endif
+  if constexpr (kVectorAtomic && kVec == 4) {
+    atomicAdd(reinterpret_cast<float4*>(p), make_float4(x[0] * s, x[1] * s, x[2] * s, x[3] * s));
+  } else if constexpr (kVectorAtomic && kVec == 2) {
+    atomicAdd(reinterpret_cast<float2*>(p), make_float2(x[0] * s, x[1] * s));
+  } else {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) atomicAdd(p + e, x[e] * s);
+  }
+}
+
+/// cp.async rows [row0, row0 + kBlock) of one head (row stride seq_stride) into a
+/// [kBlock x D] tile with row stride kLd; rows >= valid_rows are zero-filled (src-size 0).
+template <int D, int kThreads>
+__device__ __forceinline__ void load_tile_async(float* tile, const float* head, std::int64_t seq_stride,
+                                                long long row0, long long valid_rows) {
+  constexpr int kChunks = D / 4, kLd = D + 4, kRowsT = 64;
+  static_assert(kRowsT * kChunks % kThreads == 0, "whole copies per thread");
+#pragma unroll
+  for (int it = 0; it < kRowsT * kChunks / kThreads; ++it) {
+    const int idx = it * kThreads + static_cast<int>(threadIdx.x);
+    const int r = idx / kChunks, c4 = idx % kChunks;
+    const long long row = row0 + r;
+    const bool valid = row < valid_rows;
+    const float* src = valid ? head + row * seq_stride + c4 * 4 : head;
+    cc::cp_async_16_zfill(cc::smem_u32(tile + r * kLd + c4 * 4), src, valid ? 16 : 0);
+  }
+}
+
+/// acc[ii][jj] += sum_{c < D} A[tile_row(ty, ii)][c] * B[tx + 16 jj][c]: a [64 x 64]
+/// product with inner dimension d of two [64 x D] tiles (row stride D + 4). A's rows are
+/// broadcast within a half-warp, B's 16 rows per load are consecutive.
+template <int D, int kGroups, int kRows, int kCols>
+__device__ __forceinline__ void gemm_rows(float (&acc)[kRows][kCols], const float* a, const float* b, int tx,
+                                          int ty) {
+  constexpr int kLd = D + 4;
+  // d <= 32: a rolled loop (fully unrolled, every load would be hoisted: spills at 3 blocks/SM).
+  constexpr int kUnroll = D <= 32 ? 1 : 4;
+#pragma unroll(kUnroll)
+  for (int c = 0; c < D; c += 4) {
+    float4 av[kRows], bv[kCols];
+#pragma unroll
+    for (int ii = 0; ii < kRows; ++ii)
+      av[ii] = *reinterpret_cast<const float4*>(a + tile_row<kGroups>(ty, ii) * kLd + c);
+#pragma unroll
+    for (int jj = 0; jj < kCols; ++jj) bv[jj] = *reinterpret_cast<const float4*>(b + (tx + 16 * jj) * kLd + c);
+#pragma unroll
+    for (int ii = 0; ii < kRows; ++ii)
+#pragma unroll
+      for (int jj = 0; jj < kCols; ++jj)
+        acc[ii][jj] = fmaf(av[ii].w, bv[jj].w,
+                           fmaf(av[ii].z, bv[jj].z, fmaf(av[ii].y, bv[jj].y, fmaf(av[ii].x, bv[jj].x, acc[ii][jj]))));
+  }
+}
+
+/// acc[ii][col] += sum_{r < 64} X[r][tile_row(ty, ii)] * Y[r][col]: X is a [64 x 64] tile
+/// stored with the thread's rows contiguous (row stride kLdX: P or dS as [query][key], or
+/// dS^T as [key][query]), Y a [64 x D] tile (row stride D + 4). Per r: kRows / 4 float4 of
+/// X (broadcast) and kOutChunks vectors of Y.
+template <int D, int kGroups, int kRows, int kVec, int kLdX>
+__device__ __forceinline__ void gemm_acc_xt(float (&acc)[kRows][D / 16], const float* x, const float* y, int tx,
+                                            int ty) {
+  constexpr int kLd = D + 4, kOutChunks = D / 16 / kVec;
+#pragma unroll 4
+  for (int r = 0; r < 64; ++r) {
+    float xv[kRows];
+#pragma unroll
+    for (int g = 0; g < kRows / 4; ++g) {
+      const float4 t = *reinterpret_cast<const float4*>(x + r * kLdX + g * 4 * kGroups + ty * 4);
+      xv[4 * g] = t.x;
+      xv[4 * g + 1] = t.y;
+      xv[4 * g + 2] = t.z;
+      xv[4 * g + 3] = t.w;
+    }
+#pragma unroll
+    for (int u = 0; u < kOutChunks; ++u) {
+      float yv[kVec];
+      load_vec<kVec>(y + r * kLd + out_col<kVec>(tx, u), yv);
+#pragma unroll
+      for (int ii = 0; ii < kRows; ++ii)
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) acc[ii][u * kVec + e] = fmaf(xv[ii], yv[e], acc[ii][u * kVec + e]);
+    }
+  }
+}
+
+/// acc[ii][col] += sum_{r < 64} X[tile_row(ty, ii)][r] * Y[r][col]: X a [64 x 64] tile with
+/// r contiguous (dS as [query][key], row stride kLdX), Y a [64 x D] tile. Per 4 r: kRows
+/// float4 of X (broadcast) and 4 * kOutChunks vectors of Y.
+template <int D, int kGroups, int kRows, int kVec, int kLdX>
+__device__ __forceinline__ void gemm_acc_x(float (&acc)[kRows][D / 16], const float* x, const float* y, int tx,
+                                           int ty) {
+  constexpr int kLd = D + 4, kOutChunks = D / 16 / kVec;
+#pragma unroll 2
+  for (int r = 0; r < 64; r += 4) {
+    float4 xv[kRows];
+#pragma unroll
+    for (int ii = 0; ii < kRows; ++ii)
+      xv[ii] = *reinterpret_cast<const float4*>(x + tile_row<kGroups>(ty, ii) * kLdX + r);
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+#pragma unroll
+      for (int u = 0; u < kOutChunks; ++u) {
+        float yv[kVec];
+        load_vec<kVec>(y + (r + k) * kLd + out_col<kVec>(tx, u), yv);
+#pragma unroll
+        for (int ii = 0; ii < kRows; ++ii)
+#pragma unroll
+          for (int e = 0; e < kVec; ++e)
+            acc[ii][u * kVec + e] = fmaf(component(xv[ii], k), yv[e], acc[ii][u * kVec + e]);
+      }
+  }
+}
+
+/// X[tx + 16 jj][tile_row(ty, ii)] = v[ii][jj]: a thread's [kRows x kCols] register tile
+/// stored transposed, its rows contiguous (one float4 per 4 rows).
+template <int kGroups, int kRows, int kCols, int kLdX>
+__device__ __forceinline__ void store_transposed(float* x, const float (&v)[kRows][kCols], int tx, int ty) {
+#pragma unroll
+  for (int jj = 0; jj < kCols; ++jj)
+#pragma unroll
+    for (int g = 0; g < kRows / 4; ++g)
+      *reinterpret_cast<float4*>(x + (tx + 16 * jj) * kLdX + g * 4 * kGroups + ty * 4) =
+          make_float4(v[4 * g][jj], v[4 * g + 1][jj], v[4 * g + 2][jj], v[4 * g + 3][jj]);
+}
+
+/// The inverse of store_transposed (a thread reading back its own values: no barrier).
+template <int kGroups, int kRows, int kCols, int kLdX>
+__device__ __forceinline__ void load_transposed(const float* x, float (&v)[kRows][kCols], int tx, int ty) {
+#pragma unroll
+  for (int jj = 0; jj < kCols; ++jj)
+#pragma unroll
+    for (int g = 0; g < kRows / 4; ++g) {
+      const float4 t = *reinterpret_cast<const float4*>(x + (tx + 16 * jj) * kLdX + g * 4 * kGroups + ty * 4);
+      v[4 * g][jj] = t.x;
+      v[4 * g + 1][jj] = t.y;
+      v[4 * g + 2][jj] = t.z;
+      v[4 * g + 3][jj] = t.w;
+    }
+}
+
+/// lse * log2(e) and D of query row q of head pair bh; rows past N_q and rows that see no
+/// key (lse = -inf) get +inf, so that P = exp2(s * scale_log2 - inf) = 0 without a NaN.
+__device__ __forceinline__ void row_stats(const Params& p, long long bh, long long q, float& lse_log2, float& d) {
+  if (q < p.seq_q) {
+    const long long idx = bh * p.seq_q + q;
+    const float l = __ldg(p.lse + idx);
+    lse_log2 = l == -INFINITY ? INFINITY : l * kLog2e;
+    d = __ldg(p.d_row + idx);
+  } else {
+    lse_log2 = INFINITY;
+    d = 0.f;
+  }
+}
+
+template <class Kernel>
+void configure_smem(Kernel kernel, std::size_t bytes) {
+  // > 48 KB of dynamic shared memory must be opted into; prefer the largest carveout so
+  // that kMinBlocks blocks fit on an SM.
+  COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  COURSE_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+}
+
+// ---------------------------------------------------------------- K/V-parallel kernel ----
+
+/// Which (key tile, batch * kv head) this block computes, for a grid of (num_kv_tiles,
+/// B * H_kv). No mask: key tile = blockIdx.x, so the blocks running together share one
+/// head's Q and dO in L2. Causal: the key tile is the SLOW index of the linear block
+/// number, counted up: the first key tiles (seen by the most query tiles) of all heads
+/// start first.
+__device__ __forceinline__ void kv_block_coordinates(bool causal, int& kv_tile, int& bhk) {
+  if (!causal) {
+    kv_tile = static_cast<int>(blockIdx.x);
+    bhk = static_cast<int>(blockIdx.y);
+    return;
+  }
+  const long long linear = static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x;
+  kv_tile = static_cast<int>(linear / gridDim.y);
+  bhk = static_cast<int>(linear % gridDim.y);
+}
+
+template <int D, bool kCausal, bool kDq>
+__global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
+    flash_backward_kv_kernel(const Params p) {
+  using T = BwdTile<D>;
+  constexpr int kThreads = T::kThreads, kGroups = T::kGroups, kRows = T::kRows, kCols = T::kCols;
+  constexpr int kOutCols = T::kOutCols, kVec = T::kVec, kOutChunks = T::kOutChunks, kLdX = T::kLdX;
+  constexpr int kBlock = T::kBlock;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  float* k_tile = reinterpret_cast<float*>(smem_raw);
+  float* v_tile = k_tile + T::kTileFloats;
+  float* q_tile = v_tile + T::kTileFloats;
+  float* do_tile = q_tile + T::kTileFloats;
+  float* p_tile = do_tile + T::kTileFloats;  // P as [query][key]
+  float* ds_tile = p_tile + T::kXFloats;      // dS as [query][key]
+
+  const int tx = static_cast<int>(threadIdx.x % 16), ty = static_cast<int>(threadIdx.x / 16);
+  int kv_tile, bhk;
+  kv_block_coordinates(kCausal, kv_tile, bhk);
+  const int b = bhk / p.kv_heads, hk = bhk % p.kv_heads;
+  const long long j0 = static_cast<long long>(kv_tile) * kBlock;
+  const long long off = p.causal_offset;
+  const bool kv_tail = j0 + kBlock > p.seq_k;
+
+  // Query tiles this key tile meets: causal, the first is the one holding query j0 - off.
+  const int num_q_tiles = (p.seq_q + kBlock - 1) / kBlock;
+  int first_q_tile = 0;
+  if (kCausal) {
+    const long long first_q = j0 - off;
+    first_q_tile = first_q <= 0 ? 0 : static_cast<int>(first_q / kBlock);
+    if (first_q_tile > num_q_tiles) first_q_tile = num_q_tiles;
+  }
+  const int tiles_per_head = num_q_tiles - first_q_tile;
+  const int total = tiles_per_head * p.group;
+
+  float dk[kRows][kOutCols], dv[kRows][kOutCols];
+#pragma unroll
+  for (int ii = 0; ii < kRows; ++ii)
+#pragma unroll
+    for (int c = 0; c < kOutCols; ++c) dk[ii][c] = dv[ii][c] = 0.f;
+
+  if (total > 0) {
+    auto q_head = [&](int h) { return p.q + row_offset(p.qs, b, h, 0); };
+    auto do_head = [&](int h) { return p.dout + row_offset(p.dos, b, h, 0); };
+
+    // Prologue: K_j, V_j and the first Q tile, one group.
+    load_tile_async<D, kThreads>(k_tile, p.k + row_offset(p.ks, b, hk, 0), p.ks.seq, j0, p.seq_k);
+    load_tile_async<D, kThreads>(v_tile, p.v + row_offset(p.vs, b, hk, 0), p.vs.seq, j0, p.seq_k);
+    load_tile_async<D, kThreads>(q_tile, q_head(hk * p.group), p.qs.seq,
+                                 static_cast<long long>(first_q_tile) * kBlock, p.seq_q);
+    cc::cp_async_commit();
+
+    for (int t = 0; t < total; ++t) {
+      const int h = hk * p.group + t / tiles_per_head;
+      const long long q0 = static_cast<long long>(first_q_tile + t % tiles_per_head) * kBlock;
+      const long long bh = static_cast<long long>(b) * p.heads + h;
+
+      // The statistics of the thread's 4 query columns (global loads, used after the GEMMs).
+      float lse_log2[kCols], d_row[kCols];
+#pragma unroll
+      for (int jj = 0; jj < kCols; ++jj) row_stats(p, bh, q0 + tx + 16 * jj, lse_log2[jj], d_row[jj]);
+
+      cc::cp_async_wait<0>();  // Q_i (and, first time, K_j, V_j) has landed ...
+      __syncthreads();         // ... for every thread; the previous tile's readers are done
+      load_tile_async<D, kThreads>(do_tile, do_head(h), p.dos.seq, q0, p.seq_q);
+      cc::cp_async_commit();
+
+      // ---- S^T = K_j Q_i^T, then P^T (masked only in diagonal / tail tiles) -> P[q][key].
+      float s[kRows][kCols];
+#pragma unroll
+      for (int ii = 0; ii < kRows; ++ii)
+#pragma unroll
+        for (int jj = 0; jj < kCols; ++jj) s[ii][jj] = 0.f;
+      gemm_rows<D, kGroups, kRows, kCols>(s, k_tile, q_tile, tx, ty);
+      const bool need_mask = kv_tail || (kCausal && j0 + kBlock - 1 > q0 + off);
+#pragma unroll
+      for (int ii = 0; ii < kRows; ++ii) {
+        const long long j = j0 + tile_row<kGroups>(ty, ii);
+#pragma unroll
+        for (int jj = 0; jj < kCols; ++jj) {
+          float x = exp2f(fmaf(s[ii][jj], p.scale_log2, -lse_log2[jj]));
+          if (need_mask && (j >= p.seq_k || (kCausal && j > q0 + tx + 16 * jj + off))) x = 0.f;
+          s[ii][jj] = x;
+        }
+      }
+      store_transposed<kGroups, kRows, kCols, kLdX>(p_tile, s, tx, ty);
+
+      cc::cp_async_wait<0>();  // dO_i has landed
+      __syncthreads();
+
+      // ---- dP^T = V_j dO_i^T (same thread map), dS^T = P^T * (dP^T - D) -> dS[q][key].
+      float dp[kRows][kCols];
+#pragma unroll
+      for (int ii = 0; ii < kRows; ++ii)
+#pragma unroll
+        for (int jj = 0; jj < kCols; ++jj) dp[ii][jj] = 0.f;
+      gemm_rows<D, kGroups, kRows, kCols>(dp, v_tile, do_tile, tx, ty);
+      load_transposed<kGroups, kRows, kCols, kLdX>(p_tile, s, tx, ty);  // this thread's own P
+#pragma unroll
+      for (int ii = 0; ii < kRows; ++ii)
+#pragma unroll
+        for (int jj = 0; jj < kCols; ++jj) dp[ii][jj] = s[ii][jj] * (dp[ii][jj] - d_row[jj]);
+      store_transposed<kGroups, kRows, kCols, kLdX>(ds_tile, dp, tx, ty);
+      __syncthreads();  // P and dS complete
+
+      // ---- dK_j += dS^T Q_i.
+      gemm_acc_xt<D, kGroups, kRows, kVec, kLdX>(dk, ds_tile, q_tile, tx, ty);
+      __syncthreads();  // q_tile is free: prefetch the next query tile
+      if (t + 1 < total) {
+        const int h_next = hk * p.group + (t + 1) / tiles_per_head;
+        const long long q0_next = static_cast<long long>(first_q_tile + (t + 1) % tiles_per_head) * kBlock;
+        load_tile_async<D, kThreads>(q_tile, q_head(h_next), p.qs.seq, q0_next, p.seq_q);
+      }
+      cc::cp_async_commit();  // (possibly empty) group Q_{i+1}
+
+      // ---- dV_j += P^T dO_i.
+      gemm_acc_xt<D, kGroups, kRows, kVec, kLdX>(dv, p_tile, do_tile, tx, ty);
+
+      // ---- dQ_i += scale * dS K_j, added to global memory.
+      if constexpr (kDq) {
+        float dq[kRows][kOutCols];
+#pragma unroll
+        for (int ii = 0; ii < kRows; ++ii)
+#pragma unroll
+          for (int c = 0; c < kOutCols; ++c) dq[ii][c] = 0.f;
+        gemm_acc_x<D, kGroups, kRows, kVec, kLdX>(dq, ds_tile, k_tile, tx, ty);
+#pragma unroll
+        for (int ii = 0; ii < kRows; ++ii) {
+          const long long q = q0 + tile_row<kGroups>(ty, ii);
+          if (q < p.seq_q) {
+            float* dq_row = p.dq + row_offset(p.dqs, b, h, q);
+#pragma unroll
+            for (int u = 0; u < kOutChunks; ++u)
+              atomic_add_vec<kVec>(dq_row + out_col<kVec>(tx, u), &dq[ii][u * kVec], p.scale);
+          }
+        }
+      }
+    }
+    cc::cp_async_wait<0>();
+  }
+
+  // ---- epilogue: dK = scale * dS^T Q summed, dV (rows past N_k are not stored).
+#pragma unroll
+  for (int ii = 0; ii < kRows; ++ii) {
+    const long long j = j0 + tile_row<kGroups>(ty, ii);
+    if (j < p.seq_k) {
+      float* dk_row = p.dk + row_offset(p.dks, b, hk, j);
+      float* dv_row = p.dv + row_offset(p.dvs, b, hk, j);
+#pragma unroll
+      for (int u = 0; u < kOutChunks; ++u) {
+        store_vec<kVec>(dk_row + out_col<kVec>(tx, u), &dk[ii][u * kVec], p.scale);
+        store_vec<kVec>(dv_row + out_col<kVec>(tx, u), &dv[ii][u * kVec], 1.f);
+      }
+    }
+  }
+}
+
+template <int D, bool kDq>
+void launch_kv(const Params& p, std::int64_t batch, bool causal, cudaStream_t stream) {
+  using T = BwdTile<D>;
+  auto kernel = causal ? flash_backward_kv_kernel<D, true, kDq> : flash_backward_kv_kernel<D, false, kDq>;
+  configure_smem(kernel, T::kKvSmemBytes);
+  const dim3 grid(static_cast<unsigned>((static_cast<long long>(p.seq_k) + T::kBlock - 1) / T::kBlock),
+                  static_cast<unsigned>(batch * p.kv_heads));
+  kernel<<<grid, T::kThreads, T::kKvSmemBytes, stream>>>(p);
+  COURSE_CHECK_LAUNCH("flash_backward_kv_kernel");
+}
+
+// ---------------------------------------------------------------- query-parallel dQ kernel ----
+
+/// Which (query tile, batch * head) this block computes, for a grid of (num_q_tiles, B * H):
+/// module 3's block order. Causal: the last query tiles see the most keys; the query tile
+/// is the slow index of the linear block number, counted down (heaviest first).
+__device__ __forceinline__ void q_block_coordinates(bool causal, int& q_tile, int& bh) {
+  if (!causal) {
+    q_tile = static_cast<int>(blockIdx.x);
+    bh = static_cast<int>(blockIdx.y);
+    return;
+  }
+  const long long linear = static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x;
+  q_tile = static_cast<int>(gridDim.x - 1 - linear / gridDim.y);
+  bh = static_cast<int>(linear % gridDim.y);
+}
+
+template <int D, bool kCausal>
+__global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
+    flash_backward_dq_kernel(const Params p) {
+  using T = BwdTile<D>;
+  constexpr int kThreads = T::kThreads, kGroups = T::kGroups, kRows = T::kRows, kCols = T::kCols;
+  constexpr int kOutCols = T::kOutCols, kVec = T::kVec, kOutChunks = T::kOutChunks, kLdX = T::kLdX;
+  constexpr int kBlock = T::kBlock;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  float* q_tile = reinterpret_cast<float*>(smem_raw);
+  float* do_tile = q_tile + T::kTileFloats;
+  float* k_tile = do_tile + T::kTileFloats;
+  float* v_tile = k_tile + T::kTileFloats;
+  float* dst_tile = v_tile + T::kTileFloats;  // dS^T as [key][query]
+
+  const int tx = static_cast<int>(threadIdx.x % 16), ty = static_cast<int>(threadIdx.x / 16);
+  int q_tile_idx, bh;
+  q_block_coordinates(kCausal, q_tile_idx, bh);
+  const int b = bh / p.heads, h = bh % p.heads, hk = h / p.group;
+  const long long q0 = static_cast<long long>(q_tile_idx) * kBlock;
+  const long long off = p.causal_offset;
+  const float* k_head = p.k + row_offset(p.ks, b, hk, 0);
+  const float* v_head = p.v + row_offset(p.vs, b, hk, 0);
+
+  // Keys this query tile sees: causal, up to the last row's diagonal, clamped to [0, N_k].
+  long long kv_end = p.seq_k;
+  if (kCausal) {
+    const long long last_q = (q0 + kBlock < p.seq_q ? q0 + kBlock : p.seq_q) - 1;
+    kv_end = last_q + off + 1;
+    kv_end = kv_end < 0 ? 0 : (kv_end > p.seq_k ? p.seq_k : kv_end);
+  }
+  const int num_kv_tiles = static_cast<int>((kv_end + kBlock - 1) / kBlock);
+
+  float lse_log2[kRows], d_row[kRows];
+#pragma unroll
+  for (int ii = 0; ii < kRows; ++ii) row_stats(p, bh, q0 + tile_row<kGroups>(ty, ii), lse_log2[ii], d_row[ii]);
+
+  float dq[kRows][kOutCols];
+#pragma unroll
+  for (int ii = 0; ii < kRows; ++ii)
+#pragma unroll
+    for (int c = 0; c < kOutCols; ++c) dq[ii][c] = 0.f;
+
+  if (num_kv_tiles > 0) {
+    // Prologue: groups [Q_i + dO_i + V_0], [K_0].
+    load_tile_async<D, kThreads>(q_tile, p.q + row_offset(p.qs, b, h, 0), p.qs.seq, q0, p.seq_q);
+    load_tile_async<D, kThreads>(do_tile, p.dout + row_offset(p.dos, b, h, 0), p.dos.seq, q0, p.seq_q);
+    load_tile_async<D, kThreads>(v_tile, v_head, p.vs.seq, 0, p.seq_k);
+    cc::cp_async_commit();
+    load_tile_async<D, kThreads>(k_tile, k_head, p.ks.seq, 0, p.seq_k);
+    cc::cp_async_commit();
+
+    for (int t = 0; t < num_kv_tiles; ++t) {
+      const long long kv0 = static_cast<long long>(t) * kBlock;
+      cc::cp_async_wait<1>();  // everything but the newest group (K_t) has landed: V_t
+      __syncthreads();
+
+      // ---- dP = dO_i V_t^T: 8 (4) query rows x 4 keys per thread.
+      float dp[kRows][kCols];
+#pragma unroll
+      for (int ii = 0; ii < kRows; ++ii)
+#pragma unroll
+        for (int jj = 0; jj < kCols; ++jj) dp[ii][jj] = 0.f;
+      gemm_rows<D, kGroups, kRows, kCols>(dp, do_tile, v_tile, tx, ty);
+      cc::cp_async_wait<0>();  // K_t has landed
+      __syncthreads();         // ... for every thread, and v_tile is free
+      if (t + 1 < num_kv_tiles) load_tile_async<D, kThreads>(v_tile, v_head, p.vs.seq, kv0 + kBlock, p.seq_k);
+      cc::cp_async_commit();  // (possibly empty) group V_{t+1}
+
+      // ---- S = Q_i K_t^T, P, dS = P * (dP - D) -> dS^T[key][query].
+      float s[kRows][kCols];
+#pragma unroll
+      for (int ii = 0; ii < kRows; ++ii)
+#pragma unroll
+        for (int jj = 0; jj < kCols; ++jj) s[ii][jj] = 0.f;
+      gemm_rows<D, kGroups, kRows, kCols>(s, q_tile, k_tile, tx, ty);
+      const bool need_mask = kv0 + kBlock > p.seq_k || (kCausal && kv0 + kBlock - 1 > q0 + off);
+#pragma unroll
+      for (int ii = 0; ii < kRows; ++ii) {
+        const long long q = q0 + tile_row<kGroups>(ty, ii);
+#pragma unroll
+        for (int jj = 0; jj < kCols; ++jj) {
+          const long long j = kv0 + tx + 16 * jj;
+          float pr = exp2f(fmaf(s[ii][jj], p.scale_log2, -lse_log2[ii]));
+          if (need_mask && (j >= p.seq_k || (kCausal && j > q + off))) pr = 0.f;
+          s[ii][jj] = pr * (dp[ii][jj] - d_row[ii]);
+        }
+      }
+      store_transposed<kGroups, kRows, kCols, kLdX>(dst_tile, s, tx, ty);
+      __syncthreads();  // dS^T complete
+
+      // ---- dQ_i += dS K_t.
+      gemm_acc_xt<D, kGroups, kRows, kVec, kLdX>(dq, dst_tile, k_tile, tx, ty);
+      __syncthreads();  // k_tile and dst_tile are free
+      if (t + 1 < num_kv_tiles) load_tile_async<D, kThreads>(k_tile, k_head, p.ks.seq, kv0 + kBlock, p.seq_k);
+      cc::cp_async_commit();  // (possibly empty) group K_{t+1}
+    }
+    cc::cp_async_wait<0>();
+  }
+
+  // ---- epilogue: dQ = scale * dS K, one plain store per element (rows past N_q skipped).
+#pragma unroll
+  for (int ii = 0; ii < kRows; ++ii) {
+    const long long q = q0 + tile_row<kGroups>(ty, ii);
+    if (q < p.seq_q) {
+      float* dq_row = p.dq + row_offset(p.dqs, b, h, q);
+#pragma unroll
+      for (int u = 0; u < kOutChunks; ++u) store_vec<kVec>(dq_row + out_col<kVec>(tx, u), &dq[ii][u * kVec], p.scale);
+    }
+  }
+}
+
+template <int D>
+void launch_dq(const Params& p, std::int64_t batch, bool causal, cudaStream_t stream) {
+  using T = BwdTile<D>;
+  auto kernel = causal ? flash_backward_dq_kernel<D, true> : flash_backward_dq_kernel<D, false>;
+  configure_smem(kernel, T::kDqSmemBytes);
+  const dim3 grid(static_cast<unsigned>((static_cast<long long>(p.seq_q) + T::kBlock - 1) / T::kBlock),
+                  static_cast<unsigned>(batch * p.heads));
+  kernel<<<grid, T::kThreads, T::kDqSmemBytes, stream>>>(p);
+  COURSE_CHECK_LAUNCH("flash_backward_dq_kernel");
+}
+
+template <int D>
+void launch_steps_d(const Params& p, const m04::AttentionBackwardArgs& a, bool deterministic) {
+  if (deterministic) {
+    launch_kv<D, false>(p, a.batch, a.causal, a.stream);
+    launch_dq<D>(p, a.batch, a.causal, a.stream);
+  } else {
+    launch_kv<D, true>(p, a.batch, a.causal, a.stream);
+  }
+}
+
+void launch_flash_steps(const m04::AttentionBackwardArgs& a, bool deterministic) {
+  // D = rowsum(dO * O) into the workspace; flash also zeroes dQ (its atomics add into it).
+  launch_row_dot(a, a.workspace, !deterministic);
+  const Params p = make_params(a);
+  switch (a.head_dim) {
+    case 16: return launch_steps_d<16>(p, a, deterministic);
+    case 32: return launch_steps_d<32>(p, a, deterministic);
+    case 64: return launch_steps_d<64>(p, a, deterministic);
+    case 96: return launch_steps_d<96>(p, a, deterministic);
+    case 128: return launch_steps_d<128>(p, a, deterministic);
+  }
+  require_arg(false, "attention_backward", "head_dim", a.head_dim, "is not supported by the flash kernels");
+}
+
+}  // namespace
+
+void launch_flash(const m04::AttentionBackwardArgs& args) { launch_flash_steps(args, false); }
+
+void launch_flash_deterministic(const m04::AttentionBackwardArgs& args) { launch_flash_steps(args, true); }
+
+}  // namespace course::solution::attn_bwd
