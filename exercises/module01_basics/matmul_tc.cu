@@ -12,6 +12,7 @@
 
 #include "module01/matmul_tc.hpp"
 
+#include "course/cuda/mma_ptx.cuh"
 #include "course/device.hpp"
 
 #include <cuda_bf16.h>
@@ -106,8 +107,9 @@ void launch_wmma(const TcMatmulArgs& a) {
 // ============================================================================
 // Step 2: mma_sync -- PTX mma.sync + ldmatrix + a cp.async pipeline.
 //
-// The PTX wrappers below are given (each is one instruction; read their comments). The
-// kernel is yours. Suggested configuration (what the solution does):
+// The PTX wrappers listed below are given (each is one instruction; their comments in
+// common/include/course/cuda/mma_ptx.cuh document it). The kernel is yours. Suggested
+// configuration (what the solution does):
 //   block tile 128 x 256 x 32, 256 threads = 8 warps as 2 (M) x 4 (N), warp tile 64 x 64
 //   = 4 (m16) x 8 (n8) mma tiles; 4 shared-memory stages of A[128][32] + B[32][256]
 //   (96 KB: dynamic shared memory, see allow_dynamic_smem).
@@ -118,11 +120,11 @@ void launch_wmma(const TcMatmulArgs& a) {
 //       cp_async_commit(); cp_async_wait<0>(); __syncthreads(); compute; __syncthreads().
 //       Use the plain row-major layout first (chunk c of row r at r * BK + c * 8).
 //   (2) Compute a k16 step: per m16 tile one ldmatrix_x4 of A, per pair of n8 tiles one
-//       ldmatrix_x4_trans of B, then kMTiles x kNTiles mma_bf16_16816.
+//       ldmatrix_x4_trans of B, then kMTiles x kNTiles mma_m16n8k16_bf16_f32.
 //   (3) Epilogue from registers: acc[mt][nt][0..1] are C(row, col), C(row, col+1) with
 //       row = lane/4 and col = 2*(lane%4) inside the 16x8 tile; [2..3] are 8 rows below.
-//   (4) Swizzle: store chunk c of row r at chunk swizzle<chunks_per_row>(r, c), and read
-//       with the same function. Tests must still pass; ncu's shared bank-conflict
+//   (4) Swizzle: store chunk c of row r at chunk swizzle_chunk<chunks_per_row>(r, c), and
+//       read with the same function. Tests must still pass; ncu's shared bank-conflict
 //       counter (l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld) drops to ~0.
 //   (5) Pipeline: kStages stages; prologue issues slabs 0..kStages-2 (one commit each,
 //       even when empty); per slab: cp_async_wait<kStages-2>(), __syncthreads(), issue
@@ -141,58 +143,30 @@ void launch_wmma(const TcMatmulArgs& a) {
 //         AND proves every warp is done with slab kt-1, whose stage you now refill.
 // ============================================================================
 
-/// 32-bit shared-memory address of a generic pointer into shared memory (what PTX wants).
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-/// 16-byte async copy global -> shared. Only `src_bytes` (0..16) bytes are read; the rest
-/// of the 16-byte destination is zero-filled. Both addresses must be 16-byte aligned.
-/// With src_bytes == 0, pass a valid pointer anyway (e.g. the matrix base).
-__device__ __forceinline__ void cp_async_16_zfill(unsigned dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
-               "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
-               : "memory");
-}
-/// Close the group of cp.async issued since the last commit.
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-/// Wait until at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-/// Four 8x8 b16 matrices; lane l supplies the address of row (l % 8) of matrix (l / 8).
-/// Register i receives matrix i: lane l holds row l/4, columns 2*(l%4) and 2*(l%4)+1.
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-/// Same, each 8x8 matrix transposed: lane l holds column l/4, rows 2*(l%4) and 2*(l%4)+1.
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-/// d += a * b for one m16n8k16 tile: a = 16x16 bf16 (row), b = 16x8 bf16 (col), d fp32.
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-/// Physical 16-byte chunk of logical chunk `chunk` in row `row` of a shared tile whose
-/// rows hold kChunks chunks: XOR with the row's place in its group of 128-byte lines, so
-/// the 8 rows one ldmatrix phase reads land in 8 different bank groups.
-template <int kChunks>
-__device__ __forceinline__ int swizzle(int row, int chunk) {
-  constexpr int kRowsPerLine = kChunks >= 8 ? 1 : 8 / kChunks;
-  constexpr int kMask = (kChunks >= 8 ? 8 : kChunks) - 1;
-  return chunk ^ ((row / kRowsPerLine) & kMask);
-}
+// Given: the PTX wrappers, from common/include/course/cuda/mma_ptx.cuh. Read their
+// comments there: each names its instruction and the register layout it produces.
+//   smem_u32(p)                          32-bit shared-memory address of a generic pointer
+//   cp_async_16_zfill(dst, src, bytes)   16-byte async copy global -> shared; only `bytes`
+//                                        (0..16) are read, the rest zero-filled; both
+//                                        16-byte aligned; with bytes == 0 pass a valid src
+//                                        anyway (e.g. the matrix base)
+//   cp_async_commit(), cp_async_wait<N>() close a group / wait until <= N groups pending
+//   ldmatrix_x4(r, addr)                 four 8x8 b16 matrices; lane l supplies the address
+//                                        of row (l % 8) of matrix (l / 8); register i gets
+//                                        matrix i: row l/4, columns 2*(l%4), 2*(l%4)+1
+//   ldmatrix_x4_trans(r, addr)           same, each matrix transposed
+//   mma_m16n8k16_bf16_f32(d, a, b)       d += a * b: a 16x16 bf16 (row), b 16x8 (col), d fp32
+//   swizzle_chunk<kChunks>(row, chunk)   physical 16-byte chunk of logical `chunk` in `row`
+//                                        of a tile with kChunks chunks per row: the 8 rows
+//                                        one ldmatrix phase reads land in 8 bank groups
+using ::course::cuda::cp_async_16_zfill;
+using ::course::cuda::cp_async_commit;
+using ::course::cuda::cp_async_wait;
+using ::course::cuda::ldmatrix_x4;
+using ::course::cuda::ldmatrix_x4_trans;
+using ::course::cuda::mma_m16n8k16_bf16_f32;
+using ::course::cuda::smem_u32;
+using ::course::cuda::swizzle_chunk;
 
 namespace mma_cfg {
 constexpr int kBM = 128, kBN = 256, kBK = 32, kStages = 4;

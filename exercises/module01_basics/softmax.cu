@@ -228,26 +228,17 @@ __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
 }
 
 /// Merge the pairs of a whole 1-D block (given; it only calls your merge()). Every
-/// thread gets the result; all threads of the block must call it.
+/// thread gets the result; all threads of the block must call it. It is
+/// cc::block_all_reduce (course/cuda/warp_reduce.cuh) on MaxSum pairs: Merge makes your
+/// merge() its operator, and warp_shfl_xor shuffles a pair as two floats.
+struct Merge {
+  __device__ MaxSum operator()(MaxSum a, MaxSum b) const { return merge(a, b); }
+};
+__device__ MaxSum warp_shfl_xor(MaxSum v, int offset) {
+  return {cc::warp_shfl_xor(v.m, offset), cc::warp_shfl_xor(v.s, offset)};
+}
 __device__ MaxSum block_merge(MaxSum v, MaxSum* scratch /* 32 entries */) {
-  for (int offset = 16; offset >= 1; offset /= 2) {
-    MaxSum other;
-    other.m = __shfl_xor_sync(cc::kFullWarpMask, v.m, offset);
-    other.s = __shfl_xor_sync(cc::kFullWarpMask, v.s, offset);
-    v = merge(v, other);
-  }
-  __syncthreads();
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
-  __syncthreads();
-  const unsigned lane = threadIdx.x % 32;  // every warp re-reduces the per-warp results
-  v = lane < blockDim.x / 32 ? scratch[lane] : MaxSum{-FLT_MAX, 0.f};
-  for (int offset = 16; offset >= 1; offset /= 2) {
-    MaxSum other;
-    other.m = __shfl_xor_sync(cc::kFullWarpMask, v.m, offset);
-    other.s = __shfl_xor_sync(cc::kFullWarpMask, v.s, offset);
-    v = merge(v, other);
-  }
-  return v;
+  return cc::block_all_reduce(v, Merge{}, MaxSum{-FLT_MAX, 0.f}, scratch);
 }
 
 constexpr int kOnlineThreads = 256;

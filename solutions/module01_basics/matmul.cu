@@ -21,6 +21,7 @@
 /// Resource usage per kernel (registers, spills) is printed by building with
 /// -DCOURSE_PTXAS_VERBOSE=ON; the numbers in the comments are for sm_90, CUDA 13.0.
 
+#include "course/cuda/mma_ptx.cuh"
 #include "course/device.hpp"
 #include "module01/matmul.hpp"
 
@@ -467,28 +468,22 @@ void launch_vectorized(const MatmulArgs& a) {
   COURSE_CHECK_LAUNCH("sgemm_vectorized_kernel");
 }
 
-// ----------------------------------------------------------------------------
-// cp.async helpers for step 7 (sm_80+). cp.async copies global -> shared memory
-// without passing through registers; the copies of a "group" are waited for with
-// cp.async.wait_group. `src_bytes` < the copy size zero-fills the rest of the
-// destination, which is how the edges of the matrices become zeros; with
-// src_bytes == 0 nothing is read (we still pass a valid address).
-// ----------------------------------------------------------------------------
+// cp.async for step 7 (sm_80+), from common/include/course/cuda/mma_ptx.cuh. It copies
+// global -> shared memory without passing through registers; the copies of a "group"
+// are waited for with cp.async.wait_group. `src_bytes` < the copy size zero-fills the
+// rest of the destination, which is how the edges of the matrices become zeros; with
+// src_bytes == 0 nothing is read (we still pass a valid address). The source goes in as
+// a generic address (SrcAddress::generic), the form this step was measured with.
+using ::course::cuda::cp_async_commit;
+using ::course::cuda::cp_async_wait;
+constexpr auto kGenericSrc = ::course::cuda::SrcAddress::generic;
+
+/// cp.async of one float (4 bytes, .ca) or one float4 (16 bytes, .cg) into shared memory.
 __device__ __forceinline__ void cp_async_4(float* smem_dst, const float* gmem_src, int src_bytes) {
-  const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(src_bytes)
-               : "memory");
+  ::course::cuda::cp_async_4_zfill<0, kGenericSrc>(::course::cuda::smem_u32(smem_dst), gmem_src, src_bytes);
 }
 __device__ __forceinline__ void cp_async_16(float* smem_dst, const float* gmem_src, int src_bytes) {
-  const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-/// Wait until at most `kPending` of this thread's committed groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+  ::course::cuda::cp_async_16_zfill<0, kGenericSrc>(::course::cuda::smem_u32(smem_dst), gmem_src, src_bytes);
 }
 
 // ============================================================================

@@ -17,6 +17,7 @@
 
 #include "module01/matmul_tc.hpp"
 
+#include "course/cuda/mma_ptx.cuh"
 #include "course/device.hpp"
 
 #include <cuda_bf16.h>
@@ -214,7 +215,9 @@ void launch_wmma(const TcMatmulArgs& a) {
 
 // ============================================================================
 // Step 2: mma_sync.
-// Everything wmma decided for us, decided by hand:
+// Everything wmma decided for us, decided by hand. The PTX wrappers it introduces
+// (cp.async, ldmatrix, mma.sync, swizzle_chunk) live in common/include/course/cuda/
+// mma_ptx.cuh, where each one documents its instruction; modules 2 and 3 reuse them.
 //   * Instruction: PTX mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, one warp
 //     computing a 16x8 fp32 tile from a 16x16 A fragment (4 registers) and a 16x8 B
 //     fragment (2 registers). The register layout is documented in the PTX ISA, so the
@@ -225,7 +228,7 @@ void launch_wmma(const TcMatmulArgs& a) {
 //     ldmatrix .trans transposes them on the way into registers. Fragments are double
 //     buffered: k-step ks+1 is loaded while the mma of k-step ks run.
 //   * Shared-memory layout: rows of 16-byte chunks, the chunk index XORed with the row
-//     (swizzle below). The 8 row addresses one 8x8 ldmatrix phase reads then fall in 8
+//     (swizzle_chunk). The 8 row addresses one 8x8 ldmatrix phase reads then fall in 8
 //     different 16-byte bank groups: conflict-free without padding.
 //   * Pipeline: kStages shared-memory stages filled by cp.async.cg (global -> shared,
 //     bypassing registers and L1). While the warps compute on slab kt, the copies of
@@ -286,63 +289,15 @@ struct MmaConfig {
 };
 using MmaCfg = MmaConfig<128, 256, 32, 2, 4, 4>;
 
-/// 32-bit shared-memory address of a generic pointer into shared memory (what PTX wants).
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-/// 16-byte async copy global -> shared. Only `src_bytes` (0..16) bytes are read; the
-/// rest of the 16-byte destination is zero-filled. Both addresses 16-byte aligned.
-__device__ __forceinline__ void cp_async_16_zfill(unsigned dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
-               "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
-               : "memory");
-}
-/// Close the group of cp.async issued since the last commit.
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-/// Wait until at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-/// Four 8x8 b16 matrices; lane l supplies the address of row (l % 8) of matrix (l / 8).
-/// Register i receives matrix i in the mma fragment layout (lane holds row l/4,
-/// columns 2*(l%4) and 2*(l%4)+1).
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-/// Same, each 8x8 matrix transposed: lane holds column l/4, rows 2*(l%4) and 2*(l%4)+1.
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-
-/// d += a * b for one m16n8k16 tile: a = 16x16 bf16 (row), b = 16x8 bf16 (col), d fp32.
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-/// Physical 16-byte chunk of logical chunk `chunk` in row `row`, for a tile whose rows
-/// hold kChunks chunks. Shared memory serves 128 bytes (8 chunks) per wavefront; XOR-ing
-/// the chunk with the row's position inside an 8-row group spreads the 8 rows that one
-/// ldmatrix phase reads (same logical chunk) over 8 distinct chunk slots. Rows narrower
-/// than 128 bytes (kChunks = 4 or 2) share a 128-byte line, so the XOR key is the
-/// line index and only the low bits of the chunk are permuted.
-template <int kChunks>
-__device__ __forceinline__ int swizzle(int row, int chunk) {
-  constexpr int kRowsPerLine = kChunks >= 8 ? 1 : 8 / kChunks;
-  constexpr int kMask = (kChunks >= 8 ? 8 : kChunks) - 1;
-  return chunk ^ ((row / kRowsPerLine) & kMask);
-}
+// From common/include/course/cuda/mma_ptx.cuh (see the step 2 banner above).
+using ::course::cuda::cp_async_16_zfill;
+using ::course::cuda::cp_async_commit;
+using ::course::cuda::cp_async_wait;
+using ::course::cuda::ldmatrix_x4;
+using ::course::cuda::ldmatrix_x4_trans;
+using ::course::cuda::mma_m16n8k16_bf16_f32;
+using ::course::cuda::smem_u32;
+using ::course::cuda::swizzle_chunk;
 
 /// Per-thread state of the global -> shared copies. A thread always copies the same
 /// chunk column of A (a K position) and of B (an N position), in kItersA (kItersB)
@@ -373,8 +328,8 @@ struct SlabCopier {
     b_row_step = ldb * Cfg::kRowStepB;
     b_slab_step = ldb * Cfg::kBK;
     // The row steps are multiples of 8, so every copy i has the swizzle of row 0.
-    a_dst = (a_row * Cfg::kBK + swizzle<Cfg::kChunksA>(a_row, a_chunk) * 8) * 2;
-    b_dst = (b_row * Cfg::kBN + swizzle<Cfg::kChunksB>(b_row, b_chunk) * 8) * 2;
+    a_dst = (a_row * Cfg::kBK + swizzle_chunk<Cfg::kChunksA>(a_row, a_chunk) * 8) * 2;
+    b_dst = (b_row * Cfg::kBN + swizzle_chunk<Cfg::kChunksB>(b_row, b_chunk) * 8) * 2;
     a_rows_left = M - (m0 + a_row);
     b_cols_left = N - (n0 + b_chunk * 8);
     interior = m0 + Cfg::kBM <= M && n0 + Cfg::kBN <= N;
@@ -433,7 +388,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                               int tiles_m, int tiles_n, bool vec_store_ok) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   // Stages: kStages x A[BM][BK], then kStages x B[BK][BN], addressed in bytes.
-  const unsigned smem_a = smem_addr(smem_raw);
+  const unsigned smem_a = smem_u32(smem_raw);
   const unsigned smem_b = smem_a + Cfg::kStages * Cfg::kStageA * 2;
   constexpr unsigned kStageBytesA = Cfg::kStageA * 2;
   constexpr unsigned kStageBytesB = Cfg::kStageB * 2;
@@ -472,12 +427,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int row = warp_m * Cfg::kWM + lane % 16;
 #pragma unroll
     for (int ks = 0; ks < Cfg::kKSteps; ++ks)
-      a_lds[ks] = (row * Cfg::kBK + swizzle<Cfg::kChunksA>(row, 2 * ks + lane / 16) * 8) * 2;
+      a_lds[ks] = (row * Cfg::kBK + swizzle_chunk<Cfg::kChunksA>(row, 2 * ks + lane / 16) * 8) * 2;
     const int krow = lane % 16;
 #pragma unroll
     for (int p = 0; p < Cfg::kNTiles / 2; ++p) {
       const int chunk = warp_n * (Cfg::kWN / 8) + 2 * p + lane / 16;
-      b_lds[p] = (krow * Cfg::kBN + swizzle<Cfg::kChunksB>(krow, chunk) * 8) * 2;
+      b_lds[p] = (krow * Cfg::kBN + swizzle_chunk<Cfg::kChunksB>(krow, chunk) * 8) * 2;
     }
   }
 
@@ -556,7 +511,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         for (int mt = 0; mt < Cfg::kMTiles; ++mt)
 #pragma unroll
           for (int nt = 0; nt < Cfg::kNTiles; ++nt)
-            mma_bf16_16816(acc[mt][nt], a_frag[ks % 2][mt], b_frag[ks % 2][nt]);
+            mma_m16n8k16_bf16_f32(acc[mt][nt], a_frag[ks % 2][mt], b_frag[ks % 2][nt]);
       }
     }
   };

@@ -123,8 +123,8 @@ void launch_naive_three_pass(const SoftmaxArgs& a) {
 // Step 2: block_per_row.
 // One block of 256 threads per row. Neighbouring threads read neighbouring
 // elements (coalesced), and the max and the sum become block-wide reductions
-// (course::cuda::block_all_reduce: warp shuffles, then one value per warp through
-// shared memory). One kernel, no workspace; still three passes over the row
+// (course::cuda::block_all_reduce of common/include/course/cuda/warp_reduce.cuh: warp
+// shuffles, then one value per warp through shared memory). One kernel, no workspace; still three passes over the row
 // (max, sum, normalize), but the 2nd and 3rd read a row that was just read, so
 // they hit L2 (a 4 KiB row; ~132 x 8 rows in flight = 4 MiB << 50 MB of L2).
 //
@@ -372,26 +372,21 @@ __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
   return {m, a.s * fast_exp(a.m - m) + b.s * fast_exp(b.m - m)};
 }
 
-__device__ __forceinline__ MaxSum warp_merge(MaxSum v) {
-#pragma unroll
-  for (int offset = cc::kWarpSize / 2; offset > 0; offset /= 2) {
-    const MaxSum o{__shfl_xor_sync(cc::kFullWarpMask, v.m, offset), __shfl_xor_sync(cc::kFullWarpMask, v.s, offset)};
-    v = merge(v, o);
-  }
-  return v;
+/// merge() as a functor, and the shuffle of a pair: with them the common warp and block
+/// reductions (course/cuda/warp_reduce.cuh) combine MaxSum pairs like plain floats.
+struct Merge {
+  __device__ __forceinline__ MaxSum operator()(MaxSum a, MaxSum b) const { return merge(a, b); }
+};
+__device__ __forceinline__ MaxSum warp_shfl_xor(MaxSum v, int offset) {
+  return {cc::warp_shfl_xor(v.m, offset), cc::warp_shfl_xor(v.s, offset)};
 }
+
+/// Warp-wide merge; every lane gets the result.
+__device__ __forceinline__ MaxSum warp_merge(MaxSum v) { return cc::warp_all_reduce(v, Merge{}); }
 
 /// Block-wide merge; every thread gets the result. blockDim.x % 32 == 0, 1-D block.
 __device__ __forceinline__ MaxSum block_merge(MaxSum v, MaxSum* scratch /* >= 32 */) {
-  const int lane = threadIdx.x % cc::kWarpSize;
-  const int warp = threadIdx.x / cc::kWarpSize;
-  const int num_warps = blockDim.x / cc::kWarpSize;
-  v = warp_merge(v);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < num_warps ? scratch[lane] : empty_max_sum();
-  return warp_merge(v);
+  return cc::block_all_reduce(v, Merge{}, empty_max_sum(), scratch);
 }
 
 /// The kElems values of one thread in registers; kVec consecutive floats per chunk,

@@ -2,8 +2,12 @@
 /// @file attention_device.cuh
 /// @brief Device helpers shared by the attention solution's kernels (attention.cu and
 /// attention_fused.cu): the stride arithmetic, the online-softmax update, the kernel
-/// parameter block, cp.async, RoPE and ALiBi. Private to solutions/module03_attention.
+/// parameter block, RoPE and ALiBi. Private to solutions/module03_attention. The cp.async
+/// wrappers come from course/cuda/mma_ptx.cuh, the warp reductions from
+/// course/cuda/warp_reduce.cuh (common/include).
 
+#include "course/cuda/mma_ptx.cuh"
+#include "course/cuda/warp_reduce.cuh"
 #include "module03/attention.hpp"
 
 #include <cuda_runtime.h>
@@ -122,20 +126,9 @@ __device__ __forceinline__ float alibi_slope(int h, int heads) {
 }
 
 // ---------------------------------------------------------------- cp.async (sm_80+) ----
-
-/// Copy 16 bytes global -> shared without passing through registers. With `valid` false
-/// nothing is read and the 16 bytes are zero-filled (src-size 0): how tails are padded.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-/// Wait until at most `kPending` of this thread's most recent groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
+// From common/include/course/cuda/mma_ptx.cuh (cp_async_16_zfill, its commit and wait).
+using ::course::cuda::cp_async_commit;
+using ::course::cuda::cp_async_wait;
 
 // ---------------------------------------------------------------- RoPE ----
 

@@ -27,15 +27,17 @@ namespace {
 //      matmul). O = P V is blocked the same way: 8 rows x d/16 output columns per thread.
 //  (b) Sharing a row. The 16 threads with the same threadIdx.x / 16 (one half-warp) hold
 //      the same 8 rows and different keys: row max and row sum are __shfl_xor_sync
-//      butterflies over those 16 lanes. Each thread keeps its OWN partial sum l (all 16
-//      rescale by the same alpha, since they share m) and the 16 partials are added once,
-//      at the very end.
+//      butterflies over those 16 lanes (warp_max<16> / warp_sum<16> of
+//      common/include/course/cuda/warp_reduce.cuh). Each thread keeps its OWN partial
+//      sum l (all 16 rescale by the same alpha, since they share m) and the 16 partials
+//      are added once, at the very end.
 //  (c) P through shared memory. A thread needs, for its O micro-tile, P[its rows][every
 //      key of the tile], which 16 threads computed: each writes its micro-tile of P
 //      transposed (key-major, rows contiguous) and reads back 8 rows per key as 2 float4.
 //  (d) cp.async pipeline. K_{t+1} is copied into shared memory while P_t V_t is computed
 //      and V_{t+1} while S_{t+1} = Q K_{t+1}^T is: each copy has a whole GEMM phase to land.
-//      Tails are zero-filled by the copy itself (src-size 0).
+//      Tails are zero-filled by the copy itself (src-size 0). The cp.async wrappers are
+//      those of common/include/course/cuda/mma_ptx.cuh.
 //  (e) Templated on d (16, 32, 64, 96, 128); d > 64 uses 32-key tiles to fit two blocks
 //      per SM. Any strides, any N (tail tiles are masked), N_q != N_k, lse written.
 //
@@ -100,17 +102,9 @@ struct FusedTile {
 /// Row (within the tile) of a thread's ii-th query row.
 __device__ __forceinline__ int tile_row(int ty, int ii) { return ii < 4 ? ty * 4 + ii : 32 + ty * 4 + (ii - 4); }
 
-/// Sum or max over the 16 lanes of a half-warp (lanes with the same ty).
-__device__ __forceinline__ float half_warp_max(float x) {
-#pragma unroll
-  for (int off = 8; off > 0; off /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
-  return x;
-}
-__device__ __forceinline__ float half_warp_sum(float x) {
-#pragma unroll
-  for (int off = 8; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
-  return x;
-}
+/// Lanes sharing a query row: the 16 of a half-warp (same ty). Row max and row sum reduce
+/// over them with cuda::warp_max<kRowLanes> / warp_sum<kRowLanes> (course/cuda/warp_reduce.cuh).
+constexpr int kRowLanes = 16;
 
 /// Issue cp.async copies of rows [row0, row0 + kRowsT) of one head (rows >= valid_rows
 /// zero-filled) into a [kRowsT x D] tile with row stride ld.
@@ -123,7 +117,8 @@ __device__ __forceinline__ void load_tile_async(float* tile, int ld, const float
     const long long row = static_cast<long long>(row0) + r;
     const bool valid = row < valid_rows;
     const float* src = valid ? head + row * seq_stride + c4 * 4 : head;
-    cp_async16(tile + r * ld + c4 * 4, src, valid);
+    cuda::cp_async_16_zfill<0, cuda::SrcAddress::generic>(cuda::smem_u32(tile + r * ld + c4 * 4), src,
+                                                          valid ? 16 : 0);
   }
 }
 
@@ -251,7 +246,7 @@ __global__ void __launch_bounds__(FusedTile<D>::kThreads, FusedTile<D>::kMinBloc
           s[ii][jj] = x;
           row_max = fmaxf(row_max, x);
         }
-        row_max = half_warp_max(row_max);
+        row_max = cuda::warp_max<kRowLanes>(row_max);
         const float alpha = online_softmax_rescale(m[ii], l[ii], row_max);  // l: this thread's partial
         const float m_ref = exp_reference(m[ii]);
 #pragma unroll
@@ -300,7 +295,7 @@ __global__ void __launch_bounds__(FusedTile<D>::kThreads, FusedTile<D>::kMinBloc
   // ---- epilogue: O = acc / l, lse = m + log l (rows past N_q are not stored).
 #pragma unroll
   for (int ii = 0; ii < kRows; ++ii) {
-    const float l_row = half_warp_sum(l[ii]);
+    const float l_row = cuda::warp_sum<kRowLanes>(l[ii]);
     const long long i = static_cast<long long>(q0) + tile_row(ty, ii);
     if (i < p.seq_q) {
       const float inv = l_row > 0.f ? 1.f / l_row : 0.f;  // a row that sees no key: O = 0

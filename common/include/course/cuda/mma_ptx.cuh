@@ -3,7 +3,11 @@
 /// @brief Inline-PTX wrappers for the Ampere-style tensor-core path (sm_80 and newer):
 /// asynchronous global->shared copies (cp.async), shared->register fragment loads
 /// (ldmatrix) and the warp-wide matrix multiply-accumulate mma.sync m16n8k16 (bf16 in,
-/// fp32 accumulate). Shared by the tensor-core steps of modules 2, 3 and 4.
+/// fp32 accumulate), the shared-memory swizzle, and Hopper's wgmma (sm_90a).
+/// The one home of these wrappers: module 1's matmul (cp.async in the fp32 warp_tiled
+/// step; everything but wgmma in the tensor-core mma_sync step and its planted bugs),
+/// module 2's batched GEMM (cp.async in the fp32 steps, mma.sync and wgmma in the bf16
+/// steps) and module 3's fused attention (cp.async) include it.
 ///
 /// Why PTX and not a C++ API: these instructions have no stable C++ wrapper that
 /// exposes their register layouts (nvcuda::wmma hides them). Knowing the layout is
@@ -33,6 +37,27 @@ __device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
 
 // ------------------------------------------------------------------ cp.async -----
 
+/// How the cp.async wrappers hand the source address to the instruction.
+///   global:  converted with cvta.to.global, the global state-space address the ISA
+///            names for cp.async's source. The default.
+///   generic: the generic pointer as it is. A global address and its generic address
+///            are the same number on the GPUs this course targets, and skipping the
+///            conversion lets ptxas fold more of the address arithmetic; module 1's fp32
+///            warp_tiled step and module 3's fused attention were tuned and measured
+///            with this form.
+/// The instruction (cp.async, its size and its cache hint) is the same in both.
+enum class SrcAddress { global, generic };
+
+/// The 64-bit source operand of a cp.async, per SrcAddress: an integer global address,
+/// or the pointer itself.
+template <SrcAddress kSrc>
+__device__ __forceinline__ auto cp_async_src(const void* src) {
+  if constexpr (kSrc == SrcAddress::global)
+    return __cvta_generic_to_global(src);
+  else
+    return src;
+}
+
 /// `cp.async.cg.shared.global [dst], [src], 16, src_bytes;`
 ///
 /// PTX semantics: starts an asynchronous copy of 16 bytes (the cp-size) from global
@@ -51,17 +76,18 @@ __device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
 /// 256-byte block around the source from DRAM instead of just the missing sectors, a
 /// hint that pays off when a kernel streams rows it will read in full (the next slab
 /// of the same row is then already in L2).
-template <int kL2Prefetch = 0>
+/// kSrc: how `src` reaches the instruction (SrcAddress above).
+template <int kL2Prefetch = 0, SrcAddress kSrc = SrcAddress::global>
 __device__ __forceinline__ void cp_async_16_zfill(std::uint32_t dst_smem, const void* src, int src_bytes) {
   static_assert(kL2Prefetch == 0 || kL2Prefetch == 256, "prefetch size: none or 256 bytes");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   if constexpr (kL2Prefetch == 256)
     asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst_smem),
-                 "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
+                 "l"(cp_async_src<kSrc>(src)), "r"(src_bytes)
                  : "memory");
   else
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst_smem),
-                 "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
+                 "l"(cp_async_src<kSrc>(src)), "r"(src_bytes)
                  : "memory");
 #else
   __trap();  // cp.async needs sm_80
@@ -75,18 +101,18 @@ __device__ __forceinline__ void cp_async_16_zfill(std::uint32_t dst_smem, const 
 /// B^T in Q*K^T) lands transposed, one element per copy. `.ca` may also cache the
 /// source in L1. src_bytes is 4 or 0 (0: write a zero, read nothing). Both addresses
 /// 4-byte aligned. Completion rules as for cp_async_16_zfill.
-/// kL2Prefetch: as for cp_async_16_zfill.
-template <int kL2Prefetch = 0>
+/// kL2Prefetch, kSrc: as for cp_async_16_zfill.
+template <int kL2Prefetch = 0, SrcAddress kSrc = SrcAddress::global>
 __device__ __forceinline__ void cp_async_4_zfill(std::uint32_t dst_smem, const void* src, int src_bytes) {
   static_assert(kL2Prefetch == 0 || kL2Prefetch == 256, "prefetch size: none or 256 bytes");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   if constexpr (kL2Prefetch == 256)
     asm volatile("cp.async.ca.shared.global.L2::256B [%0], [%1], 4, %2;\n" ::"r"(dst_smem),
-                 "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
+                 "l"(cp_async_src<kSrc>(src)), "r"(src_bytes)
                  : "memory");
   else
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst_smem),
-                 "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
+                 "l"(cp_async_src<kSrc>(src)), "r"(src_bytes)
                  : "memory");
 #else
   __trap();  // cp.async needs sm_80
@@ -186,6 +212,23 @@ __device__ __forceinline__ void mma_m16n8k16_bf16_f32(float (&d)[4], const std::
 #else
   __trap();
 #endif
+}
+
+// ------------------------------------------------------------------ ex2 ------------
+
+/// `ex2.approx.ftz.f32 y, x;`  (y = 2^x)
+///
+/// PTX semantics: the special-function unit's base-2 exponential, one instruction
+/// (MUFU.EX2), maximum relative error about 2^-22 over the whole range; ex2(-inf) = +0,
+/// ex2(+inf) = +inf; `.ftz` flushes subnormal inputs and results to zero. The softmax of
+/// the tensor-core attention steps (module 3) computes e^(scale*(s - m)) as
+/// 2^(s*scale*log2(e) - m*scale*log2(e)): one FFMA and this, with no range handling
+/// around it (the plain exp2f of a build without fast math adds a few instructions
+/// per element for subnormal results, which do not matter to a softmax).
+__device__ __forceinline__ float ex2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 // ------------------------------------------------------------------ swizzle ------

@@ -1,8 +1,8 @@
 #pragma once
 /// @file warp_reduce.cuh
-/// @brief Warp- and block-level reductions shared by the solution kernels
-/// (reductions, softmax, attention). Taught in module 1's warp_shuffle step; later
-/// steps and modules reuse them instead of rewriting them.
+/// @brief Warp- and block-level reductions shared by the solution kernels: module 1's
+/// reductions and softmax, module 3's fused attention. Taught in module 1's
+/// warp_shuffle step; later steps and modules reuse them instead of rewriting them.
 
 #include <cuda_runtime.h>
 
@@ -21,18 +21,33 @@ struct Max {
   __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
 
-/// Reduce `v` over the 32 lanes of a warp with butterfly shuffles: after log2(32) = 5
-/// steps every lane holds the result (xor pattern), no shared memory needed.
-template <class T, class Op>
+/// One butterfly exchange: returns the `v` of lane (this lane ^ offset). All 32 lanes
+/// must call it. For a struct of several values, overload warp_shfl_xor for it in the
+/// struct's own namespace (shuffle each member); the reductions below find it there.
+template <class T>
+__device__ __forceinline__ T warp_shfl_xor(T v, int offset) {
+  return __shfl_xor_sync(kFullWarpMask, v, offset);
+}
+
+/// Reduce `v` over each aligned group of `Width` lanes (0..Width-1, Width..2*Width-1, ...)
+/// with butterfly shuffles: after log2(Width) steps every lane holds its group's result
+/// (xor pattern), no shared memory needed. Width is a power of two, 2..32; all 32 lanes
+/// of the warp must call it (the shuffles use the full mask), each group gets its own
+/// result. Width = 16 reduces the two half-warps separately (module 3's fused kernel,
+/// where 16 lanes share a row).
+template <int Width = kWarpSize, class T, class Op>
 __device__ __forceinline__ T warp_all_reduce(T v, Op op) {
+  static_assert(Width >= 2 && Width <= kWarpSize && (Width & (Width - 1)) == 0,
+                "Width must be a power of two in [2, 32]");
 #pragma unroll
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(kFullWarpMask, v, offset));
+  for (int offset = Width / 2; offset > 0; offset /= 2) v = op(v, warp_shfl_xor(v, offset));
   return v;
 }
 
-template <class T>
-__device__ __forceinline__ T warp_sum(T v) { return warp_all_reduce(v, Sum{}); }
-__device__ __forceinline__ float warp_max(float v) { return warp_all_reduce(v, Max{}); }
+template <int Width = kWarpSize, class T>
+__device__ __forceinline__ T warp_sum(T v) { return warp_all_reduce<Width>(v, Sum{}); }
+template <int Width = kWarpSize>
+__device__ __forceinline__ float warp_max(float v) { return warp_all_reduce<Width>(v, Max{}); }
 
 /// Reduce `v` over the whole block; every thread gets the result.
 /// Requires blockDim.x to be a multiple of 32 and all threads to call it.
