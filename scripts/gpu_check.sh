@@ -7,7 +7,7 @@
 #
 # usage: scripts/gpu_check.sh [options]
 #   --out DIR          where logs go (default: $OUT, else ./gpu-check-out)
-#   --no-tests | --no-sanitizer | --no-bench
+#   --no-tests | --no-sanitizer | --no-bench | --no-demo
 #   --tests REGEX      ctest -R filter
 #   --bench REGEX      --benchmark_filter for every module's benchmark binary
 #   --bench-time T     --benchmark_min_time (default 0.2s)
@@ -15,14 +15,14 @@
 # Environment: SANITIZER_TIMEOUT (s per run, 300), SANITIZER_LARGE_TIMEOUT (s per Large run,
 #   900; 0 skips the Large runs), SANITIZER_FUZZ_CASES (random cases per fuzz test under a
 #   sanitizer, 4), SANITIZER_JOBS, CTEST_JOBS.
-# Logs (at most 8 files, as the device tool returns): env.txt build.log ctest.log
+# Logs (few files, so a remote run can return them all): env.txt build.log ctest.log
 # sanitizer.log bench.txt bench_<module>.json summary.txt
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
 
 out=${OUT:-$root/gpu-check-out}
-run_tests=1 run_sanitizer=1 run_bench=1
+run_tests=1 run_sanitizer=1 run_bench=1 run_demo=1
 test_filter="" bench_filter="." bench_time="0.2s" sanitize_filter="_(solution|exercise)$"
 while (($#)); do
   case "$1" in
@@ -30,6 +30,7 @@ while (($#)); do
     --no-tests) run_tests=0 ;;
     --no-sanitizer) run_sanitizer=0 ;;
     --no-bench) run_bench=0 ;;
+    --no-demo) run_demo=0 ;;
     --tests) test_filter=$2; shift ;;
     --bench) bench_filter=$2; shift ;;
     --bench-time) bench_time=$2; shift ;;
@@ -155,6 +156,18 @@ if ((run_sanitizer)); then
       sed -n 's/.*RACECHECK SUMMARY: \([0-9]*\) hazard.*/\1/p' | tail -1)
     [[ -n "$hazards" && "$hazards" != 0 ]] && note "  racecheck on planted bugs of $(basename "$bin"): $hazards hazards found (expected: they are deliberate)"
   done
+fi
+
+# ---- the training demo: it must learn, pass its gradient check and reproduce its bits
+if ((run_demo)); then
+  train=$(find "$build/" -maxdepth 2 -type f -executable -name 'm04_train' | head -1)
+  if [[ -n "$train" ]]; then
+    t0=$SECONDS
+    timeout 300 "$train" --check-repro --out "$out/m04_training_curve.csv" >"$out/demo.txt" 2>&1
+    rc=$?
+    note "demo m04_train: rc=$rc in $((SECONDS - t0)) s"
+    grep -iE "gradient check|reached|hash|reproduc" "$out/demo.txt" | head -8 | sed 's/^/  /' | tee -a "$summary"
+  fi
 fi
 
 # ---- benchmarks
