@@ -1,0 +1,73 @@
+"""course_kernels: call the CUDA kernel course's ops -- the solution or your own -- from Python.
+
+The package loads ``libcourse_bridge_solution.so`` / ``libcourse_bridge_exercise.so``
+(built by the course's CMake, target ``course_bridge_solution`` / ``course_bridge_exercise``)
+with ctypes. PyTorch is optional: pass torch CUDA tensors and get torch tensors back,
+launched on torch's current stream; or pass any object with ``__cuda_array_interface__``
+(CuPy, Numba, ``DeviceArray``).
+
+Five lines::
+
+    import torch, course_kernels as ck
+    x = torch.randn(4096, 1024, device="cuda")
+    y = ck.softmax(x, dim=-1)                              # the solution's top step
+    mine = ck.softmax(x, dim=-1, step="warp_per_row", impl="exercise")   # your kernel
+    torch.testing.assert_close(mine, torch.softmax(x, -1))
+
+Ops (module): l2_norm, dot, softmax, matmul, matmul_tc (1); batched_gemm,
+batched_gemm_ptr_array (2); attention (3); softmax_backward, linear_backward,
+attention_backward (4). Every op takes ``step=`` (a name from ``steps(op)``),
+``impl="solution" | "exercise"``, ``out=`` and ``stream=``.
+
+Errors: argument problems found in Python raise TypeError / ValueError naming the
+argument; the C++ validation's reports arrive as InvalidArgumentError (a ValueError), an
+unwritten exercise stub as StubNotImplementedError (a NotImplementedError) naming the file
+to edit, a step this GPU cannot run as UnsupportedError, CUDA failures as CudaError.
+
+Finding the library: ``$COURSE_BRIDGE_LIB`` (a file or folder), else the checkout's
+``build*/bindings/`` folders, newest first; ``library_path(impl)`` says which one.
+"""
+from __future__ import annotations
+
+from typing import List, Tuple
+
+from ._arrays import DeviceArray
+from ._library import (ABI_VERSION, CourseError, CudaError, InvalidArgumentError, Library, LibraryNotFoundError,
+                       StubNotImplementedError, UnsupportedError, library, library_path)
+from .ops import (DEFAULT_STEPS, attention, attention_backward, batched_gemm, batched_gemm_ptr_array, dot, l2_norm,
+                  linear_backward, matmul, matmul_tc, softmax, softmax_backward)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "l2_norm", "dot", "softmax", "matmul", "matmul_tc", "batched_gemm", "batched_gemm_ptr_array", "attention",
+    "softmax_backward", "linear_backward", "attention_backward",
+    "ops", "steps", "available", "library", "library_path", "device_array",
+    "CourseError", "InvalidArgumentError", "StubNotImplementedError", "UnsupportedError", "CudaError",
+    "LibraryNotFoundError", "DeviceArray", "Library", "DEFAULT_STEPS", "ABI_VERSION",
+]
+
+
+def ops(impl: str = "solution") -> List[str]:
+    """The op names the library knows, e.g. ['l2_norm', 'dot', 'softmax', ...]."""
+    return library(impl).ops()
+
+
+def steps(op: str, impl: str = "solution") -> List[Tuple[str, str]]:
+    """(name, summary) of every step of `op`, in ladder order (from the C++ step table)."""
+    lib = library(impl)
+    return [(s, lib.step_summary(op, s)) for s in lib.steps(op)]
+
+
+def available(op: str, impl: str = "solution") -> bool:
+    """True if the `impl` library contains `op` (False while a module is still being written)."""
+    return library(impl).op_available(op)
+
+
+def device_array(shape, dtype: str = "float32", data: bytes = None, impl: str = "solution") -> DeviceArray:
+    """A device allocation without torch (cudaMalloc through the bridge), optionally filled
+    from host bytes; dtype "float32", "bfloat16", "int64" or "uint8"."""
+    lib = library(impl)
+    if data is None:
+        return DeviceArray(lib, shape, dtype)
+    return DeviceArray.from_bytes(lib, data, shape, dtype)

@@ -1,0 +1,492 @@
+"""The course's ops, callable on torch tensors (or any ``__cuda_array_interface__`` array).
+
+Every function
+  * checks device, dtype, shape and strides in Python and raises ``TypeError`` /
+    ``ValueError`` naming the argument;
+  * passes strides in elements to the C ABI, whose C++ validation reports anything else
+    (alignment, overlaps, limits of a step) as ``InvalidArgumentError`` (a ``ValueError``);
+  * runs on ``stream`` (default: torch's current stream for tensors, else the default stream);
+  * returns new outputs (torch tensors for torch inputs, ``DeviceArray`` otherwise) unless
+    ``out=`` gives them;
+  * takes ``step=`` (a step name, see ``steps(op)``) and ``impl="solution" | "exercise"``;
+  * allocates the step's scratch memory (if any) per call, unless ``workspace=`` gives a
+    device array of at least ``workspace_bytes(op, step, ...)`` bytes (the C ABI's
+    course_*_workspace_bytes; reuse one to keep allocations out of a timed loop).
+"""
+from __future__ import annotations
+
+import struct
+from typing import Any, List, Optional, Sequence, Tuple
+
+from . import _arrays as A
+from ._arrays import BFLOAT16, FLOAT32, Array
+from ._library import library
+
+# Default step of each op: the top of its ladder that runs on any supported GPU.
+DEFAULT_STEPS = {
+    "l2_norm": "vectorized",
+    "dot": "vectorized",
+    "softmax": "online_vectorized",
+    "matmul": "warp_tiled",
+    "matmul_tc": "mma_sync",
+    "batched_gemm": "warp_tiled",  # fp32; bf16 inputs default to "tensor_core" ("wgmma" needs sm_90a)
+    "attention": "fused",  # "fused_options" when rope, alibi or grouped-query attention is asked for
+    "softmax_backward": "fused_vectorized",
+    "linear_backward": "block_column_strip",
+    "attention_backward": "flash",
+}
+DEFAULT_BF16_BGEMM_STEP = "tensor_core"
+
+
+def _step(step: Any, op: str) -> bytes:
+    if step is None:
+        step = DEFAULT_STEPS[op]
+    if not isinstance(step, str):
+        raise TypeError(f"step: expected a step name (str), got {type(step).__name__}; see steps({op!r})")
+    return step.encode()
+
+
+def _dim(dim: int, ndim: int = 2) -> int:
+    if not isinstance(dim, int) or not -ndim <= dim < ndim:
+        raise ValueError(f"dim: {dim!r} is not a dimension of a {ndim}-D array")
+    return dim % ndim
+
+
+def _matrix(a: Array) -> Array:
+    A.check_ndim(a, 2, what="(a row-major matrix)")
+    A.check_unit_last_stride(a)
+    return a
+
+
+def _call(lib, name: str, like: Array, stream: Any, *args) -> None:
+    with A.device_of(like):
+        lib.call(name, *args, A.resolve_stream(stream, like))
+
+
+# ---------------------------------------------------------------------------------------
+# Module 1
+# ---------------------------------------------------------------------------------------
+
+def _scalar_out(lib, out: Any, like: Array) -> Array:
+    if out is None:
+        return A.empty(lib, (), FLOAT32, like, "out")
+    r = A.as_array(out, "out")
+    A.check_dtype(r, FLOAT32)
+    A.check_writable(r)
+    if r.numel != 1:
+        raise ValueError(f"out: shape {r.shape}, expected one element")
+    return r
+
+
+def _reduce(op: str, x: Any, y: Any, step: Optional[str], impl: str, out: Any, stream: Any, workspace: Any):
+    lib = library(impl)
+    X = A.as_array(x, "x")
+    arrays = [X]
+    A.check_dtype(X, FLOAT32)
+    A.check_ndim(X, 1)
+    A.check_contiguous(X)
+    if y is not None:
+        Y = A.as_array(y, "y")
+        A.check_dtype(Y, FLOAT32)
+        A.check_shape(Y, X.shape, "x's shape")
+        A.check_contiguous(Y)
+        arrays.append(Y)
+    R = _scalar_out(lib, out, X)
+    A.check_same_device(*arrays, R)
+    n = X.shape[0]
+    ws = A.Scratch(lib, lib.workspace_bytes("course_reduce_workspace_bytes", n), X, workspace)
+    if op == "l2_norm":
+        _call(lib, "course_l2_norm", X, stream, _step(step, op), X.ptr, n, R.ptr, ws.ptr, ws.nbytes)
+    else:
+        _call(lib, "course_dot", X, stream, _step(step, op), X.ptr, arrays[1].ptr, n, R.ptr, ws.ptr, ws.nbytes)
+    return R.obj
+
+
+def l2_norm(x: Any, *, step: Optional[str] = None, impl: str = "solution", out: Any = None,
+            stream: Any = None, workspace: Any = None) -> Any:
+    """||x||_2 of a contiguous 1-D float32 array, as a 0-d array (or into ``out``, one element).
+
+    Steps: atomic_naive, smem_tree, warp_shuffle, vectorized (default). x must be 16-byte
+    aligned (fresh torch tensors are).
+    """
+    return _reduce("l2_norm", x, None, step, impl, out, stream, workspace)
+
+
+def dot(x: Any, y: Any, *, step: Optional[str] = None, impl: str = "solution", out: Any = None,
+        stream: Any = None, workspace: Any = None) -> Any:
+    """x . y of two contiguous 1-D float32 arrays of one length, as a 0-d array (or into ``out``).
+
+    Steps as l2_norm.
+    """
+    return _reduce("dot", x, y, step, impl, out, stream, workspace)
+
+
+def softmax(x: Any, dim: int = -1, *, step: Optional[str] = None, impl: str = "solution", out: Any = None,
+            stream: Any = None, workspace: Any = None) -> Any:
+    """softmax(x) along ``dim`` of a 2-D float32 matrix (like ``torch.softmax(x, dim)``).
+
+    x may have any row stride (a window of a wider matrix) but unit column stride. In
+    place: ``out=x``. Steps: naive_three_pass, block_per_row, warp_per_row,
+    online_vectorized (default).
+    """
+    lib = library(impl)
+    X = _matrix(A.as_array(x, "x"))
+    A.check_dtype(X, FLOAT32)
+    d = _dim(dim)
+    rows, cols = X.shape
+    Y = A.output(lib, out, "out", (rows, cols), FLOAT32, X)
+    A.check_same_device(X, Y)
+    s = _step(step, "softmax")
+    ws = A.Scratch(lib, lib.workspace_bytes("course_softmax_workspace_bytes", s, rows, cols, d), X, workspace)
+    _call(lib, "course_softmax", X, stream, s, X.ptr, Y.ptr, rows, cols, A.leading_dim(X), A.leading_dim(Y), d,
+          ws.ptr, ws.nbytes)
+    return Y.obj
+
+
+def _gemm_operands(a: Any, b: Any, dtype: str) -> Tuple[Array, Array, int, int, int]:
+    Am = _matrix(A.as_array(a, "a"))
+    Bm = _matrix(A.as_array(b, "b"))
+    A.check_dtype(Am, dtype)
+    A.check_dtype(Bm, dtype)
+    (m, k), (k2, n) = Am.shape, Bm.shape
+    if k2 != k:
+        raise ValueError(f"b: shape {Bm.shape} does not match a's {Am.shape}: a is M x K, b must be K x N")
+    return Am, Bm, m, n, k
+
+
+def matmul(a: Any, b: Any, *, alpha: float = 1.0, beta: float = 0.0, step: Optional[str] = None,
+           impl: str = "solution", out: Any = None, stream: Any = None) -> Any:
+    """C = alpha * a @ b + beta * C, float32 (SGEMM; no TF32).
+
+    a: M x K, b: K x N, row-major with any row strides. beta != 0 reads ``out`` (required).
+    Steps: naive, coalesced, smem_tiled, register_1d, register_2d, vectorized, warp_tiled
+    (default).
+    """
+    lib = library(impl)
+    Am, Bm, m, n, k = _gemm_operands(a, b, FLOAT32)
+    if beta != 0 and out is None:
+        raise ValueError("beta: a nonzero beta reads C (C = alpha*a@b + beta*C): pass out=")
+    C = A.output(lib, out, "out", (m, n), FLOAT32, Am)
+    A.check_same_device(Am, Bm, C)
+    _call(lib, "course_matmul", Am, stream, _step(step, "matmul"), Am.ptr, Bm.ptr, C.ptr, m, n, k,
+          A.leading_dim(Am), A.leading_dim(Bm), A.leading_dim(C), float(alpha), float(beta))
+    return C.obj
+
+
+def matmul_tc(a: Any, b: Any, *, step: Optional[str] = None, impl: str = "solution", out: Any = None,
+              stream: Any = None) -> Any:
+    """C = a @ b on tensor cores: bfloat16 a (M x K) and b (K x N), float32 C (M x N).
+
+    a and b: 16-byte aligned, row strides multiples of 8 elements. Steps: wmma, mma_sync (default).
+    """
+    lib = library(impl)
+    Am, Bm, m, n, k = _gemm_operands(a, b, BFLOAT16)
+    C = A.output(lib, out, "out", (m, n), FLOAT32, Am)
+    A.check_same_device(Am, Bm, C)
+    _call(lib, "course_matmul_tc", Am, stream, _step(step, "matmul_tc"), Am.ptr, Bm.ptr, C.ptr, m, n, k,
+          A.leading_dim(Am), A.leading_dim(Bm), A.leading_dim(C))
+    return C.obj
+
+
+# ---------------------------------------------------------------------------------------
+# Module 2
+# ---------------------------------------------------------------------------------------
+
+def _operand_layout(a: Array) -> Tuple[bool, int]:
+    """(transposed, row stride) of the logical matrix in a's last two dims: row-major when
+    the last dim is contiguous; a transposed view of a row-major matrix when the one before is."""
+    rows, cols = a.shape[-2], a.shape[-1]
+    rs, cs = a.strides[-2], a.strides[-1]
+    if cols == 1 or cs == 1:
+        return False, rs if rows > 1 else max(cols, 1)
+    if rows == 1 or rs == 1:
+        return True, cs if cols > 1 else max(rows, 1)
+    raise ValueError(f"{a.name}: one of the last two dimensions must be contiguous (stride 1), got strides "
+                     f"{a.strides}; pass .contiguous()")
+
+
+def _lead_strides(a: Array) -> Tuple[int, int]:
+    """(batch, head) strides of a 2-, 3- or 4-D operand (0 for an absent or single-element dim)."""
+    if a.ndim == 4:
+        return A.stride_or(a, 0, 0), A.stride_or(a, 1, 0)
+    if a.ndim == 3:
+        return A.stride_or(a, 0, 0), 0
+    return 0, 0
+
+
+def batched_gemm(a: Any, b: Any, *, alpha: float = 1.0, step: Optional[str] = None, impl: str = "solution",
+                 out: Any = None, stream: Any = None) -> Any:
+    """C[..] = alpha * a[..] @ b[..] over [batch, heads] (module 2's strided batched GEMM).
+
+    a: [.., M, K], b: [.., K, N] with the same leading dims: () , (batch,) or (batch, heads);
+    C: [.., M, N] float32. a and b are float32 (steps smem_tiled, register_blocked,
+    warp_tiled) or bfloat16 (tensor_core, wgmma on sm_90a). Transposed views are read in
+    place: ``batched_gemm(q, k.transpose(-2, -1))`` is Q K^T without a copy
+    (b_transposed); a transposed ``a`` (a_transposed) needs an fp32 step. Broadcast
+    (expanded, stride 0) batch/head dims of a and b are allowed.
+    """
+    lib = library(impl)
+    Am, Bm = A.as_array(a, "a"), A.as_array(b, "b")
+    for x in (Am, Bm):
+        A.check_ndim(x, 2, 3, 4, what="([.., rows, cols])")
+        A.check_dtype(x, FLOAT32, BFLOAT16)
+    if Bm.dtype != Am.dtype:
+        raise TypeError(f"b: dtype {Bm.dtype}, but a is {Am.dtype}; both must be float32 or both bfloat16")
+    if Am.shape[:-2] != Bm.shape[:-2]:
+        raise ValueError(f"b: leading dims {Bm.shape[:-2]} differ from a's {Am.shape[:-2]}")
+    (m, k), (k2, n) = Am.shape[-2:], Bm.shape[-2:]
+    if k2 != k:
+        raise ValueError(f"b: shape {Bm.shape} does not match a's {Am.shape}: a is [.., M, K], b must be [.., K, N]")
+    a_t, lda = _operand_layout(Am)
+    b_t, ldb = _operand_layout(Bm)
+    lead = Am.shape[:-2]
+    C = A.output(lib, out, "out", (*lead, m, n), FLOAT32, Am)
+    A.check_same_device(Am, Bm, C)
+    batch = lead[0] if len(lead) >= 1 else 1
+    heads = lead[1] if len(lead) >= 2 else 1
+    bf16 = Am.dtype == BFLOAT16
+    s = (step or DEFAULT_BF16_BGEMM_STEP) if bf16 else step
+    name = "course_batched_gemm_strided_bf16" if bf16 else "course_batched_gemm_strided_f32"
+    _call(lib, name, Am, stream, _step(s, "batched_gemm"), Am.ptr, Bm.ptr, C.ptr, m, n, k, batch, heads,
+          A.strides3(*_lead_strides(Am), lda), A.strides3(*_lead_strides(Bm), ldb),
+          A.strides3(*_lead_strides(C), A.leading_dim(C)), int(a_t), int(b_t), float(alpha))
+    return C.obj
+
+
+def _pointer_array(lib, ptrs: List[int], like: Array, name: str):
+    """A device int64 array holding `ptrs` (kept alive by the caller until the call is done)."""
+    if like.is_torch:
+        torch = A._torch()
+        return A.as_array(torch.tensor(ptrs, dtype=torch.int64, device=like.device), name)
+    data = struct.pack(f"<{len(ptrs)}q", *ptrs)
+    return A.as_array(A.DeviceArray.from_bytes(lib, data, (len(ptrs),), "int64"), name)
+
+
+def batched_gemm_ptr_array(a: Sequence[Any], b: Sequence[Any], *, alpha: float = 1.0, step: Optional[str] = None,
+                           impl: str = "solution", out: Optional[Sequence[Any]] = None,
+                           stream: Any = None) -> List[Any]:
+    """C[i] = alpha * a[i] @ b[i] for lists of matrices that live anywhere (pointer-array API).
+
+    All a[i] share one shape, dtype and layout (row stride, transposition); likewise b[i].
+    The pointer arrays are built on the host and copied to the device on each call (the
+    set-up cost module 2's lesson measures). Returns the list of C[i] (float32, M x N).
+    """
+    lib = library(impl)
+    if len(a) == 0 or len(a) != len(b):
+        raise ValueError(f"a, b: need two non-empty lists of one length, got {len(a)} and {len(b)}")
+    As = [A.as_array(x, f"a[{i}]") for i, x in enumerate(a)]
+    Bs = [A.as_array(x, f"b[{i}]") for i, x in enumerate(b)]
+    for group in (As, Bs):
+        for x in group:
+            A.check_ndim(x, 2, what="(a matrix)")
+            A.check_dtype(x, FLOAT32, BFLOAT16)
+            if x.dtype != As[0].dtype:
+                raise TypeError(f"{x.name}: dtype {x.dtype}, but a[0] is {As[0].dtype}")
+            if x.shape != group[0].shape or _operand_layout(x) != _operand_layout(group[0]):
+                raise ValueError(f"{x.name}: shape {x.shape} / strides {x.strides} differ from "
+                                 f"{group[0].name}'s {group[0].shape} / {group[0].strides}")
+    (m, k), (k2, n) = As[0].shape, Bs[0].shape
+    if k2 != k:
+        raise ValueError(f"b[0]: shape {Bs[0].shape} does not match a[0]'s {As[0].shape}")
+    a_t, lda = _operand_layout(As[0])
+    b_t, ldb = _operand_layout(Bs[0])
+    if out is None:
+        Cs = [A.empty(lib, (m, n), FLOAT32, As[0], f"out[{i}]") for i in range(len(As))]
+    else:
+        if len(out) != len(As):
+            raise ValueError(f"out: {len(out)} matrices for {len(As)} products")
+        Cs = [A.output(lib, c, f"out[{i}]", (m, n), FLOAT32, As[0]) for i, c in enumerate(out)]
+    ldc = A.leading_dim(Cs[0])
+    for c in Cs:
+        if A.leading_dim(c) != ldc:
+            raise ValueError(f"{c.name}: row stride {A.leading_dim(c)} differs from out[0]'s {ldc}")
+    A.check_same_device(*As, *Bs, *Cs)
+    pa = _pointer_array(lib, [x.ptr for x in As], As[0], "a_ptrs")
+    pb = _pointer_array(lib, [x.ptr for x in Bs], As[0], "b_ptrs")
+    pc = _pointer_array(lib, [x.ptr for x in Cs], As[0], "c_ptrs")
+    bf16 = As[0].dtype == BFLOAT16
+    s = (step or DEFAULT_BF16_BGEMM_STEP) if bf16 else step
+    name = "course_batched_gemm_ptr_array_bf16" if bf16 else "course_batched_gemm_ptr_array_f32"
+    _call(lib, name, As[0], stream, _step(s, "batched_gemm"), pa.ptr, pb.ptr, pc.ptr, m, n, k, len(As), 1, lda,
+          ldb, ldc, int(a_t), int(b_t), float(alpha))
+    return [c.obj for c in Cs]
+
+
+# ---------------------------------------------------------------------------------------
+# Module 3
+# ---------------------------------------------------------------------------------------
+
+def _attention_tensor(x: Any, name: str, dtype: Sequence[str]) -> Array:
+    t = A.as_array(x, name)
+    A.check_ndim(t, 4, what="[batch, heads, seq, head_dim]")
+    A.check_dtype(t, *dtype)
+    A.check_unit_last_stride(t)
+    return t
+
+
+def _attn_strides(t: Array):
+    """{batch, head, seq} strides; a single-element dim gets a stride the kernels accept."""
+    return A.strides3(A.stride_or(t, 0, 0), A.stride_or(t, 1, 0), A.stride_or(t, 2, t.shape[3]))
+
+
+def _qkv(q: Any, k: Any, v: Any, dtypes: Sequence[str]) -> Tuple[Array, Array, Array]:
+    Q = _attention_tensor(q, "q", dtypes)
+    K = _attention_tensor(k, "k", dtypes)
+    V = _attention_tensor(v, "v", dtypes)
+    for x in (K, V):
+        if x.dtype != Q.dtype:
+            raise TypeError(f"{x.name}: dtype {x.dtype}, but q is {Q.dtype}")
+    B, H, Nq, d = Q.shape
+    A.check_shape(K, (B, None, None, d), "[batch, kv_heads, seq_k, head_dim] matching q")
+    A.check_shape(V, K.shape, "k's shape")
+    return Q, K, V
+
+
+def _lse_out(lib, lse_out: Any, shape, like: Array) -> Array:
+    return A.output(lib, lse_out, "lse_out", shape, FLOAT32, like, contiguous=True)
+
+
+def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Optional[float] = None, rope: bool = False,
+              rope_theta: float = 10000.0, alibi: bool = False, return_lse: bool = False,
+              step: Optional[str] = None, impl: str = "solution", out: Any = None, lse_out: Any = None,
+              stream: Any = None, workspace: Any = None) -> Any:
+    """softmax(scale * q k^T [+ ALiBi] [causal]) v: module 3's attention forward (float32).
+
+    q: [B, H, N_q, d]; k, v: [B, H_kv, N_k, d] (H_kv divides H: grouped-query attention),
+    the dims ``torch.nn.functional.scaled_dot_product_attention`` uses; any strides with a
+    contiguous last dim (so a [B, N, H, d] tensor passed as ``x.transpose(1, 2)`` is read in
+    place). scale None: 1/sqrt(d). The causal mask is aligned to the BOTTOM-RIGHT corner
+    (query i sees key j <= i + N_k - N_q); it equals SDPA's ``is_causal`` when N_q == N_k.
+    Returns O [B, H, N_q, d] float32, and lse [B, H, N_q] (natural log) too when
+    ``return_lse`` or ``lse_out`` is given. Steps: naive, tiled_online, causal, fused
+    (default), fused_options (default when rope, alibi or H_kv < H).
+    """
+    lib = library(impl)
+    Q, K, V = _qkv(q, k, v, (FLOAT32,))
+    B, H, Nq, d = Q.shape
+    Hkv, Nk = K.shape[1], K.shape[2]
+    O = A.output(lib, out, "out", (B, H, Nq, d), Q.dtype, Q)
+    L = _lse_out(lib, lse_out, (B, H, Nq), Q) if (return_lse or lse_out is not None) else None
+    A.check_same_device(Q, K, V, O, L)
+    if step is None and (rope or alibi or Hkv != H):
+        step = "fused_options"
+    s = _step(step, "attention")
+    ws = A.Scratch(lib, lib.workspace_bytes("course_attention_workspace_bytes", s, B, H, Nq, Nk), Q, workspace)
+    lse_ptr = L.ptr if L is not None else None
+    _call(lib, "course_attention_forward", Q, stream, s, Q.ptr, K.ptr, V.ptr, O.ptr, lse_ptr, B, H, Hkv, Nq, Nk, d,
+          _attn_strides(Q), _attn_strides(K), _attn_strides(V), _attn_strides(O),
+          float(scale or 0.0), int(causal), int(rope), float(rope_theta), int(alibi), ws.ptr, ws.nbytes)
+    return (O.obj, L.obj) if L is not None else O.obj
+
+
+# ---------------------------------------------------------------------------------------
+# Module 4
+# ---------------------------------------------------------------------------------------
+
+def softmax_backward(y: Any, dy: Any, dim: int = -1, *, step: Optional[str] = None, impl: str = "solution",
+                     out: Any = None, stream: Any = None, workspace: Any = None) -> Any:
+    """dx = y * (dy - sum(dy * y, dim)): the gradient of softmax along ``dim`` from its output y.
+
+    y, dy: 2-D float32, unit column stride, any row strides. In place: ``out=dy``.
+    Steps: two_pass, warp_per_row, fused_vectorized (default).
+    """
+    lib = library(impl)
+    Y = _matrix(A.as_array(y, "y"))
+    DY = _matrix(A.as_array(dy, "dy"))
+    A.check_dtype(Y, FLOAT32)
+    A.check_dtype(DY, FLOAT32)
+    A.check_shape(DY, Y.shape, "y's shape")
+    d = _dim(dim)
+    rows, cols = Y.shape
+    DX = A.output(lib, out, "out", (rows, cols), FLOAT32, Y)
+    A.check_same_device(Y, DY, DX)
+    s = _step(step, "softmax_backward")
+    ws = A.Scratch(lib, lib.workspace_bytes("course_softmax_backward_workspace_bytes", s, rows, cols, d), Y,
+                   workspace)
+    _call(lib, "course_softmax_backward", Y, stream, s, Y.ptr, DY.ptr, DX.ptr, rows, cols, A.leading_dim(Y),
+          A.leading_dim(DY), A.leading_dim(DX), d, ws.ptr, ws.nbytes)
+    return DX.obj
+
+
+def linear_backward(x: Any, w: Any, dy: Any, *, need_dx: bool = True, need_dw: bool = True, need_db: bool = True,
+                    step: Optional[str] = None, impl: str = "solution", out: Optional[Sequence[Any]] = None,
+                    stream: Any = None) -> Tuple[Any, Any, Any]:
+    """Gradients of Y = x @ w + b: (dX = dy @ w^T, dW = x^T @ dy, db = dy.sum(0)), float32.
+
+    x: M x K (may be None when not need_dw), w: K x N (may be None when not need_dx),
+    dy: M x N; unit column strides, any row strides. A gradient not needed is returned as
+    None. ``out=(dx, dw, db)`` (entries may be None). ``step`` picks the bias-gradient
+    kernel: column_per_thread, block_column_strip (default).
+    """
+    lib = library(impl)
+    DY = _matrix(A.as_array(dy, "dy"))
+    A.check_dtype(DY, FLOAT32)
+    M, N = DY.shape
+    X = W = None
+    if x is not None:
+        X = _matrix(A.as_array(x, "x"))
+        A.check_dtype(X, FLOAT32)
+    if w is not None:
+        W = _matrix(A.as_array(w, "w"))
+        A.check_dtype(W, FLOAT32)
+    if need_dw and X is None:
+        raise ValueError("x: needed for dW = x^T @ dy (or pass need_dw=False)")
+    if need_dx and W is None:
+        raise ValueError("w: needed for dX = dy @ w^T (or pass need_dx=False)")
+    K = X.shape[1] if X is not None else W.shape[0]
+    if X is not None:
+        A.check_shape(X, (M, K), "[M, K] (M from dy)")
+    if W is not None:
+        A.check_shape(W, (K, N), "[K, N] (K from x, N from dy)")
+    outs = list(out) if out is not None else [None, None, None]
+    if len(outs) != 3:
+        raise ValueError("out: expected (dx, dw, db)")
+    DX = A.output(lib, outs[0], "out[0] (dx)", (M, K), FLOAT32, DY) if need_dx else None
+    DW = A.output(lib, outs[1], "out[1] (dw)", (K, N), FLOAT32, DY) if need_dw else None
+    DB = A.output(lib, outs[2], "out[2] (db)", (N,), FLOAT32, DY, contiguous=True) if need_db else None
+    A.check_same_device(DY, X, W, DX, DW, DB)
+    ld = lambda t: A.leading_dim(t) if t is not None else 0  # noqa: E731 (0: dense)
+    ptr = lambda t: t.ptr if t is not None else None  # noqa: E731
+    _call(lib, "course_linear_backward", DY, stream, _step(step, "linear_backward"), ptr(X), ptr(W), DY.ptr,
+          ptr(DX), ptr(DW), ptr(DB), M, K, N, ld(X), ld(W), ld(DY), ld(DX), ld(DW))
+    return tuple(t.obj if t is not None else None for t in (DX, DW, DB))
+
+
+def attention_backward(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, *, causal: bool = False,
+                       scale: Optional[float] = None, step: Optional[str] = None, impl: str = "solution",
+                       out: Optional[Sequence[Any]] = None, stream: Any = None,
+                       workspace: Any = None) -> Tuple[Any, Any, Any]:
+    """(dq, dk, dv) of module 3's float32 attention, from the forward's o and lse and dout = dL/do.
+
+    Shapes and strides as ``attention``: q, o, dout [B, H, N_q, d]; k, v [B, H_kv, N_k, d];
+    lse [B, H, N_q] contiguous (``attention(..., return_lse=True)``). causal and scale must
+    be the forward's. With H_kv < H, dk and dv sum over each group's query heads.
+    Steps: naive, flash (default), flash_deterministic.
+    """
+    lib = library(impl)
+    Q, K, V = _qkv(q, k, v, (FLOAT32,))
+    B, H, Nq, d = Q.shape
+    Hkv, Nk = K.shape[1], K.shape[2]
+    O = _attention_tensor(o, "o", (FLOAT32,))
+    DO = _attention_tensor(dout, "dout", (FLOAT32,))
+    A.check_shape(O, Q.shape, "q's shape")
+    A.check_shape(DO, Q.shape, "q's shape")
+    L = A.as_array(lse, "lse")
+    A.check_dtype(L, FLOAT32)
+    A.check_shape(L, (B, H, Nq), "[B, H, N_q]")
+    A.check_contiguous(L)
+    outs = list(out) if out is not None else [None, None, None]
+    if len(outs) != 3:
+        raise ValueError("out: expected (dq, dk, dv)")
+    DQ = A.output(lib, outs[0], "out[0] (dq)", Q.shape, FLOAT32, Q)
+    DK = A.output(lib, outs[1], "out[1] (dk)", K.shape, FLOAT32, Q)
+    DV = A.output(lib, outs[2], "out[2] (dv)", K.shape, FLOAT32, Q)
+    A.check_same_device(Q, K, V, O, DO, L, DQ, DK, DV)
+    s = _step(step, "attention_backward")
+    ws = A.Scratch(lib, lib.workspace_bytes("course_attention_backward_workspace_bytes", s, B, H, Nq, Nk), Q,
+                   workspace)
+    _call(lib, "course_attention_backward", Q, stream, s, Q.ptr, K.ptr, V.ptr, O.ptr, DO.ptr, L.ptr, DQ.ptr,
+          DK.ptr, DV.ptr, B, H, Hkv, Nq, Nk, d, _attn_strides(Q), _attn_strides(K), _attn_strides(V),
+          _attn_strides(O), _attn_strides(DO), _attn_strides(DQ), _attn_strides(DK), _attn_strides(DV),
+          float(scale or 0.0), int(causal), ws.ptr, ws.nbytes)
+    return DQ.obj, DK.obj, DV.obj

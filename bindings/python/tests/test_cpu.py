@@ -1,0 +1,218 @@
+"""CPU tests (no GPU, no torch): the package imports, finds and loads both libraries, lists
+ops and steps, checks arguments in Python with clear errors, and surfaces the C++
+validation's messages (validation runs before any launch, so no device is needed)."""
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import course_kernels as ck
+
+IMPLS = ["solution", "exercise"]
+
+
+def test_import_does_not_import_torch():
+    code = "import sys, course_kernels; print('torch' in sys.modules)"
+    env_path = str(pathlib.Path(ck.__file__).resolve().parents[1])
+    out = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {env_path!r}); {code}"],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_library_is_found_and_loads(impl):
+    path = ck.library_path(impl)
+    assert path.name == f"libcourse_bridge_{impl}.so"
+    lib = ck.library(impl)
+    assert lib.impl == impl
+    assert lib.raw("course_bridge_abi_version")() == ck.ABI_VERSION
+
+
+def test_env_var_overrides(monkeypatch, tmp_path):
+    from course_kernels import _library
+    real = ck.library_path("solution")
+    monkeypatch.setenv("COURSE_BRIDGE_LIB", str(real.parent))
+    assert _library.candidate_paths("exercise")[0] == real.parent / "libcourse_bridge_exercise.so"
+    monkeypatch.setenv("COURSE_BRIDGE_LIB", str(real))  # a file: its folder serves the other impl
+    assert _library.candidate_paths("solution")[0] == real
+    assert _library.candidate_paths("exercise")[0] == real.parent / "libcourse_bridge_exercise.so"
+    monkeypatch.setenv("COURSE_BRIDGE_LIB", str(tmp_path))  # empty folder: the build folders still count
+    assert _library.candidate_paths("solution")[0].name == "libcourse_bridge_solution.so"
+
+
+def test_bad_impl_is_named():
+    with pytest.raises(ValueError, match="impl: 'mine'"):
+        ck.library("mine")
+    with pytest.raises(ValueError, match="impl"):
+        ck.softmax(object(), impl="mine")
+
+
+def test_ops_and_steps_come_from_the_step_tables():
+    assert ck.ops()[:7] == ["l2_norm", "dot", "softmax", "matmul", "matmul_tc", "batched_gemm", "attention"]
+    assert [s for s, _ in ck.steps("softmax")] == ["naive_three_pass", "block_per_row", "warp_per_row",
+                                                   "online_vectorized"]
+    assert ck.steps("matmul")[-1][0] == "warp_tiled" and "warp" in ck.steps("matmul")[-1][1]
+    assert ck.steps("l2_norm") == ck.steps("dot")
+    for impl in IMPLS:
+        for op in ck.ops(impl):
+            names = [s for s, _ in ck.steps(op, impl)]
+            assert names and all(names), op
+            if op in ck.DEFAULT_STEPS:
+                assert ck.DEFAULT_STEPS[op] in names, f"default step of {op} is not in its table"
+            assert isinstance(ck.available(op, impl), bool)
+    assert set(ck.DEFAULT_STEPS) <= set(ck.ops()) | {"softmax_backward", "linear_backward", "attention_backward"}
+
+
+def test_unknown_op_and_step_are_clear(fake):
+    with pytest.raises(ck.InvalidArgumentError, match="argument 'op' = \"flash\".*the ops are: l2_norm"):
+        ck.steps("flash")
+    with pytest.raises(ck.InvalidArgumentError) as e:
+        ck.softmax(fake((4, 8)), step="fastest", out=fake((4, 8)))
+    assert "softmax: argument 'step' = \"fastest\"" in str(e.value)
+    assert "naive_three_pass,block_per_row,warp_per_row,online_vectorized" in str(e.value)
+    assert isinstance(e.value, ValueError)
+    with pytest.raises(TypeError, match="step: expected a step name"):
+        ck.softmax(fake((4, 8)), step=3, out=fake((4, 8)))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_validation_messages_cross_the_boundary(fake, impl):
+    """Null pointers and bad sizes reach the C++ validation and come back by name."""
+    with pytest.raises(ck.InvalidArgumentError, match=r"\[%s\] matmul: argument 'a' = nullptr" % impl):
+        ck.matmul(fake((4, 4), ptr=0), fake((4, 4)), out=fake((4, 4)), impl=impl)
+    with pytest.raises(ck.InvalidArgumentError, match="argument 'ldx' = 4: must be >= cols"):
+        ck.softmax(fake((4, 8), strides=(16, 4)), out=fake((4, 8)), impl=impl)  # rows overlap
+    with pytest.raises(ck.InvalidArgumentError, match="argument 'head_dim' = 48"):
+        q = fake((2, 4, 8, 48))
+        ck.attention(q, fake((2, 4, 8, 48)), fake((2, 4, 8, 48)), out=fake((2, 4, 8, 48)), impl=impl)
+    with pytest.raises(ck.InvalidArgumentError, match="argument 'causal' = true: is not supported by step "
+                                                      "tiled_online"):
+        shape = (1, 2, 16, 64)
+        ck.attention(fake(shape), fake(shape), fake(shape), causal=True, step="tiled_online", out=fake(shape),
+                     impl=impl)
+    with pytest.raises(ck.InvalidArgumentError, match="argument 'lda' = 12: must be a multiple of 8"):
+        ck.matmul_tc(fake((16, 12), "<V2"), fake((12, 16), "<V2"), out=fake((16, 16)), impl=impl)
+    # A transposed bf16 `a` is read as a_transposed, which the bf16 steps reject by name.
+    with pytest.raises(ck.InvalidArgumentError, match="argument 'a_transposed' = true"):
+        ck.batched_gemm(fake((2, 32, 16), "<V2", strides=(1024, 2, 64)), fake((2, 16, 8), "<V2"),
+                        out=fake((2, 32, 8)), impl=impl)
+    # The pointer arrays of batched_gemm_ptr_array are checked to be device memory: here they
+    # cannot be uploaded without a device, so call the C ABI with host arrays directly.
+    import ctypes
+    host = (ctypes.c_void_p * 1)(1 << 40)
+    lib = ck.library(impl)
+    with pytest.raises(ck.InvalidArgumentError, match="argument 'a_ptrs'"):
+        lib.call("course_batched_gemm_ptr_array_f32", b"smem_tiled", ctypes.addressof(host), ctypes.addressof(host),
+                 ctypes.addressof(host), 8, 8, 8, 1, 1, 8, 8, 8, 0, 0, 1.0, None)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_module4_validation_crosses_the_boundary(fake, impl):
+    ops = ck.ops(impl)
+    if "attention_backward" in ops and ck.available("attention_backward", impl):
+        s = (1, 2, 16, 64)
+        with pytest.raises(ck.InvalidArgumentError, match="argument 'head_dim' = 8"):
+            s8 = (1, 2, 16, 8)
+            ck.attention_backward(fake(s8), fake(s8), fake(s8), fake(s8), fake(s8), fake((1, 2, 16)),
+                                  out=(fake(s8), fake(s8), fake(s8)), step="flash", impl=impl,
+                                  workspace=fake((4096,), "|u1"))
+        with pytest.raises(ValueError, match="lse: must be contiguous"):
+            ck.attention_backward(fake(s), fake(s), fake(s), fake(s), fake(s), fake((1, 2, 16), strides=(8, 4, 8)),
+                                  out=(fake(s), fake(s), fake(s)), impl=impl, workspace=fake((4096,), "|u1"))
+        with pytest.raises(ck.InvalidArgumentError, match="argument 'workspace_bytes' = 100: must be >= "):
+            ck.attention_backward(fake(s), fake(s), fake(s), fake(s), fake(s), fake((1, 2, 16)),
+                                  out=(fake(s), fake(s), fake(s)), impl=impl, workspace=fake((100,), "|u1"))
+    if "softmax_backward" in ops and ck.available("softmax_backward", impl):
+        with pytest.raises(ck.InvalidArgumentError, match="argument 'dim' = 2"):
+            ck.library(impl).call("course_softmax_backward", b"warp_per_row", 1 << 40, 2 << 40, 3 << 40, 4, 8, 8, 8,
+                                  8, 2, None, 0, None)
+    if "linear_backward" in ops and ck.available("linear_backward", impl):
+        with pytest.raises(ck.InvalidArgumentError, match="argument 'dx'.*overlaps"):
+            x = fake((8, 4))
+            ck.linear_backward(x, fake((4, 8)), fake((8, 8)), out=(x, fake((4, 8)), fake((8,))), impl=impl)
+        with pytest.raises(ValueError, match="x: needed for dW"):
+            ck.linear_backward(None, fake((4, 8)), fake((8, 8)), impl=impl)
+
+
+def test_python_checks_name_the_argument(fake):
+    with pytest.raises(TypeError, match="x: expected a torch.Tensor or an object with __cuda_array_interface__, "
+                                        "got list"):
+        ck.softmax([[1.0, 2.0]])
+    with pytest.raises(TypeError, match="x: dtype typestr '<f8', expected float32"):
+        ck.softmax(fake((4, 8), "<f8"))
+    with pytest.raises(TypeError, match="a: dtype float32, expected bfloat16"):
+        ck.matmul_tc(fake((16, 16)), fake((16, 16), "<V2"))
+    with pytest.raises(ValueError, match="x: expected a 2-D array"):
+        ck.softmax(fake((4, 8, 2)))
+    with pytest.raises(ValueError, match=r"x: the last dimension must be contiguous \(stride 1\)"):
+        ck.softmax(fake((4, 8), strides=(64, 8)))
+    with pytest.raises(ValueError, match="x: strides .* are not multiples of the 4-byte element"):
+        ck.softmax(fake((4, 8), strides=(34, 4)))
+    with pytest.raises(ValueError, match="b: shape \\(5, 4\\) does not match a's \\(4, 4\\)"):
+        ck.matmul(fake((4, 4)), fake((5, 4)))
+    with pytest.raises(ValueError, match="beta: a nonzero beta reads C"):
+        ck.matmul(fake((4, 4)), fake((4, 4)), beta=1.0)
+    with pytest.raises(ValueError, match="out: shape \\(4, 5\\), expected the result's shape"):
+        ck.matmul(fake((4, 4)), fake((4, 4)), out=fake((4, 5)))
+    with pytest.raises(ValueError, match="out: the output array is read-only"):
+        ck.matmul(fake((4, 4)), fake((4, 4)), out=fake((4, 4), readonly=True))
+    with pytest.raises(ValueError, match="dim: 2 is not a dimension"):
+        ck.softmax(fake((4, 8)), dim=2)
+    with pytest.raises(ValueError, match="x: must be contiguous"):
+        ck.l2_norm(fake((8,), strides=(8,)))
+    with pytest.raises(ValueError, match="y: shape \\(9,\\), expected x's shape"):
+        ck.dot(fake((8,)), fake((9,)))
+    with pytest.raises(ValueError, match="a: one of the last two dimensions must be contiguous"):
+        ck.batched_gemm(fake((2, 8, 8), strides=(256, 16, 8)), fake((2, 8, 8)), out=fake((2, 8, 8)))
+    with pytest.raises(ValueError, match="b: leading dims \\(3,\\) differ from a's \\(2,\\)"):
+        ck.batched_gemm(fake((2, 8, 8)), fake((3, 8, 8)))
+    with pytest.raises(TypeError, match="b: dtype bfloat16, but a is float32"):
+        ck.batched_gemm(fake((2, 8, 8)), fake((2, 8, 8), "<V2"))
+    with pytest.raises(ValueError, match="k: shape .* expected \\[batch, kv_heads, seq_k, head_dim\\]"):
+        ck.attention(fake((2, 4, 8, 64)), fake((2, 4, 8, 32)), fake((2, 4, 8, 32)))
+    with pytest.raises(ValueError, match="q: expected a 4-D array"):
+        ck.attention(fake((4, 8, 64)), fake((4, 8, 64)), fake((4, 8, 64)))
+    with pytest.raises(ValueError, match="lse_out: must be contiguous"):
+        s = (1, 2, 16, 64)
+        ck.attention(fake(s), fake(s), fake(s), out=fake(s), lse_out=fake((1, 2, 16), strides=(8, 4, 8)))
+    with pytest.raises(ValueError, match="a, b: need two non-empty lists"):
+        ck.batched_gemm_ptr_array([], [])
+    with pytest.raises(ValueError, match="b\\[1\\]: shape"):
+        ck.batched_gemm_ptr_array([fake((8, 8))] * 2, [fake((8, 8)), fake((8, 4))])
+
+
+def test_stream_argument(fake):
+    from course_kernels import _arrays
+    like = _arrays.as_array(fake((1,)), "x")
+
+    class TorchLikeStream:
+        cuda_stream = 1234
+
+    assert _arrays.resolve_stream(None, like) == 0
+    assert _arrays.resolve_stream(77, like) == 77
+    assert _arrays.resolve_stream(TorchLikeStream(), like) == 1234
+    with pytest.raises(TypeError, match="stream: expected an int handle"):
+        ck.softmax(fake((4, 8)), out=fake((4, 8)), stream="default")
+
+
+def test_transposed_views_are_detected(fake):
+    from course_kernels import _arrays
+    from course_kernels.ops import _operand_layout
+    row_major = _arrays.as_array(fake((3, 8, 16)), "a")
+    assert _operand_layout(row_major) == (False, 16)
+    col_major = _arrays.as_array(fake((3, 8, 16), strides=(512, 4, 32)), "a")  # a K x M matrix read as A^T
+    assert _operand_layout(col_major) == (True, 8)
+    padded = _arrays.as_array(fake((8, 16), strides=(96, 4)), "a")
+    assert _operand_layout(padded) == (False, 24)
+
+
+def test_cuda_errors_cross_the_boundary():
+    """Without a device, an allocation fails as CudaError; with one, it works."""
+    from conftest import gpu_reason
+    if gpu_reason() is None:
+        arr = ck.device_array((4,), data=bytes(16))
+        assert arr.tolist() == [0.0] * 4
+    else:
+        with pytest.raises(ck.CudaError, match="(?s)CUDA error .* in cudaMalloc"):
+            ck.device_array((4,))

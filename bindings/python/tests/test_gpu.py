@@ -1,0 +1,296 @@
+"""GPU tests: every op and step of both builds through the bridge, against PyTorch.
+
+Skipped (with the reason) without a CUDA device or without PyTorch. An exercise stub
+that is not written yet, or a step this GPU cannot run, skips its case. The references
+are float64 computations in torch on the same inputs; tolerances are for fp32 (bf16
+inputs: fp32 accumulation of exact products), far looser than a wrong index or a
+dropped tail would need.
+"""
+import math
+import struct
+
+import pytest
+
+import course_kernels as ck
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (the GPU tests compare with torch)")
+pytestmark = pytest.mark.gpu
+
+IMPLS = ["solution", "exercise"]
+
+
+@pytest.fixture(params=IMPLS)
+def impl(request):
+    return request.param
+
+
+@pytest.fixture(autouse=True)
+def _fp32_matmul():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.manual_seed(1234)
+    yield
+
+
+def run(fn, *args, **kwargs):
+    """Calls fn; an unwritten stub or a step this GPU lacks skips the case."""
+    try:
+        out = fn(*args, **kwargs)
+    except ck.StubNotImplementedError as e:
+        pytest.skip(f"exercise stub not written yet: {e}")
+    except ck.UnsupportedError as e:
+        pytest.skip(f"unsupported here: {e}")
+    torch.cuda.synchronize()
+    return out
+
+
+def steps(op, dtype=None):
+    names = [s for s, _ in ck.steps(op)]
+    if op == "attention":  # fp32 steps; the tensor-core (bf16) steps are tc_*
+        names = [s for s in names if (s.startswith("tc_")) == (dtype == "bf16")]
+    return names
+
+
+def cuda(*shape, dtype=torch.float32):
+    return torch.randn(*shape, device="cuda", dtype=dtype)
+
+
+def close(got, ref, rtol, atol, what=""):
+    torch.testing.assert_close(got.double(), ref.double(), rtol=rtol, atol=atol, msg=lambda m: f"{what}: {m}")
+
+
+# ---- module 1 -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("step", steps("l2_norm"))
+@pytest.mark.parametrize("n", [1, 1000, (1 << 20) + 3])
+def test_l2_norm_and_dot(impl, step, n):
+    x, y = cuda(n), cuda(n)
+    got = run(ck.l2_norm, x, step=step, impl=impl)
+    assert got.shape == () and got.dtype == torch.float32
+    close(got, torch.linalg.vector_norm(x.double()), 1e-4, 0, "l2_norm")
+    got = run(ck.dot, x, y, step=step, impl=impl)
+    scale = (torch.linalg.vector_norm(x.double()) * torch.linalg.vector_norm(y.double())).item()
+    close(got, torch.dot(x.double(), y.double()), 0, 1e-5 * scale, "dot")
+
+
+@pytest.mark.parametrize("step", steps("softmax"))
+@pytest.mark.parametrize("dim", [1, 0])
+def test_softmax(impl, step, dim):
+    wide = cuda(129, 1024) * 3
+    x = wide[:, :1000]  # row stride 1024: a window of a wider matrix
+    ref = torch.softmax(x.double(), dim)
+    close(run(ck.softmax, x, dim, step=step, impl=impl), ref, 1e-5, 1e-7, "softmax")
+    y = x.clone()
+    run(ck.softmax, y, dim, step=step, impl=impl, out=y)  # in place
+    close(y, ref, 1e-5, 1e-7, "softmax in place")
+
+
+@pytest.mark.parametrize("step", steps("matmul"))
+def test_matmul(impl, step):
+    a, b = cuda(257, 65), cuda(65, 129)
+    ref = a.double() @ b.double()
+    close(run(ck.matmul, a, b, step=step, impl=impl), ref, 1e-5, 1e-4, "matmul")
+    c = cuda(257, 129)
+    want = 0.5 * ref + 2.0 * c.double()
+    run(ck.matmul, a, b, alpha=0.5, beta=2.0, out=c, step=step, impl=impl)
+    close(c, want, 1e-5, 1e-4, "matmul alpha/beta")
+
+
+@pytest.mark.parametrize("step", steps("matmul_tc"))
+def test_matmul_tc(impl, step):
+    a, b = cuda(256, 136, dtype=torch.bfloat16), cuda(136, 72, dtype=torch.bfloat16)
+    got = run(ck.matmul_tc, a, b, step=step, impl=impl)
+    assert got.dtype == torch.float32
+    close(got, a.double() @ b.double(), 1e-4, 1e-3, "matmul_tc")
+
+
+# ---- module 2 -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("step", steps("batched_gemm"))
+def test_batched_gemm(impl, step):
+    bf16 = step in ("tensor_core", "wgmma")
+    dt = torch.bfloat16 if bf16 else torch.float32
+    q = cuda(2, 65, 3, 64, dtype=dt).transpose(1, 2)  # [B, N, H, d] storage read as [B, H, N, d]
+    k = cuda(2, 3, 70, 64, dtype=dt)
+    v = cuda(2, 3, 70, 64, dtype=dt)
+    s = run(ck.batched_gemm, q, k.transpose(-2, -1), alpha=0.125, step=step, impl=impl)  # Q K^T, b_transposed
+    close(s, 0.125 * q.double() @ k.double().transpose(-2, -1), 1e-4, 1e-3, "Q K^T")
+    p = torch.softmax(s, -1).to(dt)
+    close(run(ck.batched_gemm, p, v, step=step, impl=impl), p.double() @ v.double(), 1e-4, 1e-3, "P V")
+    if not bf16:  # a_transposed: dV = P^T dO reads P in place
+        close(run(ck.batched_gemm, p.transpose(-2, -1), q, step=step, impl=impl),
+              p.double().transpose(-2, -1) @ q.double(), 1e-4, 1e-3, "P^T dO")
+    kb = cuda(2, 1, 70, 64, dtype=dt).expand(2, 3, 70, 64)  # one K for every head (stride 0)
+    close(run(ck.batched_gemm, q, kb.transpose(-2, -1), step=step, impl=impl),
+          q.double() @ kb.double().transpose(-2, -1), 1e-4, 1e-3, "broadcast K")
+
+
+@pytest.mark.parametrize("step", steps("batched_gemm"))
+def test_batched_gemm_ptr_array(impl, step):
+    dt = torch.bfloat16 if step in ("tensor_core", "wgmma") else torch.float32
+    a = [cuda(33, 40, dtype=dt) for _ in range(3)]  # separate allocations
+    b = [cuda(24, 40, dtype=dt).t() for _ in range(3)]  # transposed views
+    got = run(ck.batched_gemm_ptr_array, a, b, alpha=2.0, step=step, impl=impl)
+    for i in range(3):
+        close(got[i], 2.0 * a[i].double() @ b[i].double(), 1e-4, 1e-3, f"C[{i}]")
+
+
+# ---- module 3 -------------------------------------------------------------------------
+
+def ref_attention(q, k, v, causal=False, scale=None, rope=False, theta=10000.0, alibi=False):
+    """Float64 reference with the course's conventions (bottom-right causal mask, GQA)."""
+    q, k, v = q.double(), k.double(), v.double()
+    B, H, Nq, d = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    k = k.repeat_interleave(H // Hkv, dim=1)
+    v = v.repeat_interleave(H // Hkv, dim=1)
+    scale = scale or 1 / math.sqrt(d)
+    qpos = torch.arange(Nq, device=q.device, dtype=torch.float64) + (Nk - Nq)
+    kpos = torch.arange(Nk, device=q.device, dtype=torch.float64)
+    if rope:
+        inv = theta ** (-2 * torch.arange(d // 2, device=q.device, dtype=torch.float64) / d)
+
+        def rotate(x, pos):
+            ang = pos[:, None] * inv[None, :]
+            x1, x2 = x[..., : d // 2], x[..., d // 2:]
+            return torch.cat([x1 * ang.cos() - x2 * ang.sin(), x1 * ang.sin() + x2 * ang.cos()], -1)
+
+        q, k = rotate(q, qpos), rotate(k, kpos)
+    s = scale * q @ k.transpose(-2, -1)
+    if alibi:
+        m = 2.0 ** (-8.0 * (torch.arange(H, device=q.device, dtype=torch.float64) + 1) / H)
+        s = s + m[:, None, None] * (kpos[None, None, :] - qpos[None, :, None])
+    if causal:
+        s = s.masked_fill(kpos[None, :] > qpos[:, None], -math.inf)
+    lse = torch.logsumexp(s, -1)
+    p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+    return p @ v, lse
+
+
+ATTN_SUPPORT = {  # step: (max head_dim, causal, lse, options) -- module03/attention.hpp's step_support
+    "naive": (128, True, False, False), "tiled_online": (64, False, True, False), "causal": (64, True, True, False),
+    "fused": (128, True, True, False), "fused_options": (128, True, True, True),
+}
+
+
+@pytest.mark.parametrize("step", steps("attention"))
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seq", [(100, 100), (37, 130), (130, 37)])
+def test_attention_forward(impl, step, causal, seq):
+    max_d, can_causal, has_lse, _ = ATTN_SUPPORT.get(step, (128, True, True, False))
+    if causal and not can_causal:
+        pytest.skip(f"step {step} has no causal mask")
+    nq, nk = seq
+    for d in sorted({64, max_d}):
+        q = cuda(2, nq, 4, d).transpose(1, 2)  # [B, N, H, d] storage
+        k, v = cuda(2, 4, nk, d), cuda(2, 4, nk, d)
+        o_ref, lse_ref = ref_attention(q, k, v, causal)
+        if has_lse:
+            o, lse = run(ck.attention, q, k, v, causal=causal, return_lse=True, step=step, impl=impl)
+            close(lse, lse_ref, 1e-5, 1e-5, f"lse d={d}")
+        else:
+            o = run(ck.attention, q, k, v, causal=causal, step=step, impl=impl)
+        close(o, o_ref, 1e-4, 1e-5, f"O d={d}")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_options(impl, causal):
+    """fused_options: RoPE, ALiBi and grouped-query attention reach the kernel."""
+    q, k, v = cuda(2, 8, 90, 64), cuda(2, 2, 90, 64), cuda(2, 2, 90, 64)
+    for rope, alibi in [(True, False), (False, True), (True, True), (False, False)]:
+        o = run(ck.attention, q, k, v, causal=causal, rope=rope, alibi=alibi, scale=0.2, step="fused_options",
+                impl=impl)
+        close(o, ref_attention(q, k, v, causal, 0.2, rope, 10000.0, alibi)[0], 1e-4, 1e-5,
+              f"rope={rope} alibi={alibi}")
+
+
+def test_attention_matches_sdpa():
+    """The causal mask and scale agree with PyTorch's SDPA when N_q == N_k."""
+    q, k, v = cuda(2, 4, 128, 64), cuda(2, 4, 128, 64), cuda(2, 4, 128, 64)
+    for causal in (False, True):
+        ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
+        close(ck.attention(q, k, v, causal=causal), ref, 1e-4, 1e-5, f"causal={causal}")
+
+
+# ---- module 4 -------------------------------------------------------------------------
+
+def _need(op, impl):
+    if op not in ck.ops(impl) or not ck.available(op, impl):
+        pytest.skip(f"{op} is not in this build of the {impl} library yet")
+
+
+@pytest.mark.parametrize("dim", [1, 0])
+def test_softmax_backward(impl, dim):
+    _need("softmax_backward", impl)
+    y = torch.softmax(cuda(65, 1030), dim)
+    dy = cuda(65, 1030)
+    yd, dyd = y.double(), dy.double()
+    ref = yd * (dyd - (dyd * yd).sum(dim, keepdim=True))
+    for step in steps("softmax_backward"):
+        close(run(ck.softmax_backward, y, dy, dim, step=step, impl=impl), ref, 1e-4, 1e-6, step)
+
+
+def test_linear_backward(impl):
+    _need("linear_backward", impl)
+    x, w, dy = cuda(70, 33), cuda(33, 45), cuda(70, 45)
+    for step in steps("linear_backward"):
+        dx, dw, db = run(ck.linear_backward, x, w, dy, step=step, impl=impl)
+        close(dx, dy.double() @ w.double().t(), 1e-5, 1e-4, "dx")
+        close(dw, x.double().t() @ dy.double(), 1e-5, 1e-4, "dw")
+        close(db, dy.double().sum(0), 1e-5, 1e-4, "db")
+        dx, dw, db = run(ck.linear_backward, None, w, dy, need_dw=False, need_db=False, step=step, impl=impl)
+        assert dw is None and db is None
+        close(dx, dy.double() @ w.double().t(), 1e-5, 1e-4, "dx alone")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_attention_backward(impl, causal, kv_heads):
+    _need("attention_backward", impl)
+    B, H, N, d = 2, 4, 80, 64
+    q, k, v = cuda(B, H, N, d), cuda(B, kv_heads, N, d), cuda(B, kv_heads, N, d)
+    o, lse = ck.attention(q, k, v, causal=causal, return_lse=True)  # the solution's forward
+    dout = cuda(B, H, N, d)
+    qd, kd, vd = (t.double().requires_grad_() for t in (q, k, v))
+    ref_o, _ = ref_attention(qd, kd, vd, causal)
+    ref_o.backward(dout.double())
+    for step in steps("attention_backward"):
+        if step == "naive" and kv_heads != H:
+            continue  # naive has no grouped-query attention
+        dq, dk, dv = run(ck.attention_backward, q, k, v, o, dout, lse, causal=causal, step=step, impl=impl)
+        close(dq, qd.grad, 1e-3, 1e-4, f"{step} dq")
+        close(dk, kd.grad, 1e-3, 1e-4, f"{step} dk")
+        close(dv, vd.grad, 1e-3, 1e-4, f"{step} dv")
+
+
+# ---- plumbing --------------------------------------------------------------------------
+
+def test_runs_on_the_current_and_a_given_stream():
+    x = cuda(512, 2048)
+    ref = torch.softmax(x, -1)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        y = ck.softmax(x)  # torch's current stream here is `side`
+    side.synchronize()
+    close(y, ref, 1e-5, 1e-7, "current stream")
+    z = torch.empty_like(x)
+    ck.softmax(x, out=z, stream=side)
+    side.synchronize()
+    close(z, ref, 1e-5, 1e-7, "stream=")
+
+
+def test_cuda_array_interface_without_torch_tensors():
+    vals = [3.0, 4.0] + [0.0] * 14
+    x = ck.device_array((16,), data=struct.pack("<16f", *vals))
+    r = ck.l2_norm(x)
+    assert isinstance(r, ck.DeviceArray)
+    assert r.tolist() == pytest.approx([5.0])
+    y = ck.device_array((16,), data=struct.pack("<16f", *([1.0] * 16)))
+    assert ck.dot(x, y).tolist() == pytest.approx([7.0])
+
+
+def test_cpu_tensor_is_rejected():
+    with pytest.raises(ValueError, match="x: tensor is on cpu"):
+        ck.softmax(torch.randn(4, 4))
+    with pytest.raises(TypeError, match="x: dtype float64, expected float32"):
+        ck.softmax(torch.randn(4, 4, device="cuda", dtype=torch.float64))
