@@ -14,6 +14,7 @@
 #include "course/device.hpp"
 #include "course/error.hpp"
 #include "module02/batched_gemm.hpp"
+#include "module02/batched_gemm_support.hpp"
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>

@@ -17,6 +17,7 @@
 #include "course/tensor.hpp"
 #include "course/timer.hpp"
 #include "module02/batched_gemm.hpp"
+#include "module02/batched_gemm_support.hpp"
 #include "module01/softmax.hpp"
 
 #include <CLI/CLI.hpp>

@@ -13,6 +13,7 @@
 #include "course/tensor.hpp"
 #include "course/testing.hpp"
 #include "module02/batched_gemm.hpp"
+#include "module02/batched_gemm_support.hpp"
 
 #include <cuda_bf16.h>
 

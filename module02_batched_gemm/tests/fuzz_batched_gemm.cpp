@@ -11,6 +11,7 @@
 #include "course/testing.hpp"
 #include "batched_gemm_check.hpp"
 #include "module02/batched_gemm.hpp"
+#include "module02/batched_gemm_support.hpp"
 
 #include <cuda_bf16.h>
 

@@ -13,6 +13,7 @@
 #include "course/reference.hpp"
 #include "course/testing.hpp"
 #include "module02/batched_gemm.hpp"
+#include "module02/batched_gemm_support.hpp"
 #include "batched_gemm_check.hpp"
 #include "batched_gemm_planted.hpp"
 

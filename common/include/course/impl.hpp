@@ -13,6 +13,7 @@
   namespace course::solution { __VA_ARGS__ } \
   namespace course::exercise { __VA_ARGS__ }
 
+#include <cstddef>
 #include <ostream>
 
 namespace course {
@@ -23,6 +24,18 @@ struct StepInfo {
   const char* name;     ///< identifier used in test and benchmark names: "warp_shuffle"
   const char* summary;  ///< one line: what this step changes
 };
+/// True when entry i of a step table names enumerator i of its enum, for every entry:
+/// tests, benches and docs index tables by step and list them in table order, so a
+/// table out of enum order, or missing a step in the middle, fails at compile time:
+///     static_assert(steps_in_enum_order(kSoftmaxSteps), "kSoftmaxSteps must list SoftmaxStep in order");
+/// (A step appended to the enum but not to the table is not detected.)
+template <class Step, std::size_t N>
+constexpr bool steps_in_enum_order(const StepInfo<Step> (&table)[N]) {
+  for (std::size_t i = 0; i < N; ++i)
+    if (static_cast<std::size_t>(table[i].step) != i) return false;
+  return true;
+}
+
 /// GoogleTest prints a step parameter by its name.
 template <class Step>
 void PrintTo(const StepInfo<Step>& info, std::ostream* os) {

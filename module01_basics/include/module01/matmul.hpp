@@ -52,6 +52,7 @@ inline constexpr StepInfo<MatmulStep> kMatmulSteps[] = {
     {MatmulStep::warp_tiled, "warp_tiled",
      "warp tiles, bank-conflict-free fragments, double-buffered tiles with register prefetch"},
 };
+static_assert(steps_in_enum_order(kMatmulSteps), "kMatmulSteps must list MatmulStep in enum order");
 
 /// Device-side arguments of matmul. All pointers are device pointers; the call is
 /// asynchronous on `stream`.

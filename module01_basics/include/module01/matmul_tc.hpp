@@ -38,6 +38,7 @@ inline constexpr StepInfo<TcMatmulStep> kTcMatmulSteps[] = {
     {TcMatmulStep::mma_sync, "mma_sync",
      "PTX mma.sync m16n8k16 + ldmatrix on XOR-swizzled shared memory, multi-stage cp.async pipeline"},
 };
+static_assert(steps_in_enum_order(kTcMatmulSteps), "kTcMatmulSteps must list TcMatmulStep in enum order");
 
 /// Leading dimensions of A and B must be multiples of this many elements (16 bytes).
 inline constexpr std::int64_t kTcLdMultiple = 8;

@@ -30,6 +30,7 @@ inline constexpr StepInfo<ReduceStep> kReduceSteps[] = {
     {ReduceStep::vectorized, "vectorized",
      "float4 grid-stride loads, per-block partials, deterministic second pass"},
 };
+static_assert(steps_in_enum_order(kReduceSteps), "kReduceSteps must list ReduceStep in enum order");
 
 /// Device-side arguments of l2_norm and dot. All pointers are device pointers.
 struct ReduceArgs {

@@ -67,6 +67,7 @@ inline constexpr StepInfo<SoftmaxStep> kSoftmaxSteps[] = {
     {SoftmaxStep::online_vectorized, "online_vectorized",
      "online max/sum update, float4 loads; rows that fit on chip read once, longer ones twice"},
 };
+static_assert(steps_in_enum_order(kSoftmaxSteps), "kSoftmaxSteps must list SoftmaxStep in enum order");
 
 /// The longest row warp_per_row keeps in registers (32 lanes x 32 floats). Longer
 /// rows fall back to block_per_row's kernel.

@@ -31,8 +31,9 @@
 /// - PtrArrayBatchedGemmArgs: a DEVICE array of batch*num_heads matrix pointers per operand,
 ///   entry b*num_heads + h, and one row stride per operand. Fits matrices that live in
 ///   unrelated allocations (a paged KV cache, a list of differently allocated heads).
-///   Costs: building and uploading the arrays (see build_ptr_arrays), and one dependent
-///   global load per operand at the start of every block.
+///   Costs: building and uploading the arrays (see build_ptr_arrays in
+///   batched_gemm_support.hpp), and one dependent global load per operand at the start
+///   of every block.
 /// The solutions template each kernel on an "operand addressing" policy, so the two APIs
 /// run the very same kernel body and differ only in how a block finds its matrices.
 ///
@@ -70,10 +71,9 @@
 ///   at hand (validate_ptr_array_contents, which build_ptr_arrays runs).
 /// - Strided API: C's address range must not intersect A's or B's (no in-place GEMM).
 
-#include "course/device.hpp"
 #include "course/error.hpp"
 #include "course/impl.hpp"
-#include "course/reference.hpp"
+#include "course/validate.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -112,6 +112,7 @@ inline constexpr StepInfo<BgemmStep> kBgemmSteps[] = {
     {BgemmStep::wgmma, "wgmma",
      "bf16 in, fp32 out; Hopper wgmma.mma_async from 128B-swizzled shared memory (sm_90a build only)"},
 };
+static_assert(steps_in_enum_order(kBgemmSteps), "kBgemmSteps must list BgemmStep in enum order");
 
 /// Element type of A and B a step reads (C is always fp32).
 enum class BgemmInput { f32, bf16 };
@@ -193,68 +194,17 @@ constexpr const char* input_type_name() {
   return std::is_same_v<T, float> ? "float" : "__nv_bfloat16";
 }
 
-inline std::string msg(const std::string& s) { return s; }
-template <class A, class... Rest>
-std::string msg(const std::string& s, const A& a, const Rest&... rest) {
-  std::ostringstream os;
-  os << s << a;
-  return msg(os.str(), rest...);
-}
-
-/// One dimension of a strided index space: offset contribution index * stride.
-struct StrideDim {
-  std::int64_t extent;
-  std::int64_t stride;
-  const char* name;  ///< the argument that holds `stride`
-};
-
-/// Largest offset a strided index space reaches (extents >= 1, strides >= 0).
-inline std::int64_t max_offset(const std::vector<StrideDim>& dims) {
-  std::int64_t off = 0;
-  for (const auto& d : dims) off += (d.extent - 1) * d.stride;
-  return off;
-}
-
-/// Throws unless distinct indices of `dims` map to distinct offsets. The test: sort
-/// the dimensions (extent > 1) by stride; each stride must exceed the largest offset
-/// the smaller-stride dimensions reach. That holds for every ordinary layout (row-major,
-/// [B,N,H,d], padded) and rules out any aliasing; exotic interleavings that happen to
-/// be injective are rejected too (conservative).
-inline void require_no_self_overlap(std::vector<StrideDim> dims, const char* fn, const char* what) {
-  dims.erase(std::remove_if(dims.begin(), dims.end(), [](const StrideDim& d) { return d.extent <= 1; }), dims.end());
-  std::stable_sort(dims.begin(), dims.end(), [](const StrideDim& x, const StrideDim& y) { return x.stride < y.stride; });
-  std::int64_t span = 0;
-  for (const auto& d : dims) {
-    if (d.stride <= span) {
-      const std::string req =
-          msg("makes two elements of ", what, " share an address: with extent ", d.extent,
-              " it must be > ", span, ", the largest offset reached by the dimensions with smaller strides");
-      require_arg(false, fn, d.name, d.stride, req.c_str());
-    }
-    const std::int64_t room = (std::numeric_limits<std::int64_t>::max() - span) / d.stride;
-    require_arg(d.extent - 1 <= room, fn, d.name, d.stride, "makes the offsets overflow int64");
-    span += (d.extent - 1) * d.stride;
-  }
-}
-
-/// True if the byte ranges [p, p + bytes_p) and [q, q + bytes_q) intersect.
-inline bool ranges_intersect(const void* p, std::size_t bytes_p, const void* q, std::size_t bytes_q) {
-  const auto a0 = reinterpret_cast<std::uintptr_t>(p), b0 = reinterpret_cast<std::uintptr_t>(q);
-  return a0 < b0 + bytes_q && b0 < a0 + bytes_p;
-}
-
-/// Do two M x N matrices with row stride ld (>= N), starting `delta` elements apart,
-/// share an element? Only if delta = dm*ld + dn with |dm| <= M-1 and |dn| <= N-1.
-inline bool matrices_overlap(std::int64_t delta, std::int64_t M, std::int64_t N, std::int64_t ld) {
-  if (delta < 0) delta = -delta;  // the set of such deltas is symmetric
-  const std::int64_t q = delta / ld;
-  for (std::int64_t dm : {q, q + 1}) {
-    dm = std::min(dm, M - 1);  // the nearest allowed row offset
-    const std::int64_t dn = delta - dm * ld;
-    if (dn <= N - 1 && dn >= -(N - 1)) return true;
-  }
-  return false;
-}
+// The generic checks (message builder, strided extents, injectivity, overlap, stride
+// rules) are course::validate's (course/validate.hpp), shared with the other modules.
+using ::course::validate::Dim;
+using ::course::validate::matrices_overlap;
+using ::course::validate::max_offset;
+using ::course::validate::msg;
+using ::course::validate::ranges_intersect;
+using ::course::validate::require_injective;
+using ::course::validate::require_row_stride;
+using ::course::validate::require_stride;
+using ::course::validate::span_bytes;
 
 inline void require_sizes(std::int64_t M, std::int64_t N, std::int64_t K, std::int64_t batch,
                           std::int64_t heads, const char* fn) {
@@ -270,17 +220,15 @@ inline void require_sizes(std::int64_t M, std::int64_t N, std::int64_t K, std::i
 inline void require_row_strides(std::int64_t M, std::int64_t K, std::int64_t N, bool a_transposed,
                                 bool b_transposed, std::int64_t lda, std::int64_t ldb, std::int64_t ldc,
                                 const char* fn, const char* lda_name, const char* ldb_name, const char* ldc_name) {
-  const std::int64_t a_cols = a_transposed ? M : K;
-  require_arg(lda >= a_cols, fn, lda_name, lda,
-              (a_transposed ? msg("must be >= M = ", M, " (a_transposed: A is stored K x M)")
-                            : msg("must be >= K = ", K, " (A is M x K, row-major)"))
-                  .c_str());
-  const std::int64_t b_cols = b_transposed ? K : N;
-  require_arg(ldb >= b_cols, fn, ldb_name, ldb,
-              (b_transposed ? msg("must be >= K = ", K, " (b_transposed: B is stored N x K)")
-                            : msg("must be >= N = ", N, " (B is stored K x N)"))
-                  .c_str());
-  require_arg(ldc >= N, fn, ldc_name, ldc, msg("must be >= N = ", N, " (C is M x N, row-major)").c_str());
+  if (a_transposed)
+    require_row_stride(lda, M, "M", fn, lda_name, "a_transposed: A is stored K x M");
+  else
+    require_row_stride(lda, K, "K", fn, lda_name, "A is M x K, row-major");
+  if (b_transposed)
+    require_row_stride(ldb, K, "K", fn, ldb_name, "b_transposed: B is stored N x K");
+  else
+    require_row_stride(ldb, N, "N", fn, ldb_name, "B is stored K x N");
+  require_row_stride(ldc, N, "N", fn, ldc_name, "C is M x N, row-major");
 }
 
 }  // namespace detail
@@ -301,17 +249,15 @@ void validate_step_input(BgemmStep step, const char* fn) {
 /// Everything about a strided problem that does not depend on the step.
 template <class T>
 void validate_strided_layout(const StridedBatchedGemmArgs<T>& s, const char* fn) {
-  using detail::StrideDim;
+  using detail::Dim;
   detail::require_sizes(s.M, s.N, s.K, s.batch, s.num_heads, fn);
-  const std::vector<StrideDim> strides = {
+  const std::vector<Dim> strides = {
       {0, s.stride_a_batch, "stride_a_batch"}, {0, s.stride_a_head, "stride_a_head"},
       {0, s.stride_a_row, "stride_a_row"},     {0, s.stride_b_batch, "stride_b_batch"},
       {0, s.stride_b_head, "stride_b_head"},   {0, s.stride_b_row, "stride_b_row"},
       {0, s.stride_c_batch, "stride_c_batch"}, {0, s.stride_c_head, "stride_c_head"},
       {0, s.stride_c_row, "stride_c_row"}};
-  for (const StrideDim& d : strides)
-    require_arg(d.stride >= 0, fn, d.name, d.stride,
-                "must be >= 0 (strides are in elements; negative strides are not supported)");
+  for (const Dim& d : strides) detail::require_stride(d.stride, fn, d.name);
   detail::require_row_strides(s.M, s.K, s.N, s.a_transposed, s.b_transposed, s.stride_a_row, s.stride_b_row,
                               s.stride_c_row, fn, "stride_a_row", "stride_b_row", "stride_c_row");
   require_not_null(s.a, fn, "a");
@@ -321,23 +267,23 @@ void validate_strided_layout(const StridedBatchedGemmArgs<T>& s, const char* fn)
   require_aligned(s.b, alignof(T), fn, "b");
   require_aligned(s.c, alignof(float), fn, "c");
   // C must not alias itself: (b, h, row, col) -> offset must be one-to-one.
-  const std::vector<StrideDim> c_dims = {{s.N, 1, "N (the unit column stride of C)"},
+  const std::vector<Dim> c_dims = {{s.N, 1, "N (the unit column stride of C)"},
                                          {s.M, s.stride_c_row, "stride_c_row"},
                                          {s.num_heads, s.stride_c_head, "stride_c_head"},
                                          {s.batch, s.stride_c_batch, "stride_c_batch"}};
-  detail::require_no_self_overlap(c_dims, fn, "C");
+  detail::require_injective(c_dims, fn, "C");
   // No in-place GEMM: C's address range must not meet A's or B's (conservative: ranges).
   const std::int64_t b_rows = s.b_transposed ? s.N : s.K, b_cols = s.b_transposed ? s.K : s.N;
   const std::int64_t a_rows = s.a_transposed ? s.K : s.M, a_cols = s.a_transposed ? s.M : s.K;
-  const std::vector<StrideDim> a_dims = {
+  const std::vector<Dim> a_dims = {
       {a_cols, 1, "cols of A"}, {a_rows, s.stride_a_row, "stride_a_row"},
       {s.num_heads, s.stride_a_head, "stride_a_head"}, {s.batch, s.stride_a_batch, "stride_a_batch"}};
-  const std::vector<StrideDim> b_dims = {
+  const std::vector<Dim> b_dims = {
       {b_cols, 1, "cols of B"}, {b_rows, s.stride_b_row, "stride_b_row"},
       {s.num_heads, s.stride_b_head, "stride_b_head"}, {s.batch, s.stride_b_batch, "stride_b_batch"}};
-  const std::size_t a_bytes = sizeof(T) * static_cast<std::size_t>(1 + detail::max_offset(a_dims));
-  const std::size_t b_bytes = sizeof(T) * static_cast<std::size_t>(1 + detail::max_offset(b_dims));
-  const std::size_t c_bytes = sizeof(float) * static_cast<std::size_t>(1 + detail::max_offset(c_dims));
+  const std::size_t a_bytes = detail::span_bytes<T>(a_dims);
+  const std::size_t b_bytes = detail::span_bytes<T>(b_dims);
+  const std::size_t c_bytes = detail::span_bytes<float>(c_dims);
   require_arg(!detail::ranges_intersect(s.c, c_bytes, s.a, a_bytes), fn, "c", static_cast<const void*>(s.c),
               "C's address range intersects A's: in-place batched GEMM is not supported");
   require_arg(!detail::ranges_intersect(s.c, c_bytes, s.b, b_bytes), fn, "c", static_cast<const void*>(s.c),
@@ -456,90 +402,6 @@ StridedBatchedGemmArgs<T> contiguous_strided_args(const T* a, const T* b, float*
   s.alpha = alpha;
   s.stream = stream;
   return s;
-}
-
-/// The CPU reference's descriptor for the same problem (course::ref::batched_gemm_strided).
-template <class T>
-course::ref::BatchedGemmDesc reference_desc(const StridedBatchedGemmArgs<T>& s) {
-  course::ref::BatchedGemmDesc d;
-  d.M = s.M;
-  d.N = s.N;
-  d.K = s.K;
-  d.batch = s.batch;
-  d.num_heads = s.num_heads;
-  d.stride_a_batch = s.stride_a_batch;
-  d.stride_a_head = s.stride_a_head;
-  d.stride_a_row = s.stride_a_row;
-  d.stride_b_batch = s.stride_b_batch;
-  d.stride_b_head = s.stride_b_head;
-  d.stride_b_row = s.stride_b_row;
-  d.stride_c_batch = s.stride_c_batch;
-  d.stride_c_head = s.stride_c_head;
-  d.stride_c_row = s.stride_c_row;
-  d.b_transposed = s.b_transposed;
-  d.a_transposed = s.a_transposed;
-  d.alpha = s.alpha;
-  return d;
-}
-
-/// Device pointer arrays for the pointer-array API, with the host copies they were
-/// uploaded from (kept for validation and for the CPU reference).
-template <class T>
-struct BatchedPtrArrays {
-  std::vector<const T*> host_a, host_b;
-  std::vector<float*> host_c;
-  DeviceBuffer<const T*> a, b;
-  DeviceBuffer<float*> c;
-};
-
-/// Builds, on the host, the batch*num_heads matrix pointers of each operand of a
-/// strided layout (entry b*num_heads + h), validates them, and uploads them into `out`
-/// (synchronously; the device buffers are reused when their size already fits).
-/// This is the set-up cost the pointer-array API adds: O(batch*num_heads) host work and
-/// three host->device copies (the benchmark times it: rows bgemm_ptr_build/...).
-template <class T>
-void build_ptr_arrays(const StridedBatchedGemmArgs<T>& s, BatchedPtrArrays<T>& out) {
-  const char* fn = "build_ptr_arrays";
-  validate_strided_layout(s, fn);
-  const std::size_t count = static_cast<std::size_t>(s.batch * s.num_heads);
-  out.host_a.resize(count);
-  out.host_b.resize(count);
-  out.host_c.resize(count);
-  for (std::int64_t bi = 0; bi < s.batch; ++bi)
-    for (std::int64_t h = 0; h < s.num_heads; ++h) {
-      const std::size_t i = static_cast<std::size_t>(bi * s.num_heads + h);
-      out.host_a[i] = s.a + bi * s.stride_a_batch + h * s.stride_a_head;
-      out.host_b[i] = s.b + bi * s.stride_b_batch + h * s.stride_b_head;
-      out.host_c[i] = s.c + bi * s.stride_c_batch + h * s.stride_c_head;
-    }
-  if (out.a.size() != count) out.a = DeviceBuffer<const T*>(count);
-  if (out.b.size() != count) out.b = DeviceBuffer<const T*>(count);
-  if (out.c.size() != count) out.c = DeviceBuffer<float*>(count);
-  out.a.upload(out.host_a);
-  out.b.upload(out.host_b);
-  out.c.upload(out.host_c);
-}
-
-/// Pointer-array arguments for the problem `s` over arrays built by build_ptr_arrays(s, ...).
-template <class T>
-PtrArrayBatchedGemmArgs<T> ptr_array_args(const StridedBatchedGemmArgs<T>& s, const BatchedPtrArrays<T>& arrays) {
-  PtrArrayBatchedGemmArgs<T> p;
-  p.a_ptrs = arrays.a.data();
-  p.b_ptrs = arrays.b.data();
-  p.c_ptrs = arrays.c.data();
-  p.M = s.M;
-  p.N = s.N;
-  p.K = s.K;
-  p.batch = s.batch;
-  p.num_heads = s.num_heads;
-  p.lda = s.stride_a_row;
-  p.ldb = s.stride_b_row;
-  p.ldc = s.stride_c_row;
-  p.b_transposed = s.b_transposed;
-  p.a_transposed = s.a_transposed;
-  p.alpha = s.alpha;
-  p.stream = s.stream;
-  return p;
 }
 
 }  // namespace course::m02

@@ -57,6 +57,7 @@
 #include "course/error.hpp"
 #include "course/impl.hpp"
 #include "course/tensor.hpp"
+#include "course/validate.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -93,6 +94,7 @@ inline constexpr StepInfo<AttentionStep> kAttentionSteps[] = {
     {AttentionStep::fused_options, "fused_options",
      "the fused kernel plus RoPE on Q/K tiles, ALiBi bias on scores, grouped-query K/V heads"},
 };
+static_assert(steps_in_enum_order(kAttentionSteps), "kAttentionSteps must list AttentionStep in enum order");
 
 /// What a step accepts. Anything else is rejected by validate_attention_args.
 struct StepSupport {
@@ -224,65 +226,24 @@ inline std::size_t attention_device_bytes(AttentionStep step, const AttentionArg
 
 namespace detail {
 
-inline std::string msg(const std::string& s) { return s; }
-template <class A, class... Rest>
-std::string msg(const std::string& s, const A& a, const Rest&... rest) {
-  std::ostringstream os;
-  os << s << a;
-  return msg(os.str(), rest...);
-}
+// The generic checks (message builder, strided extents, injectivity, overlap, stride
+// rules) are course::validate's (course/validate.hpp), shared with the other modules.
+using ::course::validate::Dim;
+using ::course::validate::max_offset;
+using ::course::validate::msg;
+using ::course::validate::ranges_intersect;
+using ::course::validate::require_injective;
+using ::course::validate::require_row_stride;
+using ::course::validate::require_stride;
+using ::course::validate::span_bytes;
 
-/// One index of a strided tensor: it adds (0 .. extent-1) * stride to the offset.
-struct Dim {
-  std::int64_t extent;
-  std::int64_t stride;
-  const char* name;
-};
-
-/// Largest element offset the dims reach.
-inline std::int64_t max_offset(const std::vector<Dim>& dims) {
-  std::int64_t off = 0;
-  for (const Dim& d : dims) off += (d.extent - 1) * d.stride;
-  return off;
-}
-
-/// Bytes from the first to one past the last element of a strided float tensor.
-inline std::size_t span_bytes(const std::vector<Dim>& dims) {
-  return static_cast<std::size_t>(max_offset(dims) + 1) * sizeof(float);
-}
-
-inline bool ranges_intersect(const void* p, std::size_t bytes_p, const void* q, std::size_t bytes_q) {
-  const auto a = reinterpret_cast<std::uintptr_t>(p), b = reinterpret_cast<std::uintptr_t>(q);
-  return a < b + bytes_q && b < a + bytes_p;
-}
-
-/// Throws unless distinct indices map to distinct offsets: sorted by stride, each stride
-/// must clear everything the smaller strides reach (true for every dense or padded
-/// layout; exotic interleavings are rejected, which is conservative).
-inline void require_injective(std::vector<Dim> dims, const char* fn, const char* what) {
-  dims.erase(std::remove_if(dims.begin(), dims.end(), [](const Dim& d) { return d.extent <= 1; }), dims.end());
-  std::stable_sort(dims.begin(), dims.end(), [](const Dim& x, const Dim& y) { return x.stride < y.stride; });
-  std::int64_t reach = 0;
-  for (const Dim& d : dims) {
-    require_arg(d.stride > reach, fn, d.name, d.stride,
-                msg("makes two elements of ", what, " share an address: it must be > ", reach,
-                    ", the largest offset the smaller strides reach")
-                    .c_str());
-    require_arg(d.extent - 1 <= (std::numeric_limits<std::int64_t>::max() - reach) / d.stride, fn, d.name,
-                d.stride, "makes the offsets overflow int64");
-    reach += (d.extent - 1) * d.stride;
-  }
-}
-
+/// The stride rules of one fp32 tensor: strides >= 0 and multiples of 4 (16-byte rows),
+/// rows of one head apart by at least head_dim.
 inline void require_strides(const AttentionStrides& s, std::int64_t head_dim, const char* fn, const char* b_name,
                             const char* h_name, const char* n_name) {
-  for (const auto& [value, name] : {std::pair{s.batch, b_name}, {s.head, h_name}, {s.seq, n_name}}) {
-    require_arg(value >= 0, fn, name, value, "must be >= 0 (strides are in elements)");
-    require_arg(value % 4 == 0, fn, name, value,
-                "must be a multiple of 4: every row must start 16-byte aligned (float4 / cp.async loads)");
-  }
-  require_arg(s.seq >= head_dim, fn, n_name, s.seq,
-              msg("must be >= head_dim = ", head_dim, " (rows of one head must not overlap)").c_str());
+  for (const auto& [value, name] : {std::pair{s.batch, b_name}, {s.head, h_name}, {s.seq, n_name}})
+    require_stride(value, fn, name, 4, "every row must start 16-byte aligned (float4 / cp.async loads)");
+  require_row_stride(s.seq, head_dim, "head_dim", fn, n_name, "rows of one head must not overlap");
 }
 
 inline std::vector<Dim> tensor_dims(const AttentionStrides& s, std::int64_t B, std::int64_t H, std::int64_t N,
@@ -363,10 +324,10 @@ inline void validate_attention_args(const AttentionArgs& a, AttentionStep step, 
     std::size_t bytes;
     const char* name;
   };
-  const Range q_r{a.q, detail::span_bytes(detail::tensor_dims(a.q_strides, a.batch, a.heads, a.seq_q, d, "", "", "")), "q"};
-  const Range k_r{a.k, detail::span_bytes(detail::tensor_dims(a.k_strides, a.batch, a.kv_heads, a.seq_k, d, "", "", "")), "k"};
-  const Range v_r{a.v, detail::span_bytes(detail::tensor_dims(a.v_strides, a.batch, a.kv_heads, a.seq_k, d, "", "", "")), "v"};
-  const Range o_r{a.o, detail::span_bytes(o_dims), "o"};
+  const Range q_r{a.q, detail::span_bytes<float>(detail::tensor_dims(a.q_strides, a.batch, a.heads, a.seq_q, d, "", "", "")), "q"};
+  const Range k_r{a.k, detail::span_bytes<float>(detail::tensor_dims(a.k_strides, a.batch, a.kv_heads, a.seq_k, d, "", "", "")), "k"};
+  const Range v_r{a.v, detail::span_bytes<float>(detail::tensor_dims(a.v_strides, a.batch, a.kv_heads, a.seq_k, d, "", "", "")), "v"};
+  const Range o_r{a.o, detail::span_bytes<float>(o_dims), "o"};
   for (const Range& in : {q_r, k_r, v_r})
     require_arg(!detail::ranges_intersect(a.o, o_r.bytes, in.p, in.bytes), fn, "o", static_cast<const void*>(a.o),
                 msg("overlaps ", in.name, ": attention is not in place (O is written while Q, K, V are read)").c_str());
