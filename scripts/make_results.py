@@ -4,7 +4,8 @@
 usage: scripts/make_results.py RUN_DIR [--docs docs]
 RUN_DIR holds bench_<module>.json files and env.txt, as scripts/gpu_check.sh writes them.
 Rows are named op/impl/step/shape (impl: solution, exercise, library); each op+shape
-becomes one table (steps in ladder order) and one bar chart.
+becomes one table (steps in ladder order) and one bar chart. compare_torch.json
+(scripts/compare_torch.py --out) in RUN_DIR adds the PyTorch comparison section.
 """
 import argparse
 import csv
@@ -92,6 +93,128 @@ def training_curve_section(run_dir, docs, images):
             "![m04_train training curve](images/results_m04_training_curve.png)", ""]
 
 
+def load_compare_torch(run_dir, docs):
+    """scripts/compare_torch.py's JSON (compare_torch.json in RUN_DIR or docs/data/), or None."""
+    path = next((p for p in (run_dir / "compare_torch.json", docs / "data" / "compare_torch.json") if p.exists()),
+                None)
+    return (path, json.loads(path.read_text())) if path else (None, None)
+
+
+def compare_torch_table(rows):
+    """One line per (op, shape): the best solution step as a fraction of the best PyTorch row
+    (time ratio), every solution step's fraction, and the accuracy rule's verdict."""
+    groups = OrderedDict()
+    for r in rows:
+        if r.get("impl") in ("solution", "pytorch"):
+            groups.setdefault((r["op"], r["shape"]), []).append(r)
+    out = ["| op | shape | best PyTorch | ms | best solution step | ms | fraction | every step (fraction) | accuracy |",
+           "| --- | --- | --- | ---: | --- | ---: | ---: | --- | --- |"]
+    for (op, shape), rs in groups.items():
+        lib = [r for r in rs if r["impl"] == "pytorch" and r.get("ms")]
+        sol = [r for r in rs if r["impl"] == "solution" and r.get("ms")]
+        if not lib and not sol:
+            continue
+        best_t = min(lib, key=lambda r: r["ms"]) if lib else None
+        best_s = min(sol, key=lambda r: r["ms"]) if sol else None
+        frac = ratio(best_t["ms"], best_s["ms"]) if best_t and best_s else "-"
+        steps = ", ".join(f"{r['step']} {ratio(best_t['ms'], r['ms'])}" for r in sol) if best_t else ""
+        bad = [r["step"] for r in rs if r["impl"] == "solution" and r.get("accuracy_ok") is False]
+        checked = any("accuracy_ok" in r for r in rs if r["impl"] == "solution")
+        acc = ("fails: " + ", ".join(bad)) if bad else ("ok" if checked else "-")
+        out.append(f"| {op} | {shape} | {best_t['backend'] if best_t else '-'} | {fmt(best_t and best_t['ms'], 3)} | "
+                   f"{best_s['step'] if best_s else '-'} | {fmt(best_s and best_s['ms'], 3)} | {frac} | {steps} | "
+                   f"{acc} |")
+    return out
+
+
+def attention_vs_n_section(rows, op, images, title):
+    """Attention against N for d = 64 and 128, causal and not: TFLOP/s of every solution
+    step and of the SDPA backends, and the top step as a fraction of FlashAttention-2
+    (SDPA flash) and cuDNN. Returns the page's lines (a table and two plots)."""
+    pat = re.compile(r"N(\d+)_d(\d+)(_causal)?$")
+    data = {}  # (d, causal) -> {N: {name: TFLOP/s}}
+    for r in rows:
+        m = pat.search(r.get("shape", ""))
+        if r.get("op") != op or not m or not r.get("value") or r.get("impl") not in ("solution", "pytorch"):
+            continue
+        name = r["step"] if r["impl"] == "solution" else "pytorch " + r["backend"]
+        data.setdefault((int(m.group(2)), bool(m.group(3))), {}).setdefault(int(m.group(1)), {})[name] = r["value"]
+    if not data:
+        return []
+    lines = [f"## {title}", "",
+             "TFLOP/s by the FlashAttention convention (4 B H N^2 d, halved when causal); B = 16384 / N and "
+             "H = 2048 / d for the bf16 rows. `top` is the fastest solution step at that N; FA2 is SDPA's `flash` "
+             "backend, cuDNN its `cudnn` backend.", "",
+             "| d | causal | N | top step | TFLOP/s | FA2 | cuDNN | top / FA2 | top / cuDNN |",
+             "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    keys = sorted(data)
+    fig, axes = plt.subplots(2, len(keys), figsize=(4.2 * len(keys), 7), squeeze=False)
+    for col, (d, causal) in enumerate(keys):
+        by_n = data[(d, causal)]
+        ns = sorted(by_n)
+        order = list(dict.fromkeys(n for v in by_n.values() for n in v))  # ladder order, as run
+        names = sorted(order, key=lambda n: (n.startswith("pytorch"), order.index(n)))
+        ax = axes[0][col]
+        for name in names:
+            pts = [(n, by_n[n][name]) for n in ns if name in by_n[n]]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o--" if name.startswith("pytorch") else "o-",
+                    label=name, ms=3)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"d = {d}{', causal' if causal else ''}")
+        ax.set_ylabel("TFLOP/s")
+        frac_fa2, frac_cudnn = [], []
+        for n in ns:
+            course = {k: v for k, v in by_n[n].items() if not k.startswith("pytorch")}
+            top = max(course, key=course.get) if course else None
+            fa2, cudnn = by_n[n].get("pytorch flash"), by_n[n].get("pytorch cudnn")
+            tv = course.get(top)
+            lines.append(f"| {d} | {'yes' if causal else 'no'} | {n} | {top or '-'} | {fmt(tv)} | {fmt(fa2)} | "
+                         f"{fmt(cudnn)} | {ratio(tv, fa2)} | {ratio(tv, cudnn)} |")
+            frac_fa2.append((n, tv / fa2 if tv and fa2 else None))
+            frac_cudnn.append((n, tv / cudnn if tv and cudnn else None))
+        ax2 = axes[1][col]
+        for label, pts in (("top step / FA2", frac_fa2), ("top step / cuDNN", frac_cudnn)):
+            pts = [p for p in pts if p[1] is not None]
+            if pts:
+                ax2.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=label, ms=3)
+        ax2.axhline(1.0, color="#888888", lw=0.8)
+        ax2.set_xscale("log", base=2)
+        ax2.set_xlabel("N")
+        ax2.set_ylabel("fraction")
+        ax2.legend(fontsize=7)
+    axes[0][0].legend(fontsize=6)
+    fig.suptitle(title)
+    fig.tight_layout()
+    slug = re.sub(r"[^A-Za-z0-9]+", "_", op)
+    fig.savefig(images / f"results_torch_{slug}.png", dpi=110)
+    plt.close(fig)
+    return lines + ["", f"![{title}](images/results_torch_{slug}.png)", ""]
+
+
+def compare_torch_section(run_dir, docs, images):
+    """The PyTorch comparison (scripts/compare_torch.py --out compare_torch.json): the
+    fraction-of-PyTorch table and the attention-vs-N plots. Returns the page's lines."""
+    path, data = load_compare_torch(run_dir, docs)
+    if data is None:
+        return []
+    env, rows = data.get("env", {}), data.get("results", [])
+    facts = ", ".join(f"{k} {env[k]}" for k in ("gpu", "driver", "torch", "torch_cuda", "cudnn", "commit") if k in env)
+    out = ["## The course beside PyTorch", "",
+           f"From `{path.name}` ({facts}): `scripts/compare_torch.py` runs every step and PyTorch's equivalents on "
+           "the same tensors with one timer (CUDA events, L2 flushed, median). fraction = best PyTorch time / "
+           "course time (1.00 = as fast as the best PyTorch row; above 1 faster). accuracy: max error vs float64 "
+           "within 2x (backward 3x) PyTorch's own, plus a small floor.", ""]
+    out += compare_torch_table(rows) + [""]
+    errors = [r for r in rows if r.get("error") and r.get("impl") == "pytorch"]
+    if errors:
+        out += ["PyTorch rows that did not run: " + "; ".join(
+            f"{r['op']} {r['shape']} {r.get('backend', '')}: {r['error']}" for r in errors[:12])
+            + (f" (and {len(errors) - 12} more)" if len(errors) > 12 else ""), ""]
+    out += attention_vs_n_section(rows, "attention_bf16", images, "Tensor-core attention (bf16) beside FA2 and cuDNN")
+    out += attention_vs_n_section(rows, "attention_f32", images, "fp32 attention beside PyTorch's SDPA")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("run_dir", type=pathlib.Path)
@@ -142,6 +265,7 @@ def main():
         fig.savefig(images / f"results_{slug}.png", dpi=110)
         plt.close(fig)
         out += ["", f"![{op} {shape}](images/results_{slug}.png)", ""]
+    out += compare_torch_section(args.run_dir, args.docs, images)
     out += training_curve_section(args.run_dir, args.docs, images)
     (args.docs / "results.md").write_text("\n".join(out) + "\n")
     print(f"wrote {args.docs / 'results.md'} with {len(groups)} tables")

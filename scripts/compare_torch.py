@@ -1,0 +1,698 @@
+#!/usr/bin/env python3
+"""Every course op beside its PyTorch equivalent, on the same tensors, with one timer.
+
+usage: scripts/compare_torch.py [--ops OPS] [--quick] [--impl solution,exercise] [--out FILE]
+
+For each op and shape of the C++ benchmarks, times the course's steps (solution; exercise
+steps that are written) and the PyTorch equivalents, and checks the accuracy of every
+result against a float64 reference:
+  l2_norm, dot            torch.linalg.vector_norm, torch.dot
+  softmax                 torch.softmax
+  matmul (fp32)           torch.matmul, TF32 off
+  matmul_tc (bf16)        torch.mm with fp32 output when torch has out_dtype, else torch.matmul (bf16 out)
+  batched_gemm            torch.matmul on [B, H, N, d] (Q K^T and P V), fp32 (TF32 off) and bf16
+  attention (fp32)        SDPA, each backend (flash, cudnn, efficient, math; a backend that
+                          refuses a case is recorded with its reason)
+  attention_bf16          the tensor-core steps beside SDPA's backends: d in {64, 128},
+                          N in {1024, ..., 16384}, B = 16384 / N, H = 2048 / d, causal and not
+  attention_backward      autograd through SDPA (efficient, math), fp32
+  softmax_backward        torch._softmax_backward_data
+  linear_backward         dy @ w.T, x.T @ dy, dy.sum(0)
+Timer: CUDA events around each call, a 256 MiB L2 flush and a short GPU spin before it
+(queued work that hides the host's launch overhead), warm-up, median of the repetitions.
+Accuracy rule: max error vs float64 <= factor x PyTorch's same-dtype max error + floor
+(factor 2, backward 3: the FlashAttention rule; attention errors on sampled heads). A failing case is
+recorded with its error and the run goes on. Prints a short table last; --out writes JSON
+for scripts/make_results.py.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+import time
+import traceback
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bindings" / "python"))  # works without installing the package too
+
+OPS = ["l2_norm", "dot", "softmax", "matmul", "matmul_tc", "batched_gemm", "attention", "attention_bf16",
+       "attention_backward", "softmax_backward", "linear_backward"]
+
+torch = None  # imported in main(), so that --help works without PyTorch
+ck = None
+F = None
+
+
+# ---------------------------------------------------------------------------------------
+# Timer and bookkeeping
+# ---------------------------------------------------------------------------------------
+
+class Timer:
+    """CUDA-event timing, L2 flushed before every call, median over repetitions.
+
+    Before each timed call the GPU is given queued work (the 256 MiB flush, then a spin
+    kernel of `pad_ms`), so the host's launch overhead (Python argument checks, ctypes,
+    torch's dispatcher) overlaps it and is not counted: the events bracket GPU time only.
+    """
+
+    def __init__(self, warmup_ms: float, rep_ms: float, min_reps: int = 5, max_reps: int = 200,
+                 pad_ms: float = 0.3):
+        self.warmup_ms, self.rep_ms, self.min_reps, self.max_reps = warmup_ms, rep_ms, min_reps, max_reps
+        self.flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+        self.spin = getattr(torch.cuda, "_sleep", None)
+        self.spin_cycles = 0
+        if self.spin is not None:  # calibrate cycles per millisecond
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            self.spin(1 << 20)
+            start.record()
+            self.spin(1 << 22)
+            end.record()
+            torch.cuda.synchronize()
+            self.spin_cycles = int((1 << 22) * pad_ms / max(start.elapsed_time(end), 1e-3))
+
+    def _prepare(self):
+        self.flush.zero_()
+        if self.spin_cycles:
+            self.spin(self.spin_cycles)
+
+    def __call__(self, fn) -> float:
+        """Median milliseconds of fn()."""
+        fn()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(3):
+            self.flush.zero_()
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        estimate = max(start.elapsed_time(end) / 3, 1e-3)
+        for _ in range(max(1, int(self.warmup_ms / estimate))):
+            fn()
+        reps = min(self.max_reps, max(self.min_reps, int(self.rep_ms / estimate)))
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for i in range(reps):
+            self._prepare()
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize()
+        times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+        return times[len(times) // 2]
+
+
+class ContextLost(RuntimeError):
+    """The CUDA context is unusable (e.g. an illegal address): nothing more can run."""
+
+
+class Run:
+    def __init__(self, args):
+        self.args = args
+        self.timer = Timer(args.warmup_ms, args.rep_ms)
+        self.rows = []
+        self.impls = [i.strip() for i in args.impl.split(",") if i.strip()]
+
+    def record(self, **row):
+        self.rows.append(row)
+        status = row.get("error") or (f"{row['ms']:.3f} ms  {row['value']:.1f} {row['unit']}"
+                                      + (f"  err {row['err']:.2e}" if row.get("err") is not None else ""))
+        who = row.get("step") or row.get("backend")
+        print(f"  {row['op']:<18} {row['shape']:<26} {row['impl']:<9} {who:<22} {status}", flush=True)
+
+    def measure(self, op, shape, impl, who, fn, work, unit, check=None, note=None, kind="step"):
+        """Times fn (after one checked call) and records a row. `work` is FLOPs or bytes;
+        `check(result)` returns the max error vs float64 (or None)."""
+        row = {"op": op, "shape": shape, "impl": impl, ("step" if kind == "step" else "backend"): who,
+               "kind": kind, "unit": unit}
+        if note:
+            row["note"] = note
+        try:
+            result = fn()
+            torch.cuda.synchronize()
+            err = check(result) if check else None
+            del result
+            ms = self.timer(fn)
+            value = work / (ms * 1e-3) / (1e12 if unit == "TFLOP/s" else 1e9)
+            row.update(ms=ms, value=value, err=err)
+        except Exception as e:  # noqa: BLE001 -- every failure is recorded, the run goes on
+            row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400]
+            if os.environ.get("COMPARE_TORCH_TRACE"):
+                traceback.print_exc()
+            torch.cuda.empty_cache()
+            healthy(e)
+        self.record(**row)
+        return row
+
+    def course_steps(self, op, wanted=None):
+        """(impl, step) pairs to run: every step of the op (or `wanted`), solution and exercise."""
+        out = []
+        for impl in self.impls:
+            try:
+                if op not in ck.ops(impl) or not ck.available(op, impl):
+                    continue
+                names = [s for s, _ in ck.steps(op, impl)]
+            except Exception:  # noqa: BLE001 -- a missing library is reported by the first call
+                names = [s for s, _ in ck.steps(op)]
+            for s in names:
+                if wanted is None or wanted(s):
+                    out.append((impl, s))
+        return out
+
+    def run_course(self, op, shape, impl, step, fn, work, unit, check):
+        row = self.measure(op, shape, impl, step, fn, work, unit, check)
+        if impl == "exercise" and "StubNotImplementedError" in (row.get("error") or ""):
+            row["error"] = "exercise stub not written yet"
+        return row
+
+
+def healthy(exc):
+    """Raises ContextLost when the CUDA context no longer works after `exc`."""
+    try:
+        torch.cuda.synchronize()
+        torch.zeros(1, device="cuda").add_(1).item()
+    except Exception as e:  # noqa: BLE001
+        raise ContextLost(f"CUDA context lost after {type(exc).__name__}: {exc}") from e
+
+
+def max_err(got, ref):
+    return (got.double() - ref).abs().max().item()
+
+
+def rel_err(got, ref):
+    return max_err(got, ref) / max(ref.abs().max().item(), 1e-30)
+
+
+def shape_name(**dims):
+    return "_".join(f"{k}{v}" for k, v in dims.items())
+
+
+# ---------------------------------------------------------------------------------------
+# Module 1
+# ---------------------------------------------------------------------------------------
+
+def bench_reductions(run, op, quick):
+    sizes = [1 << 20] if quick else [1 << 28, 1 << 20]
+    for n in sizes:
+        x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+        shape = f"n={n}"
+        if op == "l2_norm":
+            ref = torch.linalg.vector_norm(x.double())
+            scale = ref.abs().item()
+            torch_fn = lambda: torch.linalg.vector_norm(x)  # noqa: E731
+            bytes_ = 4 * n
+        else:
+            ref = torch.dot(x.double(), y.double())
+            scale = (torch.linalg.vector_norm(x.double()) * torch.linalg.vector_norm(y.double())).item()
+            torch_fn = lambda: torch.dot(x, y)  # noqa: E731
+            bytes_ = 8 * n
+        check = lambda r: abs(r.double().item() - ref.item()) / scale  # noqa: E731
+        run.measure(op, shape, "pytorch", "torch", torch_fn, bytes_, "GB/s", check, kind="backend")
+        out = torch.empty((), device="cuda")
+        ws = torch.empty(1 << 16, dtype=torch.uint8, device="cuda")
+        for impl, step in run.course_steps(op):
+            if op == "l2_norm":
+                fn = lambda s=step, i=impl: ck.l2_norm(x, step=s, impl=i, out=out, workspace=ws)  # noqa: E731
+            else:
+                fn = lambda s=step, i=impl: ck.dot(x, y, step=s, impl=i, out=out, workspace=ws)  # noqa: E731
+            run.run_course(op, shape, impl, step, fn, bytes_, "GB/s", check)
+
+
+def bench_softmax(run, quick):
+    shapes = [(65536, 1024, 1)] if quick else [(65536, 1024, 1), (16384, 4096, 1), (4096, 32768, 1), (16384, 4096, 0)]
+    for rows, cols, dim in shapes:
+        x = torch.randn(rows, cols, device="cuda") * 4
+        ref = torch.softmax(x.double(), dim)
+        shape = f"{rows}x{cols}_dim{dim}"
+        bytes_ = 2 * 4 * rows * cols
+        check = lambda r: max_err(r, ref)  # noqa: E731
+        run.measure("softmax", shape, "pytorch", "torch", lambda: torch.softmax(x, dim), bytes_, "GB/s", check,
+                    kind="backend")
+        y = torch.empty_like(x)
+        ws = torch.empty(2 * max(rows, cols) * 4, dtype=torch.uint8, device="cuda")
+        for impl, step in run.course_steps("softmax"):
+            fn = lambda s=step, i=impl: ck.softmax(x, dim, step=s, impl=i, out=y, workspace=ws)  # noqa: E731
+            run.run_course("softmax", shape, impl, step, fn, bytes_, "GB/s", check)
+        del ref
+
+
+def bench_matmul(run, quick):
+    shapes = [(1024, 1024, 1024)] if quick else [(4096, 4096, 4096), (1024, 1024, 1024), (4096, 4096, 1024)]
+    for m, n, k in shapes:
+        a, b = torch.randn(m, k, device="cuda"), torch.randn(k, n, device="cuda")
+        ref = a.double() @ b.double()
+        shape = f"{m}x{n}x{k}"
+        check = lambda r: rel_err(r, ref)  # noqa: E731
+        run.measure("matmul", shape, "pytorch", "torch.matmul", lambda: a @ b, 2.0 * m * n * k, "TFLOP/s", check,
+                    note="TF32 off", kind="backend")
+        c = torch.empty(m, n, device="cuda")
+        for impl, step in run.course_steps("matmul"):
+            fn = lambda s=step, i=impl: ck.matmul(a, b, step=s, impl=i, out=c)  # noqa: E731
+            run.run_course("matmul", shape, impl, step, fn, 2.0 * m * n * k, "TFLOP/s", check)
+        del ref
+
+
+def torch_mm_f32_out(a, b):
+    """cuBLAS bf16 GEMM with fp32 output when this torch has out_dtype, else bf16 output."""
+    try:
+        return torch.mm(a, b, out_dtype=torch.float32), "fp32 out"
+    except (TypeError, RuntimeError):
+        return a @ b, "bf16 out (this torch has no out_dtype)"
+
+
+def bench_matmul_tc(run, quick):
+    shapes = [(4096, 4096, 4096)] if quick else [(8192, 8192, 8192), (4096, 4096, 4096)]
+    for m, n, k in shapes:
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+        ref = a.double() @ b.double()
+        shape = f"{m}x{n}x{k}"
+        check = lambda r: rel_err(r, ref)  # noqa: E731
+        _, note = torch_mm_f32_out(a, b)
+        run.measure("matmul_tc", shape, "pytorch", "torch.mm", lambda: torch_mm_f32_out(a, b)[0], 2.0 * m * n * k,
+                    "TFLOP/s", check, note=note, kind="backend")
+        c = torch.empty(m, n, device="cuda")
+        for impl, step in run.course_steps("matmul_tc"):
+            fn = lambda s=step, i=impl: ck.matmul_tc(a, b, step=s, impl=i, out=c)  # noqa: E731
+            run.run_course("matmul_tc", shape, impl, step, fn, 2.0 * m * n * k, "TFLOP/s", check)
+        del ref
+
+
+# ---------------------------------------------------------------------------------------
+# Module 2
+# ---------------------------------------------------------------------------------------
+
+def bench_batched_gemm(run, quick):
+    shapes = [(8, 16, 1024, 64)] if quick else [(8, 16, 1024, 64), (4, 32, 2048, 128), (64, 12, 128, 64)]
+    for B, H, N, d in shapes:
+        for dtype, tag in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
+            q, k = torch.randn(B, H, N, d, device="cuda", dtype=dtype), torch.randn(B, H, N, d, device="cuda",
+                                                                                   dtype=dtype)
+            p = torch.softmax(torch.randn(B, H, N, N, device="cuda"), -1).to(dtype)
+            for prod, (A, Bm) in (("qk", (q, k.transpose(-2, -1))), ("pv", (p, k))):
+                op = f"bgemm_{prod}_{tag}"
+                M, Nn, K = A.shape[-2], Bm.shape[-1], A.shape[-1]
+                flops = 2.0 * B * H * M * Nn * K
+                ref = A.double() @ Bm.double()
+                check = lambda r, ref=ref: rel_err(r, ref)  # noqa: E731
+                shape = shape_name(B=B, H=H, N=N, d=d)
+                run.measure(op, shape, "pytorch", "torch.matmul", lambda A=A, Bm=Bm: A @ Bm, flops, "TFLOP/s", check,
+                            note="TF32 off" if tag == "f32" else "bf16 out", kind="backend")
+                c = torch.empty(B, H, M, Nn, device="cuda")
+                bf16_step = lambda s: s in ("tensor_core", "wgmma")  # noqa: E731
+                for impl, step in run.course_steps("batched_gemm", lambda s: bf16_step(s) == (tag == "bf16")):
+                    fn = lambda s=step, i=impl, A=A, Bm=Bm: ck.batched_gemm(A, Bm, step=s, impl=i, out=c)  # noqa
+                    run.run_course(op, shape, impl, step, fn, flops, "TFLOP/s", check)
+                del ref
+            del p
+
+
+# ---------------------------------------------------------------------------------------
+# Attention
+# ---------------------------------------------------------------------------------------
+
+def sdpa_backends():
+    from torch.nn.attention import SDPBackend
+    names = [("flash", "FLASH_ATTENTION"), ("cudnn", "CUDNN_ATTENTION"), ("efficient", "EFFICIENT_ATTENTION"),
+             ("math", "MATH")]
+    return [(n, getattr(SDPBackend, attr)) for n, attr in names if hasattr(SDPBackend, attr)]
+
+
+def sdpa(backend, q, k, v, causal):
+    from torch.nn.attention import sdpa_kernel
+    with sdpa_kernel(backend):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def sampled_heads(B, H):
+    return sorted({(0, 0), (B - 1, H - 1), (B // 2, H // 2)})
+
+
+def reference_heads(q, k, v, causal, heads, block=1024):
+    """float64 O of the sampled (b, h) heads, queries in blocks (the N x N scores never exist
+    for all heads at once). Bottom-right causal mask (N_q == N_k here: same as SDPA's)."""
+    out = []
+    N, d = q.shape[2], q.shape[3]
+    scale = 1.0 / math.sqrt(d)
+    for b, h in heads:
+        kd, vd = k[b, h].double(), v[b, h].double()
+        rows = []
+        for i0 in range(0, N, block):
+            s = scale * q[b, h, i0:i0 + block].double() @ kd.t()
+            if causal:
+                i = torch.arange(i0, min(i0 + block, N), device="cuda")[:, None]
+                s.masked_fill_(torch.arange(N, device="cuda")[None, :] > i, -math.inf)
+            rows.append(torch.softmax(s, -1) @ vd)
+        out.append(torch.cat(rows))
+    return out
+
+
+def heads_err(o, refs, heads):
+    return max(max_err(o[b, h], r) for (b, h), r in zip(heads, refs))
+
+
+def bench_attention_case(run, op, q, k, v, causal, shape, steps, factor, floor, dtype_note):
+    B, H, N, d = q.shape
+    flops = 4.0 * B * H * N * N * d / (2 if causal else 1)
+    heads = sampled_heads(B, H)
+    refs = reference_heads(q, k, v, causal, heads)
+    err_of = lambda o: heads_err(o, refs, heads)  # noqa: E731
+    torch_rows = {}
+    for name, backend in sdpa_backends():
+        row = run.measure(op, shape, "pytorch", name, lambda b=backend: sdpa(b, q, k, v, causal), flops, "TFLOP/s",
+                          err_of, note=dtype_note, kind="backend")
+        torch_rows[name] = row
+    # PyTorch's same-dtype result for the accuracy rule: the plain (math) one, else any that ran.
+    base = next((torch_rows[n]["err"] for n in ("math", "efficient", "flash", "cudnn")
+                 if n in torch_rows and torch_rows[n].get("err") is not None), None)
+    o = torch.empty_like(q)
+    lse = torch.empty(B, H, N, device="cuda")
+    for impl, step in steps:
+        ws_bytes = 0
+        if step == "naive":
+            ws_bytes = B * H * N * N * 4
+        ws = torch.empty(ws_bytes, dtype=torch.uint8, device="cuda") if ws_bytes else None
+        use_lse = step != "naive"
+        fn = lambda s=step, i=impl, ws=ws, use_lse=use_lse: ck.attention(  # noqa: E731
+            q, k, v, causal=causal, step=s, impl=i, out=o, lse_out=lse if use_lse else None, workspace=ws)
+        row = run.run_course(op, shape, impl, step, lambda fn=fn: (fn(), o)[1], flops, "TFLOP/s", err_of)
+        if row.get("err") is not None and base is not None:
+            row["err_torch"] = base
+            row["accuracy_ok"] = row["err"] <= factor * base + floor
+        del ws
+
+
+def bench_attention_fp32(run, quick):
+    Ns = [1024] if quick else [512, 1024, 2048, 4096, 8192]
+    supports_causal = {"tiled_online": False}
+    max_d = {"tiled_online": 64, "causal": 64}
+    for d in (64, 128):
+        for causal in (False, True):
+            for N in Ns:
+                B, H = 4, 16
+                q, k, v = (torch.randn(B, H, N, d, device="cuda") for _ in range(3))
+                shape = shape_name(B=B, H=H, N=N, d=d) + ("_causal" if causal else "")
+                steps = [(i, s) for i, s in run.course_steps("attention", lambda s: not s.startswith("tc_"))
+                         if d <= max_d.get(s, 128) and (not causal or supports_causal.get(s, True))
+                         and not (s == "causal" and not causal) and s != "fused_options"]
+                bench_attention_case(run, "attention_f32", q, k, v, causal, shape, steps, 2.0, 1e-5, "fp32")
+                del q, k, v
+                torch.cuda.empty_cache()
+
+
+def bench_attention_bf16(run, quick):
+    Ns = [1024, 4096] if quick else [1024, 2048, 4096, 8192, 16384]
+    for d in (64, 128):
+        for causal in (False, True):
+            for N in Ns:
+                B, H = 16384 // N, 2048 // d
+                q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+                shape = shape_name(B=B, H=H, N=N, d=d) + ("_causal" if causal else "")
+                steps = run.course_steps("attention", lambda s: s.startswith("tc_"))
+                bench_attention_case(run, "attention_bf16", q, k, v, causal, shape, steps, 2.0, 1e-4, "bf16")
+                del q, k, v
+                torch.cuda.empty_cache()
+
+
+def reference_grads(q, k, v, dout, causal, heads):
+    """float64 (dq, dk, dv) of the sampled heads, by autograd over one head at a time."""
+    out = []
+    d = q.shape[3]
+    for b, h in heads:
+        qd, kd, vd = (t[b, h].double().requires_grad_() for t in (q, k, v))
+        s = qd @ kd.t() / math.sqrt(d)
+        if causal:
+            N = s.shape[0]
+            s = s.masked_fill(torch.ones(N, N, device="cuda", dtype=torch.bool).triu(1), -math.inf)
+        o = torch.softmax(s, -1) @ vd
+        out.append(torch.autograd.grad(o, (qd, kd, vd), dout[b, h].double()))
+    return out
+
+
+def grads_err(grads, refs, heads):
+    err = 0.0
+    for (b, h), ref in zip(heads, refs):
+        for g, r in zip(grads, ref):
+            err = max(err, max_err(g[b, h], r) / max(r.abs().max().item(), 1e-30))
+    return err
+
+
+def bench_attention_backward(run, quick):
+    Ns = [1024] if quick else [512, 1024, 2048, 4096, 8192]
+    backends = [(n, b) for n, b in sdpa_backends() if n in ("efficient", "math")]
+    for d in (64, 128):
+        for causal in (False, True):
+            for N in Ns:
+                B, H = 4, 16
+                q, k, v, dout = (torch.randn(B, H, N, d, device="cuda") for _ in range(4))
+                shape = shape_name(B=B, H=H, N=N, d=d) + ("_causal" if causal else "")
+                flops = 10.0 * B * H * N * N * d / (2 if causal else 1)
+                heads = sampled_heads(B, H)
+                try:
+                    refs = reference_grads(q, k, v, dout, causal, heads)
+                except Exception as e:  # noqa: BLE001
+                    healthy(e)
+                    refs = None
+                err_of = (lambda g: grads_err(g, refs, heads)) if refs else None
+                base = None
+                for name, backend in backends:
+                    def torch_grad(backend=backend):
+                        qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+                        o = sdpa(backend, qg, kg, vg, causal)
+                        return o, (qg, kg, vg)
+
+                    try:  # the forward (and its graph) is built once; only the backward is timed
+                        o_t, leaves = torch_grad()
+                        grad = lambda o_t=o_t, leaves=leaves: torch.autograd.grad(  # noqa: E731
+                            o_t, leaves, dout, retain_graph=True)
+                    except Exception as e:  # noqa: BLE001
+                        run.record(op="attention_backward", shape=shape, impl="pytorch", backend=name,
+                                   kind="backend", unit="TFLOP/s", error=f"{type(e).__name__}: {e}"[:400])
+                        healthy(e)
+                        continue
+                    row = run.measure("attention_backward", shape, "pytorch", name, grad, flops, "TFLOP/s", err_of,
+                                      note="fp32 autograd through SDPA", kind="backend")
+                    if row.get("err") is not None and (base is None or name == "math"):
+                        base = row["err"]
+                    del o_t, leaves, grad
+                o, lse = ck.attention(q, k, v, causal=causal, return_lse=True, step="fused")
+                dq, dk, dv = (torch.empty_like(q) for _ in range(3))
+                for impl, step in run.course_steps("attention_backward"):
+                    ws_bytes = (2 * B * H * N * N if step == "naive" else B * H * N) * 4
+                    try:
+                        ws = torch.empty(ws_bytes, dtype=torch.uint8, device="cuda")
+                    except Exception as e:  # noqa: BLE001
+                        run.record(op="attention_backward", shape=shape, impl=impl, step=step, kind="step",
+                                   unit="TFLOP/s", error=f"workspace: {type(e).__name__}"[:400])
+                        torch.cuda.empty_cache()
+                        continue
+                    fn = lambda s=step, i=impl, ws=ws: ck.attention_backward(  # noqa: E731
+                        q, k, v, o, dout, lse, causal=causal, step=s, impl=i, out=(dq, dk, dv), workspace=ws)
+                    row = run.run_course("attention_backward", shape, impl, step, fn, flops, "TFLOP/s", err_of)
+                    if row.get("err") is not None and base is not None:
+                        row["err_torch"] = base
+                        row["accuracy_ok"] = row["err"] <= 3.0 * base + 1e-5
+                    del ws
+                del q, k, v, dout, o, lse, dq, dk, dv
+                torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------------------------------
+# Module 4 (besides attention backward)
+# ---------------------------------------------------------------------------------------
+
+def torch_softmax_backward(y, dy, dim):
+    try:
+        return torch._softmax_backward_data(dy, y, dim, torch.float32)
+    except (AttributeError, TypeError, RuntimeError):
+        return y * (dy - (dy * y).sum(dim, keepdim=True))
+
+
+def bench_softmax_backward(run, quick):
+    shapes = [(16384, 4096, 1)] if quick else [(16384, 4096, 1), (16384, 4096, 0), (65536, 1024, 1), (4096, 32768, 1)]
+    for rows, cols, dim in shapes:
+        y = torch.softmax(torch.randn(rows, cols, device="cuda") * 4, dim)
+        dy = torch.randn(rows, cols, device="cuda")
+        yd, dyd = y.double(), dy.double()
+        ref = yd * (dyd - (dyd * yd).sum(dim, keepdim=True))
+        del yd, dyd
+        check = lambda r: max_err(r, ref)  # noqa: E731
+        shape = f"{rows}x{cols}_dim{dim}"
+        bytes_ = 3 * 4 * rows * cols
+        run.measure("softmax_backward", shape, "pytorch", "torch", lambda: torch_softmax_backward(y, dy, dim),
+                    bytes_, "GB/s", check, note="torch._softmax_backward_data", kind="backend")
+        dx = torch.empty_like(y)
+        ws = torch.empty(max(rows, cols) * 4, dtype=torch.uint8, device="cuda")
+        for impl, step in run.course_steps("softmax_backward"):
+            fn = lambda s=step, i=impl: ck.softmax_backward(y, dy, dim, step=s, impl=i, out=dx, workspace=ws)  # noqa
+            run.run_course("softmax_backward", shape, impl, step, fn, bytes_, "GB/s", check)
+        del ref
+
+
+def bench_linear_backward(run, quick):
+    shapes = [(4096, 4096, 4096)] if quick else [(4096, 4096, 4096), (16384, 1024, 1024), (16384, 4096, 1024)]
+    for M, K, N in shapes:
+        x, w, dy = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda"), torch.randn(M, N, device="cuda")
+        refs = (dy.double() @ w.double().t(), x.double().t() @ dy.double(), dy.double().sum(0))
+        check = lambda r: max(rel_err(g, ref) for g, ref in zip(r, refs))  # noqa: E731
+        shape = shape_name(M=M, K=K, N=N)
+        flops = 4.0 * M * K * N
+        run.measure("linear_backward", shape, "pytorch", "torch.matmul",
+                    lambda: (dy @ w.t(), x.t() @ dy, dy.sum(0)), flops, "TFLOP/s", check, note="TF32 off",
+                    kind="backend")
+        outs = (torch.empty(M, K, device="cuda"), torch.empty(K, N, device="cuda"), torch.empty(N, device="cuda"))
+        for impl, step in run.course_steps("linear_backward"):
+            fn = lambda s=step, i=impl: ck.linear_backward(x, w, dy, step=s, impl=i, out=outs)  # noqa: E731
+            run.run_course("linear_backward", shape, impl, step, fn, flops, "TFLOP/s", check)
+        del refs
+
+
+# ---------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------
+
+def accuracy_flags(rows):
+    """The accuracy rule for every course row that has an error and a PyTorch one to compare with."""
+    rule = {"attention_f32": (2.0, 1e-5), "attention_bf16": (2.0, 1e-4), "attention_backward": (3.0, 1e-5)}
+    torch_err = {}
+    for r in rows:
+        if r["impl"] == "pytorch" and r.get("err") is not None:
+            key = (r["op"], r["shape"])
+            torch_err[key] = min(torch_err.get(key, math.inf), r["err"])
+    floors = {"l2_norm": 1e-5, "dot": 1e-5, "softmax": 1e-6, "softmax_backward": 1e-6}
+    for r in rows:
+        if r["impl"] == "pytorch" or r.get("err") is None or "accuracy_ok" in r:
+            continue
+        base = torch_err.get((r["op"], r["shape"]))
+        if base is None:
+            continue
+        factor, floor = rule.get(r["op"], (2.0, floors.get(r["op"], 1e-5)))
+        r["err_torch"] = base
+        r["accuracy_ok"] = r["err"] <= factor * base + floor
+
+
+def summary(rows):
+    """One line per (op, shape): the best solution step against the best PyTorch row."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["op"], r["shape"]), []).append(r)
+    lines = [f"{'op':<20} {'shape':<26} {'best solution step':<24} {'ms':>9} {'best pytorch':<14} {'ms':>9} "
+             f"{'fraction':>8}  acc"]
+    for (op, shape), rs in groups.items():
+        sol = [r for r in rs if r["impl"] == "solution" and r.get("ms")]
+        lib = [r for r in rs if r["impl"] == "pytorch" and r.get("ms")]
+        best_s = min(sol, key=lambda r: r["ms"]) if sol else None
+        best_t = min(lib, key=lambda r: r["ms"]) if lib else None
+        frac = f"{best_t['ms'] / best_s['ms']:.2f}" if best_s and best_t else "-"
+        bad = [r["step"] for r in rs if r["impl"] != "pytorch" and r.get("accuracy_ok") is False]
+        acc = "ok" if not bad else "FAIL: " + ",".join(bad)
+        lines.append(f"{op:<20} {shape:<26} {(best_s or {}).get('step', '-'):<24} "
+                     f"{best_s['ms'] if best_s else float('nan'):>9.3f} {(best_t or {}).get('backend', '-'):<14} "
+                     f"{best_t['ms'] if best_t else float('nan'):>9.3f} {frac:>8}  {acc}")
+    return "\n".join(lines)
+
+
+def environment():
+    env = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "python": platform.python_version(),
+           "torch": torch.__version__, "torch_cuda": torch.version.cuda, "gpu": torch.cuda.get_device_name(),
+           "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None}
+    try:
+        env["commit"] = os.environ.get("COURSE_COMMIT") or subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or "unknown"
+        env["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                       capture_output=True, text=True).stdout.strip().splitlines()[0]
+    except (OSError, IndexError):
+        env.setdefault("commit", "unknown")
+    for impl in ("solution", "exercise"):
+        try:
+            env[f"library_{impl}"] = str(ck.library_path(impl))
+        except Exception as e:  # noqa: BLE001
+            env[f"library_{impl}"] = f"missing: {e}"
+    return env
+
+
+def main():
+    global torch, ck, F
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ops", default=",".join(OPS), help=f"comma-separated subset of: {', '.join(OPS)}")
+    ap.add_argument("--quick", action="store_true", help="one or two shapes per op, shorter timing")
+    ap.add_argument("--impl", default="solution,exercise", help="course implementations to run")
+    ap.add_argument("--out", type=pathlib.Path, help="write the JSON results here")
+    ap.add_argument("--warmup-ms", type=float, default=25.0)
+    ap.add_argument("--rep-ms", type=float, default=100.0)
+    args = ap.parse_args()
+    if args.quick:
+        args.warmup_ms, args.rep_ms = min(args.warmup_ms, 10.0), min(args.rep_ms, 30.0)
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    unknown = set(ops) - set(OPS)
+    if unknown:
+        ap.error(f"unknown ops: {', '.join(sorted(unknown))}; choose from {', '.join(OPS)}")
+
+    import torch as _torch
+    import torch.nn.functional as _F
+    torch, F = _torch, _F
+    import course_kernels as _ck
+    ck = _ck
+    if not torch.cuda.is_available():
+        sys.exit("compare_torch: no CUDA device visible to PyTorch")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(0)
+
+    run = Run(args)
+    env = environment()
+    print("== compare_torch: " + ", ".join(f"{k}={v}" for k, v in env.items() if not k.startswith("library")))
+    table = {
+        "l2_norm": lambda q: bench_reductions(run, "l2_norm", q), "dot": lambda q: bench_reductions(run, "dot", q),
+        "softmax": lambda q: bench_softmax(run, q), "matmul": lambda q: bench_matmul(run, q),
+        "matmul_tc": lambda q: bench_matmul_tc(run, q), "batched_gemm": lambda q: bench_batched_gemm(run, q),
+        "attention": lambda q: bench_attention_fp32(run, q), "attention_bf16": lambda q: bench_attention_bf16(run, q),
+        "attention_backward": lambda q: bench_attention_backward(run, q),
+        "softmax_backward": lambda q: bench_softmax_backward(run, q),
+        "linear_backward": lambda q: bench_linear_backward(run, q),
+    }
+    t0 = time.time()
+    stopped = None
+    for op in ops:
+        print(f"-- {op}", flush=True)
+        try:
+            table[op](args.quick)
+        except ContextLost as e:
+            stopped = str(e)
+            print(f"!! {stopped}; stopping", flush=True)
+            break
+        except Exception as e:  # noqa: BLE001 -- an op's set-up failed: record it, go on
+            run.rows.append({"op": op, "shape": "-", "impl": "-", "kind": "setup",
+                             "error": f"{type(e).__name__}: {e}"[:400]})
+            print(f"!! {op} set-up failed: {type(e).__name__}: {e}", flush=True)
+            traceback.print_exc()
+            torch.cuda.empty_cache()
+            try:
+                healthy(e)
+            except ContextLost as lost:
+                stopped = str(lost)
+                break
+    accuracy_flags(run.rows)
+    env["seconds"] = round(time.time() - t0, 1)
+    if stopped:
+        env["stopped"] = stopped
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"env": env, "results": run.rows}, indent=1))
+        print(f"wrote {args.out} ({len(run.rows)} rows)")
+    print()
+    print(summary(run.rows))
+    failures = [r for r in run.rows if r.get("accuracy_ok") is False and r["impl"] == "solution"]
+    if failures:
+        print(f"\n{len(failures)} solution rows break the accuracy rule", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
