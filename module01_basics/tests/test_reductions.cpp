@@ -275,4 +275,43 @@ TEST(ReduceArgsTest, WorkspaceTooSmallIsNamed) {
   }, "'workspace'");
 }
 
+TEST(ReduceArgsTest, ResultInsideAnInputIsNamed) {
+  // Every step writes *result while blocks still read x and y (the atomic steps zero it
+  // first): a result that lies inside an input is a race, rejected by name.
+  HostArgs h;
+  expect_rejected_by_every_step([&](ReduceStep s) {
+    ReduceArgs a = h.args(false);
+    a.result = h.x + 3;
+    impl::l2_norm(s, a);
+  }, "'result'");
+  expect_rejected_by_every_step([&](ReduceStep s) {
+    ReduceArgs a = h.args(true);
+    a.result = h.x + 7;  // the last element of x (n = 8)
+    impl::dot(s, a);
+  }, "lies inside x");
+  expect_rejected_by_every_step([&](ReduceStep s) {
+    ReduceArgs a = h.args(true);
+    a.result = h.y;
+    impl::dot(s, a);
+  }, "lies inside y");
+  // Just past the end of x is outside it.
+  ReduceArgs a = h.args(false);
+  a.result = h.x + 8;
+  EXPECT_NO_THROW(course::m01::validate_reduce_args(a, "test", false));
+}
+
+TEST(ReduceArgsTest, WorkspaceOverlappingAnOperandIsNamed) {
+  HostArgs h;
+  expect_rejected_by_every_step([&](ReduceStep s) {
+    ReduceArgs a = h.args(true);
+    a.workspace = h.x;
+    impl::dot(s, a);
+  }, "'workspace'");
+  expect_rejected_by_every_step([&](ReduceStep s) {
+    ReduceArgs a = h.args(false);
+    a.workspace = &h.result;
+    impl::l2_norm(s, a);
+  }, "overlaps result");
+}
+
 }  // namespace

@@ -257,6 +257,22 @@ TEST(SoftmaxArgsTest, NaiveNeedsItsWorkspace) {
   expect_named(a, "'workspace' = nullptr", SoftmaxStep::naive_three_pass);
 }
 
+TEST(SoftmaxArgsTest, NaiveWorkspaceOverlappingXOrYIsNamed) {
+  // naive_three_pass writes each slice's max and sum into the workspace between reading x
+  // and writing y: a workspace inside either would corrupt the result.
+  auto a = good_args();  // x = g_fake[0, 1024), y = g_fake[2048, 3072)
+  a.workspace_bytes = course::m01::softmax_workspace_bytes(SoftmaxStep::naive_three_pass, a.rows, a.cols, a.dim);
+  a.workspace = g_fake + 1000;  // its last 24 floats lie inside x
+  expect_named(a, "overlaps x", SoftmaxStep::naive_three_pass);
+  a.workspace = g_fake + 3072 - 1;  // its first float is y's last
+  expect_named(a, "overlaps y", SoftmaxStep::naive_three_pass);
+  a.workspace = g_fake + 1024;  // right after x: disjoint from both
+  EXPECT_NO_THROW(course::m01::validate_softmax_args(a, SoftmaxStep::naive_three_pass, "test"));
+  // Steps without a workspace ignore the field.
+  a.workspace = g_fake;
+  EXPECT_NO_THROW(course::m01::validate_softmax_args(a, SoftmaxStep::block_per_row, "test"));
+}
+
 TEST(SoftmaxArgsTest, EmptyMatrixIsANoOp) {
   // Nothing to read or write: no pointer is needed and nothing is launched.
   for (const auto& s : course::m01::kSoftmaxSteps) {

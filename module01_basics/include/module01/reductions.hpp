@@ -7,6 +7,7 @@
 
 #include "course/error.hpp"
 #include "course/impl.hpp"
+#include "course/validate.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -37,8 +38,8 @@ struct ReduceArgs {
   const float* x = nullptr;  ///< n elements
   const float* y = nullptr;  ///< n elements (dot only; must be null for l2_norm)
   std::int64_t n = 0;        ///< may be 0 (result 0)
-  float* result = nullptr;   ///< one float: the norm or the dot product
-  float* workspace = nullptr;       ///< scratch for per-block partials
+  float* result = nullptr;   ///< one float: the norm or the dot product (not inside x, y or workspace)
+  float* workspace = nullptr;       ///< scratch for per-block partials (not overlapping x, y or result)
   std::size_t workspace_bytes = 0;  ///< at least reduce_workspace_bytes(n)
   cudaStream_t stream = nullptr;
 };
@@ -63,7 +64,31 @@ inline void validate_reduce_args(const ReduceArgs& a, const char* fn, bool needs
   if (needs_y) require_aligned(a.y, 16, fn, "y");
   require_arg(a.workspace_bytes >= reduce_workspace_bytes(a.n) || a.n == 0, fn, "workspace_bytes",
               a.workspace_bytes, "must be >= reduce_workspace_bytes(n)");
-  if (a.n > 0) require_not_null(a.workspace, fn, "workspace");
+  if (a.n == 0) return;  // nothing is read: x, y and workspace are never touched
+  require_not_null(a.workspace, fn, "workspace");
+  // What is written (result, the workspace's partials) must not overlap what is read:
+  // the steps zero *result (and write partials) while other blocks still read x and y.
+  using validate::ranges_intersect;
+  const std::size_t in_bytes = static_cast<std::size_t>(a.n) * sizeof(float);
+  const std::size_t ws_bytes = reduce_workspace_bytes(a.n);
+  const auto* result = static_cast<const void*>(a.result);
+  const auto* ws = static_cast<const void*>(a.workspace);
+  require_arg(!ranges_intersect(result, sizeof(float), a.x, in_bytes), fn, "result", result,
+              validate::msg("lies inside x (", a.n, " floats from ", static_cast<const void*>(a.x),
+                            "): *result is written while x is read")
+                  .c_str());
+  if (needs_y)
+    require_arg(!ranges_intersect(result, sizeof(float), a.y, in_bytes), fn, "result", result,
+                validate::msg("lies inside y (", a.n, " floats from ", static_cast<const void*>(a.y),
+                              "): *result is written while y is read")
+                    .c_str());
+  require_arg(!ranges_intersect(ws, ws_bytes, a.x, in_bytes), fn, "workspace", ws,
+              "overlaps x: the per-block partials are written while x is read");
+  if (needs_y)
+    require_arg(!ranges_intersect(ws, ws_bytes, a.y, in_bytes), fn, "workspace", ws,
+                "overlaps y: the per-block partials are written while y is read");
+  require_arg(!ranges_intersect(ws, ws_bytes, result, sizeof(float)), fn, "workspace", ws,
+              "overlaps result: they are written by different blocks");
 }
 
 }  // namespace course::m01

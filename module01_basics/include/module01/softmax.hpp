@@ -85,7 +85,7 @@ struct SoftmaxArgs {
   std::int64_t ldx = 0;      ///< elements between the starts of consecutive rows of x (>= cols)
   std::int64_t ldy = 0;      ///< elements between the starts of consecutive rows of y (>= cols)
   int dim = 1;               ///< 1: normalize each row; 0: normalize each column
-  float* workspace = nullptr;       ///< scratch, only for naive_three_pass
+  float* workspace = nullptr;       ///< scratch, only for naive_three_pass (must not overlap x or y)
   std::size_t workspace_bytes = 0;  ///< >= softmax_workspace_bytes(step, rows, cols, dim)
   cudaStream_t stream = nullptr;
 };
@@ -148,6 +148,14 @@ inline void validate_softmax_args(const SoftmaxArgs& a, SoftmaxStep step, const 
                 "the max and sum of every slice there)");
     require_not_null(a.workspace, fn, "workspace");
     require_aligned(a.workspace, alignof(float), fn, "workspace");
+    // The slice statistics are written while x is still read (and y written): no overlap.
+    const auto w0 = reinterpret_cast<std::uintptr_t>(a.workspace);
+    const auto w1 = w0 + need;
+    const auto* ws = static_cast<const void*>(a.workspace);
+    require_arg(w1 <= x0 || x1 <= w0, fn, "workspace", ws,
+                "overlaps x: naive_three_pass writes the max and sum of every slice there while x is read");
+    require_arg(w1 <= y0 || y1 <= w0, fn, "workspace", ws,
+                "overlaps y: naive_three_pass writes the max and sum of every slice there while y is written");
   }
 }
 
