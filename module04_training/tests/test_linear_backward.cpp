@@ -12,6 +12,7 @@
 #include "course/reference.hpp"
 #include "course/tensor.hpp"
 #include "course/testing.hpp"
+#include "linear_backward_check.hpp"
 #include "linear_backward_planted.hpp"
 #include "module04/linear_backward.hpp"
 
@@ -32,186 +33,15 @@ using course::m04::BiasGradStep;
 using course::m04::LinearBackwardArgs;
 using course::testing::GpuTest;
 
-/// Anything with the op's signature: impl::linear_backward or a planted bug.
-using LinearBackwardFn = std::function<void(BiasGradStep, const LinearBackwardArgs&)>;
-
-/// The padding between rows of X, W and dY holds this.
-constexpr float kPadSentinel = 1000.f;
-
-/// How a case passes its row strides.
-enum class Lds {
-  zero,    ///< every ld = 0: "dense", resolved by the API
-  dense,   ///< every ld = its row length, passed explicitly
-  padded,  ///< every ld = row length + its own pad (odd pads break every vector path)
-};
-
-/// One problem: sizes, row strides, which gradients are requested.
-struct Case {
-  std::int64_t M = 1, K = 1, N = 1;
-  Lds lds = Lds::dense;
-  std::int64_t pad_x = 3, pad_w = 5, pad_dy = 1, pad_dx = 7, pad_dw = 4;  ///< used when lds == padded
-  bool want_dx = true, want_dw = true, want_db = true;
-  float lo = -1.f, hi = 1.f;  ///< range of dY's values
-
-  std::int64_t ld(std::int64_t cols, std::int64_t pad) const { return lds == Lds::padded ? cols + pad : cols; }
-  std::int64_t ldx() const { return ld(K, pad_x); }
-  std::int64_t ldw() const { return ld(N, pad_w); }
-  std::int64_t lddy() const { return ld(N, pad_dy); }
-  std::int64_t lddx() const { return ld(K, pad_dx); }
-  std::int64_t lddw() const { return ld(N, pad_dw); }
-  std::string str() const {
-    std::ostringstream os;
-    os << "M=" << M << " K=" << K << " N=" << N << " lds="
-       << (lds == Lds::zero ? "0 (dense)" : lds == Lds::dense ? "dense" : "padded") << " (x " << ldx() << ", w "
-       << ldw() << ", dy " << lddy() << ", dx " << lddx() << ", dw " << lddw() << ")"
-       << " outputs:" << (want_dx ? " dx" : "") << (want_dw ? " dw" : "") << (want_db ? " db" : "");
-    return os.str();
-  }
-};
-
-/// A rows x cols matrix of `values` (row-major, dense) stored with row stride ld; the
-/// padding holds kPadSentinel.
-std::vector<float> padded_storage(const std::vector<float>& values, std::int64_t rows, std::int64_t cols,
-                                  std::int64_t ld) {
-  std::vector<float> s(static_cast<std::size_t>((rows - 1) * ld + cols), kPadSentinel);
-  for (std::int64_t r = 0; r < rows; ++r)
-    std::copy_n(values.begin() + r * cols, cols, s.begin() + r * ld);
-  return s;
-}
-
-std::uint32_t bits_of(float v) {
-  std::uint32_t b;
-  std::memcpy(&b, &v, sizeof b);
-  return b;
-}
-
-/// The host data of a case and its references (double).
-struct Problem {
-  Case cs;
-  std::vector<float> x, w, dy;  ///< dense values
-  HostTensor<double> ref_dx, ref_dw;
-  std::vector<double> ref_db;
-};
-
-HostTensor<double> dense_tensor(const std::vector<float>& v, std::int64_t rows, std::int64_t cols) {
-  HostTensor<double> t({rows, cols});
-  for (std::size_t i = 0; i < v.size(); ++i) t.storage()[i] = v[i];
-  return t;
-}
-
-/// db[j] = sum_i dy[i, j], in double (independent of the kernels' summation order).
-std::vector<double> column_sums(const std::vector<float>& dy, std::int64_t M, std::int64_t N) {
-  std::vector<double> s(static_cast<std::size_t>(N), 0.0);
-  for (std::int64_t i = 0; i < M; ++i)
-    for (std::int64_t j = 0; j < N; ++j) s[static_cast<std::size_t>(j)] += dy[static_cast<std::size_t>(i * N + j)];
-  return s;
-}
-
-Problem make_problem(const Case& cs, std::uint64_t seed) {
-  Problem p;
-  p.cs = cs;
-  p.x = course::random_vector(static_cast<std::size_t>(cs.M * cs.K), seed);
-  p.w = course::random_vector(static_cast<std::size_t>(cs.K * cs.N), seed ^ 0x9e3779b97f4a7c15ull);
-  p.dy = course::random_vector(static_cast<std::size_t>(cs.M * cs.N), seed + 17, cs.lo, cs.hi);
-  const auto grads = course::ref::matmul_backward(dense_tensor(p.x, cs.M, cs.K), dense_tensor(p.w, cs.K, cs.N),
-                                                  dense_tensor(p.dy, cs.M, cs.N));
-  p.ref_dx = grads.da;  // dY W^T
-  p.ref_dw = grads.db;  // X^T dY
-  p.ref_db = column_sums(p.dy, cs.M, cs.N);
-  return p;
-}
-
-/// What came back from the device: each output's whole storage (empty if not requested).
-struct Result {
-  std::vector<float> dx, dw, db;
-};
-
-Result run_on_device(const LinearBackwardFn& fn, BiasGradStep step, const Problem& p) {
-  const Case& c = p.cs;
-  DeviceBuffer<float> x(padded_storage(p.x, c.M, c.K, c.ldx()));
-  DeviceBuffer<float> w(padded_storage(p.w, c.K, c.N, c.ldw()));
-  DeviceBuffer<float> dy(padded_storage(p.dy, c.M, c.N, c.lddy()));
-  DeviceBuffer<float> dx(c.want_dx ? static_cast<std::size_t>((c.M - 1) * c.lddx() + c.K) : 0);
-  DeviceBuffer<float> dw(c.want_dw ? static_cast<std::size_t>((c.K - 1) * c.lddw() + c.N) : 0);
-  DeviceBuffer<float> db(c.want_db ? static_cast<std::size_t>(c.N) : 0);
-  dx.poison();
-  dw.poison();
-  db.poison();
-  LinearBackwardArgs a = course::m04::make_linear_backward_args(
-      x.data(), w.data(), dy.data(), c.want_dx ? dx.data() : nullptr, c.want_dw ? dw.data() : nullptr,
-      c.want_db ? db.data() : nullptr, c.M, c.K, c.N);
-  if (c.lds == Lds::zero) {
-    a.ldx = a.ldw = a.lddy = a.lddx = a.lddw = 0;
-  } else {
-    a.ldx = c.ldx();
-    a.ldw = c.ldw();
-    a.lddy = c.lddy();
-    a.lddx = c.lddx();
-    a.lddw = c.lddw();
-  }
-  fn(step, a);
-  COURSE_CUDA_CHECK(cudaDeviceSynchronize());
-  Result r;
-  if (c.want_dx) r.dx = dx.download();
-  if (c.want_dw) r.dw = dw.download();
-  if (c.want_db) r.db = db.download();
-  return r;
-}
-
-/// Compares one rows x cols output (storage with row stride ld) with its reference; the
-/// padding must still hold the poison. Returns "" when right, else a report.
-std::string judge_matrix(const char* name, const std::vector<float>& got, std::int64_t rows, std::int64_t cols,
-                         std::int64_t ld, const HostTensor<double>& ref, std::int64_t reduction_length) {
-  HostTensor<float> g({rows, cols}, {ld, 1});
-  std::copy_n(got.begin(), g.storage().size(), g.storage().begin());
-  const double scale = std::max(1.0, course::rms(ref));
-  const auto cmp = course::compare(g, ref, course::tolerance_for(course::DType::f32, reduction_length, scale),
-                                   {"row", "col"});
-  std::ostringstream os;
-  if (!cmp.ok()) os << name << ": " << cmp.report();
-  std::int64_t stray = 0;
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = cols; c < ld && r * ld + c < static_cast<std::int64_t>(got.size()); ++c)
-      if (bits_of(got[static_cast<std::size_t>(r * ld + c)]) != 0xFFFFFFFFu) ++stray;
-  if (stray) os << (os.tellp() > 0 ? "; " : "") << name << ": " << stray << " writes into the row padding";
-  return os.str();
-}
-
-std::string judge(const Problem& p, const Result& r) {
-  const Case& c = p.cs;
-  std::string out;
-  const auto add = [&](const std::string& s) {
-    if (!s.empty()) out += (out.empty() ? "" : "\n    ") + s;
-  };
-  if (c.want_dx) add(judge_matrix("dX", r.dx, c.M, c.K, c.lddx(), p.ref_dx, c.N));
-  if (c.want_dw) add(judge_matrix("dW", r.dw, c.K, c.N, c.lddw(), p.ref_dw, c.M));
-  if (c.want_db) {
-    HostTensor<double> ref({1, c.N});
-    std::copy(p.ref_db.begin(), p.ref_db.end(), ref.storage().begin());
-    add(judge_matrix("db", r.db, 1, c.N, c.N, ref, c.M));
-  }
-  return out;
-}
-
-/// THE check, shared by the real tests and the planted-bug tests: every case on fresh
-/// random data (seed + case index). course::NotImplemented propagates (callers wrap it
-/// in COURSE_SKIP_IF_NOT_IMPLEMENTED).
-::testing::AssertionResult check_cases(const LinearBackwardFn& fn, BiasGradStep step, const std::vector<Case>& cases,
-                                       std::uint64_t seed) {
-  std::ostringstream failures;
-  int failed = 0;
-  for (std::size_t k = 0; k < cases.size(); ++k) {
-    const Problem p = make_problem(cases[k], seed + 101 * k);
-    const std::string verdict = judge(p, run_on_device(fn, step, p));
-    if (!verdict.empty()) {
-      ++failed;
-      failures << "\n  [" << cases[k].str() << "]:\n    " << verdict;
-    }
-  }
-  if (failed == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << course::m04::step_name(step) << ": " << failed << " of " << cases.size()
-                                       << " cases failed (seed " << seed << "):" << failures.str();
-}
+using course::m04::linear_checks::Case;
+using course::m04::linear_checks::check_cases;
+using course::m04::linear_checks::dense_tensor;
+using course::m04::linear_checks::LinearBackwardFn;
+using course::m04::linear_checks::Lds;
+using course::m04::linear_checks::make_problem;
+using course::m04::linear_checks::Problem;
+using course::m04::linear_checks::Result;
+using course::m04::linear_checks::run_on_device;
 
 LinearBackwardFn impl_under_test() { return &impl::linear_backward; }
 
