@@ -1,6 +1,8 @@
 # course_add_* : the one place that knows the course's flags, labels and test
 # registration. Module CMakeLists only list sources.
 
+option(COURSE_PTXAS_VERBOSE "Print ptxas resource usage for every kernel" OFF)
+
 # Flags shared by every course target.
 add_library(course_flags INTERFACE)
 target_compile_options(course_flags INTERFACE
@@ -8,29 +10,51 @@ target_compile_options(course_flags INTERFACE
   $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-Wall -lineinfo>
   # Resource report (registers, shared memory, spills) for solution kernels, on request.
   $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${COURSE_PTXAS_VERBOSE}>>:-Xptxas=-v>)
-option(COURSE_PTXAS_VERBOSE "Print ptxas resource usage for every kernel" OFF)
 
-# course_add_module(<dir>)
+# course_add_module(<dir> [DEPENDS <module>...])
 #   <dir>/include           public API headers (target <dir>_api)
 #   solutions/<dir>         target <dir>_solution  (namespace course::solution)
 #   exercises/<dir>         target <dir>_exercise  (namespace course::exercise)
 #   <dir>/                  tests, benches, demos
+#   DEPENDS: the earlier modules whose kernels this one builds on; the one place a module
+#   dependency is declared. Their solution libraries are linked into <dir>_solution and
+#   <dir>_exercise (an exercise composes the known-good solutions of earlier modules),
+#   and their API targets into <dir>_api, so every test, benchmark and demo of <dir>
+#   sees their headers and links their kernels.
 function(course_add_module dir)
+  cmake_parse_arguments(ARG "" "" "DEPENDS" ${ARGN})
   add_library(${dir}_api INTERFACE)
   target_include_directories(${dir}_api INTERFACE "${PROJECT_SOURCE_DIR}/${dir}/include")
   target_link_libraries(${dir}_api INTERFACE course_common)
+  foreach(dep IN LISTS ARG_DEPENDS)
+    if(NOT TARGET ${dep}_api)
+      message(FATAL_ERROR "course_add_module(${dir}): add module ${dep} before the modules that depend on it")
+    endif()
+    target_link_libraries(${dir}_api INTERFACE ${dep}_api)
+  endforeach()
+  set_property(GLOBAL PROPERTY COURSE_DEPENDS_${dir} "${ARG_DEPENDS}")
   add_subdirectory("${PROJECT_SOURCE_DIR}/solutions/${dir}" "${PROJECT_BINARY_DIR}/solutions/${dir}")
   add_subdirectory("${PROJECT_SOURCE_DIR}/exercises/${dir}" "${PROJECT_BINARY_DIR}/exercises/${dir}")
   add_subdirectory("${PROJECT_SOURCE_DIR}/${dir}" "${PROJECT_BINARY_DIR}/${dir}")
 endfunction()
 
-# course_add_impl_library(<module> <solution|exercise> SOURCES ...)
-#   The kernels of one module for one implementation.
+# course_add_impl_library(<module> <solution|exercise> SOURCES ... [LIBRARIES ...])
+#   The kernels of one module for one implementation, linked with the solutions of the
+#   modules it DEPENDS on (course_add_module). LIBRARIES: anything else it needs.
 function(course_add_impl_library module impl)
   cmake_parse_arguments(ARG "" "" "SOURCES;LIBRARIES" ${ARGN})
   set(target ${module}_${impl})
+  get_property(deps GLOBAL PROPERTY COURSE_DEPENDS_${module})
+  set(dep_solutions "")
+  foreach(dep IN LISTS deps)
+    if(NOT TARGET ${dep}_solution)
+      message(FATAL_ERROR "${target}: module ${dep} (a dependency) has no solution library")
+    endif()
+    list(APPEND dep_solutions ${dep}_solution)
+  endforeach()
   add_library(${target} STATIC ${ARG_SOURCES})
-  target_link_libraries(${target} PUBLIC ${module}_api course_common PRIVATE course_flags ${ARG_LIBRARIES})
+  target_link_libraries(${target} PUBLIC ${module}_api course_common ${dep_solutions}
+                        PRIVATE course_flags ${ARG_LIBRARIES})
   set_target_properties(${target} PROPERTIES
     CUDA_SEPARABLE_COMPILATION OFF
     POSITION_INDEPENDENT_CODE ON)
