@@ -187,7 +187,7 @@ TEST_P(FuzzReduceBadInputs, RejectedByNameContextHealthy) {
       {"result inside x", false, [](ReduceArgs& a, ReduceBuffers& h) { a.result = h.x.data() + 10; }, "'result'"},
       {"result inside x (dot)", true, [](ReduceArgs& a, ReduceBuffers& h) { a.result = h.x.data() + 63; }, "'result'"},
       {"result inside y (dot)", true, [](ReduceArgs& a, ReduceBuffers& h) { a.result = h.y.data(); }, "'result'"},
-      {"result inside the workspace", false, [](ReduceArgs& a, ReduceBuffers& h) { a.result = h.workspace.data() + 3; }, "'result'"},
+      {"result inside the workspace", false, [](ReduceArgs& a, ReduceBuffers& h) { a.result = h.workspace.data() + 3; }, "'workspace'"},
       {"workspace overlapping x", false, [](ReduceArgs& a, ReduceBuffers& h) { a.workspace = h.x.data(); }, "'workspace'"},
   };
   for (const Bad& c : bad) {
