@@ -1,4 +1,5 @@
-// CPU tests of module 3's positional references (common/src/reference_rope_alibi.cpp):
+// CPU tests of the positional references (common/src/reference_rope_alibi.cpp, used by
+// module 3's fused_options step):
 // RoPE against its defining properties, ALiBi slopes against the paper's values, and the
 // positional attention reference against course::ref::attention_forward (with no option,
 // and with ALiBi rewritten as two extra head dimensions).
