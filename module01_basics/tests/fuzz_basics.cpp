@@ -237,11 +237,16 @@ SoftmaxCase draw_softmax(Rng& rng, int dim, bool large) {
   }
   c.rows = dim == 1 ? slices : length;
   c.cols = dim == 1 ? length : slices;
-  c.ldx = draw_ld(rng, c.cols);
-  c.ldy = draw_ld(rng, c.cols);
+  if (rng.chance(0.25)) {  // online_vectorized's float4 path: aligned bases, row strides multiples of 4
+    c.ldx = round_up4(c.cols) + 4 * rng.uniform(0, 2);
+    c.ldy = round_up4(c.cols) + 4 * rng.uniform(0, 2);
+  } else {
+    c.ldx = draw_ld(rng, c.cols);
+    c.ldy = draw_ld(rng, c.cols);
+    c.offset = rng.chance(0.4) ? rng.uniform(1, 3) : 0;
+  }
   c.in_place = rng.chance(0.15);
   if (c.in_place) c.ldy = c.ldx;
-  c.offset = rng.chance(0.3) ? rng.uniform(1, 3) : 0;
   const ValueRange v = course::fuzz::draw_values(rng, 1e4);
   c.lo = v.lo;
   c.hi = v.hi;
