@@ -196,8 +196,8 @@ void launch_warp_per_row(const SoftmaxArgs& a) {
 // Hint 1: if x > m the max changes, and every term already in s was computed
 //         against the OLD max: s must be multiplied by exp(m_old - m_new).
 // Hint 2: compute m_new = max(m, x) first; then s = s * exp(m - m_new) + exp(x - m_new);
-//         only THEN m = m_new. (Replacing m first -- as the seed notes do -- makes the
-//         factor exp(0) = 1 and the sum wrong. The tests keep that bug as a planted one.)
+//         only THEN m = m_new. (Replacing m first makes the factor exp(m_new - m_new)
+//         = 1 and the sum wrong. The tests keep that bug as a planted one.)
 // Hint 3: merge: m = max(a.m, b.m), s = a.s * exp(a.m - m) + b.s * exp(b.m - m). The
 //         empty pair is (-FLT_MAX, 0): with -INFINITY, exp(-inf - -inf) = NaN.
 //

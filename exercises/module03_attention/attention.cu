@@ -59,8 +59,8 @@ __host__ __device__ __forceinline__ std::int64_t row_offset(const AttentionStrid
 // Hint 1: when the max grows, every term already in l was computed against the OLD max
 //         and must be multiplied by exp(m_old - m_new).
 // Hint 2: the order is everything: m_new = max(m, block_max); alpha = exp(m - m_new);
-//         l *= alpha; and only THEN m = m_new. The seed notes assign the max first and
-//         multiply by exp(m_new - m_new) = 1: try blocks [0] then [10] by hand.
+//         l *= alpha; and only THEN m = m_new. Assigning the max first multiplies by
+//         exp(m_new - m_new) = 1, so l is never rescaled: try blocks [0] then [10] by hand.
 // Hint 3: a row that has seen only masked scores has m = -inf; if m_new is -inf too,
 //         exp(-inf - (-inf)) is NaN: return 1 in that case. (__expf is the fast exp.)
 // ----------------------------------------------------------------------------

@@ -179,8 +179,8 @@ TEST_F(SoftmaxPlantedTest, NoMaxSubtractionIsRejected) {
   expect_rejected(course::planted::softmax_no_max_subtraction, {3, 33, 1, 0, 0, 80.0, 120.0});
 }
 
-TEST_F(SoftmaxPlantedTest, SeedOnlineOrderIsRejected) {
-  expect_rejected(course::planted::softmax_seed_online_order, {129, 255, 1, 0, 0, -4.0, 4.0});
+TEST_F(SoftmaxPlantedTest, MaxReplacedFirstIsRejected) {
+  expect_rejected(course::planted::softmax_max_replaced_first, {129, 255, 1, 0, 0, -4.0, 4.0});
 }
 
 TEST_F(SoftmaxPlantedTest, DroppedTailIsRejected) {

@@ -473,13 +473,13 @@ TEST_F(OnlineUpdateTest, BlocksZeroThenTenByHand) {
   COURSE_SKIP_IF_NOT_IMPLEMENTED(impl::online_softmax_update_test(a));
   const std::vector<float> got = out.download();
   EXPECT_EQ(got[0], 10.f);
-  EXPECT_NEAR(got[1], 1.0 + std::exp(-10.0), 1e-6) << "the seed notes' order gives l = 2 here";
+  EXPECT_NEAR(got[1], 1.0 + std::exp(-10.0), 1e-6) << "replacing the max before rescaling l gives l = 2 here";
   EXPECT_NEAR(got[2], (std::exp(-10.0) + 2.0) / (1.0 + std::exp(-10.0)), 1e-6);
 }
 
-TEST_F(OnlineUpdateTest, PlantedSeedOrderIsRejected) {
-  EXPECT_FALSE(check_online(&course::planted::online_update_seed_order, online_cases(seed())))
-      << "the seed notes' update order passed the online-update checks";
+TEST_F(OnlineUpdateTest, PlantedMaxReplacedFirstIsRejected) {
+  EXPECT_FALSE(check_online(&course::planted::online_update_max_replaced_first, online_cases(seed())))
+      << "the max-replaced-first update order passed the online-update checks";
 }
 
 // ----------------------------------------- host-side checks (no GPU needed) -----

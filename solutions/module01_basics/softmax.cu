@@ -305,10 +305,10 @@ void launch_warp_per_row(const SoftmaxArgs& a) {
 //     s     = s * exp(m - m_new) + exp(x - m_new)   // rescale the OLD sum to the new max
 //     m     = m_new                                  // ... and only THEN replace m
 //
-// The order matters. The seed notes (document 003) assign `max_val = new_max`
-// before `sum_exp = sum_exp * exp(max_val - new_max) + ...`, so the factor is
-// exp(0) = 1: the old terms are never rescaled and the sum is too large whenever
-// the max grows (tests/planted/softmax_planted.cu keeps that bug; the tests reject it).
+// The order matters. A tempting way to write it assigns `max_val = new_max` first
+// and then `sum_exp = sum_exp * exp(max_val - new_max) + ...`: the factor is then
+// exp(0) = 1, the old terms are never rescaled and the sum is too large whenever the
+// max grows (tests/planted/softmax_planted.cu keeps that bug; the tests reject it).
 // Two partial pairs merge the same way: m = max(m1, m2),
 // s = s1 * exp(m1 - m) + s2 * exp(m2 - m). An empty pair is (-FLT_MAX, 0), not
 // (-inf, 0): exp(-inf - (-inf)) would be NaN.

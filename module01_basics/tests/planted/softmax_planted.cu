@@ -25,7 +25,7 @@ Slices slices_of(const SoftmaxArgs& a, int dim) {
   return {a.cols, a.rows, 1, a.ldx, 1, a.ldy};
 }
 
-enum class Bug { none, no_max, seed_online_order, dropped_tail };
+enum class Bug { none, no_max, max_replaced_first, dropped_tail };
 
 template <Bug kBug>
 __global__ void planted_slice_kernel(const float* x, float* y, Slices sl) {
@@ -40,7 +40,7 @@ __global__ void planted_slice_kernel(const float* x, float* y, Slices sl) {
   float sum = 0.f;
   if (kBug == Bug::no_max) {
     for (std::int64_t i = 0; i < n; ++i) sum += expf(xs[i * sl.x_elem]);  // BUG: no max subtracted
-  } else if (kBug == Bug::seed_online_order) {
+  } else if (kBug == Bug::max_replaced_first) {
     m = -FLT_MAX;
     for (std::int64_t i = 0; i < n; ++i) {
       const float v = xs[i * sl.x_elem];
@@ -74,8 +74,8 @@ void softmax_no_max_subtraction(m01::SoftmaxStep, const m01::SoftmaxArgs& args) 
   launch<Bug::no_max>(args, args.dim, "softmax_no_max_subtraction");
 }
 
-void softmax_seed_online_order(m01::SoftmaxStep, const m01::SoftmaxArgs& args) {
-  launch<Bug::seed_online_order>(args, args.dim, "softmax_seed_online_order");
+void softmax_max_replaced_first(m01::SoftmaxStep, const m01::SoftmaxArgs& args) {
+  launch<Bug::max_replaced_first>(args, args.dim, "softmax_max_replaced_first");
 }
 
 void softmax_dropped_tail(m01::SoftmaxStep, const m01::SoftmaxArgs& args) {

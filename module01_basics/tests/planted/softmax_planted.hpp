@@ -12,9 +12,10 @@ namespace course::planted {
 /// exp(90) overflows fp32 (max ~ e^88.7) and inf / inf = NaN.
 void softmax_no_max_subtraction(m01::SoftmaxStep step, const m01::SoftmaxArgs& args);
 
-/// The online update in the seed notes' order: the max is replaced BEFORE the old sum
-/// is rescaled, so the rescale factor is exp(0) = 1 and the sum is too large.
-void softmax_seed_online_order(m01::SoftmaxStep step, const m01::SoftmaxArgs& args);
+/// The online update with the max replaced BEFORE the old sum is rescaled
+/// (m = m_new; s = s * exp(m - m_new) + ...): the rescale factor is exp(0) = 1 and the
+/// sum is too large whenever the max grows.
+void softmax_max_replaced_first(m01::SoftmaxStep step, const m01::SoftmaxArgs& args);
 
 /// Works in groups of 4 and loops over length / 4 groups: the last length % 4
 /// elements are neither counted nor written (a dropped vectorization tail).

@@ -38,8 +38,8 @@
 /// run the very same kernel body and differ only in how a block finds its matrices.
 ///
 /// ## Input and output types
-/// Steps smem_tiled, register_blocked and warp_tiled read fp32 A and B; steps tensor_core and wgmma read bf16
-/// A and B (call the __nv_bfloat16 overloads). Every step accumulates AND writes fp32 C:
+/// Steps smem_tiled, register_blocked and warp_tiled read fp32 A and B; steps tensor_core
+/// and wgmma read bf16 A and B (call the __nv_bfloat16 overloads). Every step accumulates AND writes fp32 C:
 /// one output type keeps the API small, and fp32 scores are what a following softmax
 /// wants. (A production kernel would often write bf16 scores to halve the bytes of C;
 /// for Q*K^T with d = 64 those bytes dominate, see the lesson.)
@@ -233,7 +233,7 @@ inline void require_row_strides(std::int64_t M, std::int64_t K, std::int64_t N, 
 
 }  // namespace detail
 
-/// Throws unless `step` reads inputs of type T (fp32 steps: float; tensor_core: bf16).
+/// Throws unless `step` reads inputs of type T (fp32 steps: float; tensor_core, wgmma: bf16).
 template <class T>
 void validate_step_input(BgemmStep step, const char* fn) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, __nv_bfloat16>, "A and B are float or bf16");
@@ -412,15 +412,15 @@ COURSE_DECLARE_FOR_BOTH_IMPLS(
     /// not fit: a tile count above 2^31 - 1, num_heads or batch above 65535, sizes < 1.
     ::course::m02::BgemmGrid batched_gemm_grid(std::int64_t M, std::int64_t N, std::int64_t batch,
                                                std::int64_t num_heads, int tile_m, int tile_n);
-    /// C[b,h] = alpha * A[b,h] * op(B[b,h]) for every (b, h); fp32 steps (asynchronous on args.stream).
+    /// C[b,h] = alpha * op(A[b,h]) * op(B[b,h]) for every (b, h); fp32 steps (asynchronous on args.stream).
     void batched_gemm_strided(::course::m02::BgemmStep step,
                               const ::course::m02::StridedBatchedGemmArgs<float>& args);
-    /// Same, bf16 inputs (step tensor_core), fp32 accumulation and output.
+    /// Same, bf16 inputs (steps tensor_core and wgmma), fp32 accumulation and output.
     void batched_gemm_strided(::course::m02::BgemmStep step,
                               const ::course::m02::StridedBatchedGemmArgs<__nv_bfloat16>& args);
     /// Pointer-array form; the same kernels as batched_gemm_strided (asynchronous on args.stream).
     void batched_gemm_ptr_array(::course::m02::BgemmStep step,
                                 const ::course::m02::PtrArrayBatchedGemmArgs<float>& args);
-    /// Pointer-array form, bf16 inputs (step tensor_core).
+    /// Pointer-array form, bf16 inputs (steps tensor_core and wgmma).
     void batched_gemm_ptr_array(::course::m02::BgemmStep step,
                                 const ::course::m02::PtrArrayBatchedGemmArgs<__nv_bfloat16>& args);)

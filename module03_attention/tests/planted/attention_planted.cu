@@ -16,7 +16,7 @@ namespace {
 using m03::AttentionArgs;
 using m03::AttentionStrides;
 
-enum class Bug { seed_update_order, missing_scale, causal_off_by_one, causal_leak, swapped_head_batch };
+enum class Bug { max_replaced_first, missing_scale, causal_off_by_one, causal_leak, swapped_head_batch };
 
 __device__ std::int64_t offset(const AttentionStrides& s, std::int64_t b, std::int64_t h, std::int64_t n) {
   return b * s.batch + h * s.head + n * s.seq;
@@ -48,7 +48,7 @@ __global__ void planted_kernel(AttentionArgs a, float scale) {
   float acc[128];
   for (int c = 0; c < d; ++c) acc[c] = 0.f;
   float m = -INFINITY, l = 0.f;
-  if (kBug == Bug::seed_update_order) {
+  if (kBug == Bug::max_replaced_first) {
     for (std::int64_t j = 0; j < visible; ++j) {
       const float* k = a.k + offset(a.k_strides, b, hk, j);
       const float* v = a.v + offset(a.v_strides, b, hk, j);
@@ -57,7 +57,7 @@ __global__ void planted_kernel(AttentionArgs a, float scale) {
       s *= sc;
       const float m_new = fmaxf(m, s);
       const float p = expf(s - m_new);
-      const float acc_scale = expf(m - m_new);  // the accumulator uses the old max, as in the notes
+      const float acc_scale = expf(m - m_new);  // the accumulator uses the old max: right
       for (int c = 0; c < d; ++c) acc[c] = acc[c] * acc_scale + p * v[c];
       m = m_new;                          // BUG: replaced first ...
       l = l * expf(m - m_new) + p;        // ... so this factor is exp(0) = 1
@@ -95,7 +95,7 @@ void launch(const AttentionArgs& a, const char* name) {
   COURSE_CHECK_LAUNCH(name);
 }
 
-__global__ void seed_order_update_kernel(const float* scores, const float* values, int block_len, int num_blocks,
+__global__ void max_replaced_first_update_kernel(const float* scores, const float* values, int block_len, int num_blocks,
                                          float* out) {
   float m = -INFINITY, l = 0.f, acc = 0.f;
   for (int blk = 0; blk < num_blocks; ++blk) {
@@ -122,8 +122,8 @@ __global__ void seed_order_update_kernel(const float* scores, const float* value
 
 }  // namespace
 
-void attention_seed_update_order(m03::AttentionStep, const m03::AttentionArgs& args) {
-  launch<Bug::seed_update_order>(args, "attention_seed_update_order");
+void attention_max_replaced_first(m03::AttentionStep, const m03::AttentionArgs& args) {
+  launch<Bug::max_replaced_first>(args, "attention_max_replaced_first");
 }
 void attention_missing_scale(m03::AttentionStep, const m03::AttentionArgs& args) {
   launch<Bug::missing_scale>(args, "attention_missing_scale");
@@ -138,11 +138,11 @@ void attention_swapped_head_batch(m03::AttentionStep, const m03::AttentionArgs& 
   launch<Bug::swapped_head_batch>(args, "attention_swapped_head_batch");
 }
 
-void online_update_seed_order(const m03::OnlineUpdateTestArgs& args) {
-  m03::validate_online_update_test_args(args, "online_update_seed_order");
-  seed_order_update_kernel<<<1, 1, 0, args.stream>>>(args.scores, args.values, args.block_len, args.num_blocks,
+void online_update_max_replaced_first(const m03::OnlineUpdateTestArgs& args) {
+  m03::validate_online_update_test_args(args, "online_update_max_replaced_first");
+  max_replaced_first_update_kernel<<<1, 1, 0, args.stream>>>(args.scores, args.values, args.block_len, args.num_blocks,
                                                      args.out);
-  COURSE_CHECK_LAUNCH("seed_order_update_kernel");
+  COURSE_CHECK_LAUNCH("max_replaced_first_update_kernel");
   COURSE_CUDA_CHECK(cudaStreamSynchronize(args.stream));
 }
 

@@ -15,11 +15,11 @@ using AttentionFn = void (*)(m03::AttentionStep, const m03::AttentionArgs&);
 /// Signature of online_softmax_update_test.
 using OnlineUpdateFn = void (*)(const m03::OnlineUpdateTestArgs&);
 
-/// The online update in the seed notes' order, key by key: the running max is replaced
-/// BEFORE the running sum is rescaled, so the sum's factor is exp(m_new - m_new) = 1 and l
-/// is too large whenever the max grows (the accumulator is rescaled correctly, as in the
-/// notes, so O = acc / l comes out too small).
-void attention_seed_update_order(m03::AttentionStep step, const m03::AttentionArgs& args);
+/// The online update key by key with the running max replaced BEFORE the running sum is
+/// rescaled, so the sum's factor is exp(m_new - m_new) = 1 and l is too large whenever
+/// the max grows (the accumulator is rescaled with the old max, correctly, so O = acc / l
+/// comes out too small).
+void attention_max_replaced_first(m03::AttentionStep step, const m03::AttentionArgs& args);
 
 /// Forgets the 1/sqrt(d) scale: softmax(Q K^T) instead of softmax(Q K^T / sqrt(d)).
 void attention_missing_scale(m03::AttentionStep step, const m03::AttentionArgs& args);
@@ -35,8 +35,8 @@ void attention_causal_leak(m03::AttentionStep step, const m03::AttentionArgs& ar
 /// (in bounds when B == H; K, V and O are addressed correctly).
 void attention_swapped_head_batch(m03::AttentionStep step, const m03::AttentionArgs& args);
 
-/// online_softmax_update_test with the seed notes' order (m replaced, then l rescaled).
-void online_update_seed_order(const m03::OnlineUpdateTestArgs& args);
+/// online_softmax_update_test with the max replaced first (m replaced, then l rescaled).
+void online_update_max_replaced_first(const m03::OnlineUpdateTestArgs& args);
 
 struct PlantedAttention {
   const char* name;  ///< gtest parameter name
@@ -44,7 +44,7 @@ struct PlantedAttention {
 };
 
 inline constexpr PlantedAttention kPlantedAttention[] = {
-    {"seed_update_order", attention_seed_update_order},
+    {"max_replaced_first", attention_max_replaced_first},
     {"missing_scale", attention_missing_scale},
     {"causal_off_by_one", attention_causal_off_by_one},
     {"causal_leak", attention_causal_leak},
