@@ -6,6 +6,8 @@
 /// and compare with the solution and the library:
 ///                       ./build/module01_basics/m01_bench --benchmark_filter='l2_norm/.*/n=268435456'
 /// A step you have not written throws NotImplemented and its tests show SKIPPED.
+/// Hints, one at a time: bash scripts/course.sh hint reductions/<step>
+/// (all of them: exercises/module01_basics/hints/reductions.md).
 ///
 /// The kernels are written once for both ops: `term(i)` is x_i^2 (norm) or x_i*y_i
 /// (dot), and `Term::finish(sum)` turns the sum into the result (sqrt for the norm).
@@ -39,9 +41,6 @@ struct SquareTerm {
   __device__ float operator()(std::int64_t i) const { return x[i] * x[i]; }
 
   // TODO(step 4): load elements 4*i4 .. 4*i4+3 of x with ONE 16-byte load.
-  // Hint 1: x is 16-byte aligned (validate_reduce_args checks it), so x viewed as an
-  //         array of float4 is legal.
-  // Hint 2: reinterpret_cast<const float4*>(x)[i4].
   __device__ Chunk load4(std::int64_t /*i4*/) const { return {}; }
   /// The four terms of a chunk, added.
   __device__ static float sum4(const Chunk& c) {
@@ -84,8 +83,7 @@ int num_sms() { return device_properties().multiProcessorCount; }
 //
 // TODO(step 1): compute this thread's global index i (use 64-bit arithmetic: n can
 //               exceed 2^31), and if i < n add term(i) to *sum atomically.
-// Hint 1: blockIdx.x * blockDim.x + threadIdx.x, cast to std::int64_t first.
-// Hint 2: a plain `*sum += ...` is a data race; look up atomicAdd(float*, float).
+// Hints, one at a time: bash scripts/course.sh hint reductions/atomic_naive
 // ----------------------------------------------------------------------------
 template <class Term>
 __global__ void reduce_atomic_naive_kernel(Term term, std::int64_t n, float* sum) {
@@ -96,8 +94,6 @@ template <class Term>
 void launch_atomic_naive(Term term, const ReduceArgs& a) {
   // TODO(step 1): delete this line, then pick a block size (256 is a good start) and
   //               launch ceil(n / threads) blocks on a.stream.
-  // Hint 3: skip the launch when n == 0 (a grid of 0 blocks is an error), and call
-  //         COURSE_CHECK_LAUNCH("reduce_atomic_naive_kernel") right after the launch.
   throw NotImplemented("reduction step atomic_naive", __FILE__);
 }
 
@@ -110,15 +106,7 @@ void launch_atomic_naive(Term term, const ReduceArgs& a) {
 //                a tree: at each level, the lower half of the active threads adds the
 //                upper half's value to its own; halve and repeat until one remains.
 // TODO(step 2c): thread 0 adds the block's total to *sum atomically.
-// Hint 1: "sequential addressing": at the level with `active` threads, thread t < active
-//         adds partial[t + active]. Neighbouring threads touch neighbouring words, so
-//         there are no bank conflicts and whole warps go idle together.
-// Hint 2: every level reads what OTHER warps wrote at the previous one: the block must
-//         wait (__syncthreads()) after the first store and after every level. A barrier
-//         inside `if (t < active)` is a bug: all threads of the block must reach it.
-// Hint 3: for (int active = kThreads / 2; active > 0; active /= 2) {
-//           if (t < active) partial[t] += partial[t + active];
-//           __syncthreads(); }
+// Hints, one at a time: bash scripts/course.sh hint reductions/smem_tree
 // ----------------------------------------------------------------------------
 template <class Term, int kThreads>
 __global__ void reduce_smem_tree_kernel(Term term, std::int64_t n, float* sum) {
@@ -132,8 +120,6 @@ void launch_smem_tree(Term term, const ReduceArgs& a) {
   // TODO(step 2d): delete the throw; launch as many blocks as fit on the GPU at once
   //                (blocks_per_sm(reduce_smem_tree_kernel<Term, kThreads>, kThreads) * num_sms()),
   //                but no more than ceil(n / kThreads), and nothing when n == 0.
-  // Hint: the occupancy query is a host call; cache it in a `static const int` so it
-  //       runs once, not in every timed call.
   throw NotImplemented("reduction step smem_tree", __FILE__);
 }
 
@@ -146,16 +132,7 @@ void launch_smem_tree(Term term, const ReduceArgs& a) {
 //                warp_reduce_sum, let lane 0 of each warp store its total in warp_totals,
 //                wait for the block, let warp 0 reduce the (kThreads / 32) totals, and
 //                have thread 0 do the one atomicAdd.
-// Hint 1: 5 steps of halving distance (16, 8, 4, 2, 1): after them lane 0 (shfl_down)
-//         or every lane (shfl_xor) holds the warp's sum. All 32 lanes must take part:
-//         mask 0xffffffff.
-// Hint 2: lane = threadIdx.x % 32, warp = threadIdx.x / 32. One __syncthreads()
-//         between the stores to warp_totals and warp 0 reading them; warp 0's lanes
-//         beyond the number of warps must contribute 0.
-// Hint 3: for (int offset = 16; offset > 0; offset /= 2)
-//           v += __shfl_down_sync(0xffffffffu, v, offset);
-//         Then compare with common/include/course/cuda/warp_reduce.cuh, which the
-//         later modules use (block_all_reduce gives every thread the result).
+// Hints, one at a time: bash scripts/course.sh hint reductions/warp_shuffle
 // ----------------------------------------------------------------------------
 __device__ __forceinline__ float warp_reduce_sum(float v) {
   // TODO(step 3a)
@@ -187,16 +164,7 @@ void launch_warp_shuffle(Term term, const ReduceArgs& a) {
 //                Reduce the block (step 3) and write the block's sum to partials[blockIdx.x].
 // TODO(step 4c): final kernel, one block: sum partials[0 .. count-1] in a fixed order,
 //                write *result = Term::finish(total).
-// Hint 1: independent loads are what keep HBM busy: issue all kUnroll load4 calls of an
-//         iteration first (into a Chunk array), then add them up. Chunks u*stride apart
-//         keep every warp's access contiguous (coalesced).
-// Hint 2: loop while i + (kUnroll - 1) * stride < n4, stepping i by kUnroll * stride;
-//         then `for (; i < n4; i += stride)`; then the tail. Forget the tail and
-//         n = 1, 2, 3, 5, ... fail.
-// Hint 3: the final pass sums in an order fixed by the grid only: thread t adds
-//         partials t, t + kFinalThreads, ..., then the block reduction; the result is
-//         then bit-identical run to run. It writes *result directly, so it needs no
-//         zeroing, and folds in the norm's sqrt (Term::finish).
+// Hints, one at a time: bash scripts/course.sh hint reductions/vectorized
 // Going further (optional): the solution launches the final kernel with "programmatic
 // dependent launch" on Hopper to hide the gap between the two launches (~1% at 2^28);
 // read launch_vectorized in solutions/ once yours passes.
