@@ -36,6 +36,15 @@ constexpr bool steps_in_enum_order(const StepInfo<Step> (&table)[N]) {
   return true;
 }
 
+/// The name of `step` in its table ("?" for a value the table does not list): what an
+/// op's step_name() returns, e.g. step_name_in(kSoftmaxSteps, step).
+template <class Step, std::size_t N>
+constexpr const char* step_name_in(const StepInfo<Step> (&table)[N], Step step) {
+  for (std::size_t i = 0; i < N; ++i)
+    if (table[i].step == step) return table[i].name;
+  return "?";
+}
+
 /// GoogleTest prints a step parameter by its name.
 template <class Step>
 void PrintTo(const StepInfo<Step>& info, std::ostream* os) {

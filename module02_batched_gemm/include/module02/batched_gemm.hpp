@@ -120,11 +120,7 @@ enum class BgemmInput { f32, bf16 };
 constexpr BgemmInput step_input(BgemmStep step) {
   return step == BgemmStep::tensor_core || step == BgemmStep::wgmma ? BgemmInput::bf16 : BgemmInput::f32;
 }
-inline const char* step_name(BgemmStep step) {
-  for (const auto& info : kBgemmSteps)
-    if (info.step == step) return info.name;
-  return "?";
-}
+inline const char* step_name(BgemmStep step) { return step_name_in(kBgemmSteps, step); }
 
 inline constexpr std::int64_t kMaxGridX = 2147483647;  ///< gridDim.x limit (2^31 - 1)
 inline constexpr std::int64_t kMaxGridYZ = 65535;      ///< gridDim.y and gridDim.z limit

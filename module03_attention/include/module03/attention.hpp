@@ -116,11 +116,7 @@ constexpr StepSupport step_support(AttentionStep step) {
   return {0, false, false, false, false};
 }
 
-inline const char* step_name(AttentionStep step) {
-  for (const auto& info : kAttentionSteps)
-    if (info.step == step) return info.name;
-  return "?";
-}
+inline const char* step_name(AttentionStep step) { return step_name_in(kAttentionSteps, step); }
 
 /// Head dimensions the kernels are instantiated for.
 inline constexpr int kHeadDims[] = {16, 32, 64, 96, 128};
