@@ -77,16 +77,20 @@ namespace cc = course::cuda;
 //
 // Prediction (d = 64): 5 * 64^3 FMAs per (key tile, query tile); per thread 10240 FMAs and
 // ~960 shared loads (~10.7 FMAs per load in every inner loop; ~8 FMA instructions per
-// shared-memory wavefront for S^T, dP^T and dQ). Registers ~170 (dK + dV 64, one 8x4 score
-// tile 32 plus dP^T or dQ 32, operands 48), shared memory 102 KB -> 2 blocks (8 warps) per
+// shared-memory wavefront for S^T, dP^T and dQ). Registers: ~170 live values (dK + dV 64,
+// one 8x4 score tile 32 plus dP^T or dQ 32, operands 48); ptxas uses 254 (no spills), the
+// rest pipelining the unrolled shared loads. Shared memory 102 KB -> 2 blocks (8 warps) per
 // SM. L2 traffic: Q_i and dO_i (32 KB) per tile pair, 8.6 GB in all, mostly L2 hits (the 64
 // key tiles of a head run together); dQ atomics 4.3 GB (268 M float4 REDs, ~12 G/s).
 // FMA-issue bound at ~45% of peak (the forward reached 51% with 3 blocks per SM and 3
 // barriers per 2 GEMMs; here 2 blocks per SM, 4 barriers per 5 GEMMs, plus the atomics):
 // ~30 TFLOP/s, ~23 ms: ~1.1x the cuBLAS-materialized pipeline in O(N) instead of
 // 2*B*H*N^2*4 = 8.6 GB of scratch. Causal: ~half the tile pairs, ~12.5 ms (~1.85x faster).
-// d = 128: 1 block of 256 threads per SM (166 KB of shared memory), 4 x 4 score
-// micro-tiles (~5.3 FMAs per shared wavefront): ~22-25 TFLOP/s.
+// d = 128: 1 block of 256 threads per SM (166 KB of shared memory, 224 registers), 4 x 4
+// score micro-tiles (~5.3 FMAs per shared wavefront): ~22-25 TFLOP/s.
+// Resources (ptxas, sm_90a; flash / deterministic K/V kernel): d = 16: 164 / 128 registers,
+// 54 KB, 3 blocks per SM; d = 32: 168 / 168, 70 KB, 3; d = 64: 254 / 254, 102 KB, 2;
+// d = 96: 206 / 198, 134 KB, 1 (256 threads); d = 128: 224 / 216, 166 KB, 1. No spills.
 // Measured: pending.
 //
 // ============================================================================
@@ -108,9 +112,9 @@ namespace cc = course::cuda;
 //
 // Prediction (d = 64): K/V kernel without dQ: 4/5 of the FMAs, no atomics, ~18.5 ms. dQ
 // kernel: 3 GEMMs, 412 GFLOP, the forward's structure (8 x 4 micro-tiles, 85 KB of shared
-// memory: 2 blocks per SM) at ~48% of peak: ~12.9 ms. Total ~31 ms: ~1.35x flash -- the
-// 1.3x target needs the two kernels to run ~5% more efficiently than flash's (no atomics,
-// fewer live registers). Causal: both kernels skip the same half: ~16 ms.
+// memory, 254 registers: 2 blocks per SM) at ~48% of peak: ~12.9 ms. Total ~31 ms, ~1.35x
+// flash: the 1.3x target needs the two kernels to run ~5% more efficiently than flash's
+// (no atomics, fewer live registers). Causal: both kernels skip the same half: ~16 ms.
 // Measured: pending.
 // ============================================================================
 

@@ -53,6 +53,7 @@
 
 #include "course/error.hpp"
 #include "course/impl.hpp"
+#include "course/validate.hpp"
 #include "module03/attention.hpp"
 
 #include <cuda_runtime_api.h>
@@ -85,6 +86,8 @@ inline constexpr StepInfo<AttentionBackwardStep> kAttentionBackwardSteps[] = {
     {AttentionBackwardStep::flash_deterministic, "flash_deterministic",
      "flash without atomics: dK/dV per K/V tile, dQ in a query-parallel pass; bit-identical runs"},
 };
+static_assert(steps_in_enum_order(kAttentionBackwardSteps),
+              "kAttentionBackwardSteps must list AttentionBackwardStep in enum order");
 
 /// What a step accepts. Anything else is rejected by validate_attention_backward_args.
 struct BackwardStepSupport {
@@ -236,8 +239,9 @@ inline bool same_layout_views_overlap(std::int64_t delta, std::vector<m03::detai
 /// InvalidArgument naming the argument, its value and the rule.
 inline void validate_attention_backward_args(const AttentionBackwardArgs& a, AttentionBackwardStep step,
                                              const char* fn) {
-  namespace md = m03::detail;
-  using md::msg;
+  namespace cv = ::course::validate;  // generic checks (course/validate.hpp)
+  namespace md = m03::detail;          // the attention tensors' stride rules and dims (module 3)
+  using cv::msg;
   const int s = static_cast<int>(step);
   require_arg(s >= 0 && s < static_cast<int>(std::size(kAttentionBackwardSteps)), fn, "step", s,
               "is not an AttentionBackwardStep");
@@ -298,9 +302,9 @@ inline void validate_attention_backward_args(const AttentionBackwardArgs& a, Att
   const auto dq_dims = q_dims(a.dq_strides, "dq_strides.batch", "dq_strides.head", "dq_strides.seq");
   const auto dk_dims = kv_dims(a.dk_strides, "dk_strides.batch", "dk_strides.head", "dk_strides.seq");
   const auto dv_dims = kv_dims(a.dv_strides, "dv_strides.batch", "dv_strides.head", "dv_strides.seq");
-  md::require_injective(dq_dims, fn, "dq");
-  md::require_injective(dk_dims, fn, "dk");
-  md::require_injective(dv_dims, fn, "dv");
+  cv::require_injective(dq_dims, fn, "dq");
+  cv::require_injective(dk_dims, fn, "dk");
+  cv::require_injective(dv_dims, fn, "dv");
 
   // No overlap between what is written (dq, dk, dv, workspace) and anything else.
   struct Range {
@@ -309,17 +313,17 @@ inline void validate_attention_backward_args(const AttentionBackwardArgs& a, Att
     const char* name;
   };
   const Range inputs[] = {
-      {a.q, md::span_bytes(q_dims(a.q_strides, "", "", "")), "q"},
-      {a.k, md::span_bytes(kv_dims(a.k_strides, "", "", "")), "k"},
-      {a.v, md::span_bytes(kv_dims(a.v_strides, "", "", "")), "v"},
-      {a.o, md::span_bytes(q_dims(a.o_strides, "", "", "")), "o"},
-      {a.dout, md::span_bytes(q_dims(a.do_strides, "", "", "")), "dout"},
+      {a.q, cv::span_bytes<float>(q_dims(a.q_strides, "", "", "")), "q"},
+      {a.k, cv::span_bytes<float>(kv_dims(a.k_strides, "", "", "")), "k"},
+      {a.v, cv::span_bytes<float>(kv_dims(a.v_strides, "", "", "")), "v"},
+      {a.o, cv::span_bytes<float>(q_dims(a.o_strides, "", "", "")), "o"},
+      {a.dout, cv::span_bytes<float>(q_dims(a.do_strides, "", "", "")), "dout"},
       {a.lse, static_cast<std::size_t>(a.batch * a.heads * a.seq_q) * sizeof(float), "lse"},
   };
   const Range grads[] = {
-      {a.dq, md::span_bytes(dq_dims), "dq"},
-      {a.dk, md::span_bytes(dk_dims), "dk"},
-      {a.dv, md::span_bytes(dv_dims), "dv"},
+      {a.dq, cv::span_bytes<float>(dq_dims), "dq"},
+      {a.dk, cv::span_bytes<float>(dk_dims), "dk"},
+      {a.dv, cv::span_bytes<float>(dv_dims), "dv"},
   };
   // Two gradients overlap if their address ranges meet -- unless they have one layout and
   // interleave without sharing an element: dQ, dK, dV written as the column blocks of one
@@ -327,7 +331,7 @@ inline void validate_attention_backward_args(const AttentionBackwardArgs& a, Att
   const std::vector<md::Dim> grad_dims[] = {dq_dims, dk_dims, dv_dims};
   const auto gradient_views_overlap = [](const Range& x, const std::vector<md::Dim>& x_dims, const Range& y,
                                          const std::vector<md::Dim>& y_dims) {
-    if (!md::ranges_intersect(x.p, x.bytes, y.p, y.bytes)) return false;
+    if (!cv::ranges_intersect(x.p, x.bytes, y.p, y.bytes)) return false;
     const auto delta = reinterpret_cast<std::intptr_t>(y.p) - reinterpret_cast<std::intptr_t>(x.p);
     bool same_layout = delta % static_cast<std::intptr_t>(sizeof(float)) == 0 && x_dims.size() == y_dims.size();
     for (std::size_t i = 0; same_layout && i < x_dims.size(); ++i)
@@ -336,7 +340,7 @@ inline void validate_attention_backward_args(const AttentionBackwardArgs& a, Att
   };
   for (std::size_t g = 0; g < std::size(grads); ++g) {
     for (const Range& in : inputs)
-      require_arg(!md::ranges_intersect(grads[g].p, grads[g].bytes, in.p, in.bytes), fn, grads[g].name, grads[g].p,
+      require_arg(!cv::ranges_intersect(grads[g].p, grads[g].bytes, in.p, in.bytes), fn, grads[g].name, grads[g].p,
                   msg("overlaps ", in.name, ": the backward pass is not in place (gradients are written while ",
                       "the inputs are read)")
                       .c_str());
@@ -355,10 +359,10 @@ inline void validate_attention_backward_args(const AttentionBackwardArgs& a, Att
   require_not_null(a.workspace, fn, "workspace");
   require_aligned(a.workspace, 16, fn, "workspace");
   for (const Range& r : inputs)
-    require_arg(!md::ranges_intersect(a.workspace, need, r.p, r.bytes), fn, "workspace",
+    require_arg(!cv::ranges_intersect(a.workspace, need, r.p, r.bytes), fn, "workspace",
                 static_cast<const void*>(a.workspace), msg("overlaps ", r.name).c_str());
   for (const Range& r : grads)
-    require_arg(!md::ranges_intersect(a.workspace, need, r.p, r.bytes), fn, "workspace",
+    require_arg(!cv::ranges_intersect(a.workspace, need, r.p, r.bytes), fn, "workspace",
                 static_cast<const void*>(a.workspace), msg("overlaps ", r.name).c_str());
 }
 
