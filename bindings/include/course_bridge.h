@@ -174,6 +174,8 @@ COURSE_BRIDGE_API int course_batched_gemm_ptr_array_bf16(const char* step, const
  * j <= i + seq_k - seq_q). lse (optional, may be NULL): [batch, heads, seq_q] contiguous
  * fp32, the natural-log logsumexp of each score row (what the backward pass reads).
  * rope, rope_theta, alibi and kv_heads < heads need step fused_options.
+ * The tensor-core steps (tc_*, op name "attention_bf16") read and write bf16 Q, K, V, O
+ * (fp32 accumulation and lse): course_attention_forward_bf16.
  * ------------------------------------------------------------------------------------- */
 
 COURSE_BRIDGE_API int course_attention_workspace_bytes(const char* step, int64_t batch, int64_t heads,
@@ -186,6 +188,16 @@ COURSE_BRIDGE_API int course_attention_forward(const char* step, const void* q, 
                                                const int64_t v_strides[3], const int64_t o_strides[3], float scale,
                                                int causal, int rope, float rope_theta, int alibi, void* workspace,
                                                size_t workspace_bytes, void* stream);
+/** bf16 Q, K, V, O (steps tc_*; course_list_steps("attention_bf16")), optional fp32 lse.
+ *  Every stride a multiple of 8 elements, pointers 16-byte aligned, head_dim in {32, 64, 96,
+ *  128}; grouped-query attention allowed; no RoPE, ALiBi or workspace. Returns
+ *  COURSE_ERR_NOT_IMPLEMENTED where the library was built without the tensor-core steps. */
+COURSE_BRIDGE_API int course_attention_forward_bf16(const char* step, const void* q, const void* k, const void* v,
+                                                    void* o, void* lse, int64_t batch, int64_t heads,
+                                                    int64_t kv_heads, int64_t seq_q, int64_t seq_k, int64_t head_dim,
+                                                    const int64_t q_strides[3], const int64_t k_strides[3],
+                                                    const int64_t v_strides[3], const int64_t o_strides[3],
+                                                    float scale, int causal, void* stream);
 
 /* ---------------------------------------------------------------------------------------
  * Module 4 (module04/softmax_backward.hpp, linear_backward.hpp, attention_backward.hpp)

@@ -43,6 +43,7 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -69,7 +70,40 @@ __attribute__((weak)) void attention_backward(::course::m04::AttentionBackwardSt
 #endif
 }  // namespace course::COURSE_IMPL
 
+// Module 3's tensor-core (bf16) steps take AttentionArgsBf16. Until a checkout's
+// module03/attention.hpp defines it, the struct stays incomplete here and the bf16 entry
+// point reports NOT_IMPLEMENTED; the weak overload covers a library without its definition.
+namespace course::m03 {
+struct AttentionArgsBf16;
+}  // namespace course::m03
+namespace course::COURSE_IMPL {
+__attribute__((weak)) void attention(::course::m03::AttentionStep step, const ::course::m03::AttentionArgsBf16& args);
+}  // namespace course::COURSE_IMPL
+
 namespace {
+
+template <class T, class = void>
+struct is_complete : std::false_type {};
+template <class T>
+struct is_complete<T, std::void_t<decltype(sizeof(T))>> : std::true_type {};
+
+/// True for a step whose table says it reads bf16 (step_dtype(), found by ADL, where the
+/// header has it); false where the header predates the tensor-core steps.
+template <class Step>
+auto reads_bf16(Step s, int) -> decltype(step_dtype(s), bool()) {
+  return step_dtype(s) == decltype(step_dtype(s))::bf16;
+}
+template <class Step>
+bool reads_bf16(Step, long) {
+  return false;
+}
+
+using AttentionBf16Fn = void (*)(course::m03::AttentionStep, const course::m03::AttentionArgsBf16&);
+
+bool attention_bf16_linked() {
+  return is_complete<course::m03::AttentionArgsBf16>::value &&
+         static_cast<AttentionBf16Fn>(&course::COURSE_IMPL::attention) != nullptr;
+}
 
 namespace impl = course::COURSE_IMPL;
 using course::InvalidArgument;
@@ -124,31 +158,34 @@ struct OpEntry {
   bool available;      ///< this build contains the implementation
 };
 
-template <class Step, std::size_t N>
-std::vector<StepEntry> entries(const course::StepInfo<Step> (&table)[N]) {
-  std::vector<StepEntry> out;
-  for (const auto& info : table) out.push_back({info.name, info.summary});
-  return out;
+/// The op's steps: every entry of `table`, or those `keep` accepts.
+template <class Step, std::size_t N, class Keep>
+OpEntry op_entry(const char* op, const course::StepInfo<Step> (&table)[N], bool available, Keep keep) {
+  OpEntry e{op, {}, "", available};
+  for (const auto& info : table) {
+    if (!keep(info.step)) continue;
+    e.steps.push_back({info.name, info.summary});
+    e.joined += (e.joined.empty() ? "" : ",") + std::string(info.name);
+  }
+  return e;
 }
-
 template <class Step, std::size_t N>
 OpEntry op_entry(const char* op, const course::StepInfo<Step> (&table)[N], bool available = true) {
-  OpEntry e{op, entries(table), "", available};
-  for (const StepEntry& s : e.steps) e.joined += (e.joined.empty() ? "" : ",") + std::string(s.name);
-  return e;
+  return op_entry(op, table, available, [](Step) { return true; });
 }
 
 const std::vector<OpEntry>& op_table() {
   static const std::vector<OpEntry> table = [] {
     using namespace course;
-    return std::vector<OpEntry>{
+    std::vector<OpEntry> ops{
         op_entry("l2_norm", m01::kReduceSteps),
         op_entry("dot", m01::kReduceSteps),
         op_entry("softmax", m01::kSoftmaxSteps),
         op_entry("matmul", m01::kMatmulSteps),
         op_entry("matmul_tc", m01::kTcMatmulSteps),
         op_entry("batched_gemm", m02::kBgemmSteps),
-        op_entry("attention", m03::kAttentionSteps),
+        op_entry("attention", m03::kAttentionSteps, true,
+                 [](m03::AttentionStep st) { return !reads_bf16(st, 0); }),
 #ifdef COURSE_BRIDGE_HAS_SOFTMAX_BACKWARD
         op_entry("softmax_backward", m04::kSoftmaxBackwardSteps, &impl::softmax_backward != nullptr),
 #endif
@@ -159,6 +196,10 @@ const std::vector<OpEntry>& op_table() {
         op_entry("attention_backward", m04::kAttentionBackwardSteps, &impl::attention_backward != nullptr),
 #endif
     };
+    if (is_complete<m03::AttentionArgsBf16>::value)  // the header has the tensor-core steps
+      ops.insert(ops.begin() + 7, op_entry("attention_bf16", m03::kAttentionSteps, attention_bf16_linked(),
+                                           [](m03::AttentionStep st) { return reads_bf16(st, 0); }));
+    return ops;
   }();
   return table;
 }
@@ -288,6 +329,49 @@ int batched_gemm_ptr_array(const char* step, const void* a_ptrs, const void* b_p
     args.stream = as_stream(stream);
     impl::batched_gemm_ptr_array(s, args);
   });
+}
+
+/// course_attention_forward_bf16's body; a template so that it compiles (and reports
+/// NOT_IMPLEMENTED) where AttentionArgsBf16 is still incomplete.
+template <class Args = course::m03::AttentionArgsBf16>
+void attention_bf16(const char* step, const void* q, const void* k, const void* v, void* o, void* lse, int64_t batch,
+                    int64_t heads, int64_t kv_heads, int64_t seq_q, int64_t seq_k, int64_t head_dim,
+                    const int64_t* q_strides, const int64_t* k_strides, const int64_t* v_strides,
+                    const int64_t* o_strides, float scale, int causal, void* stream) {
+  const char* fn = "attention";
+  const auto s = find_step(course::m03::kAttentionSteps, step, "attention_bf16");
+  if constexpr (is_complete<Args>::value) {
+    using bf16 = __nv_bfloat16;
+    if (!attention_bf16_linked())
+      throw course::NotImplemented(std::string("the bf16 attention overload is not in this build of the ") +
+                                       kImplName + " library",
+                                   std::string(kImplName) + "s/module03_attention/");
+    Args args;
+    args.q = in<bf16>(q);
+    args.k = in<bf16>(k);
+    args.v = in<bf16>(v);
+    args.o = out<bf16>(o);
+    args.lse = out<float>(lse);
+    args.batch = batch;
+    args.heads = heads;
+    args.kv_heads = kv_heads;
+    args.seq_q = seq_q;
+    args.seq_k = seq_k;
+    args.head_dim = head_dim;
+    args.q_strides = strides3(q_strides, fn, "q_strides");
+    args.k_strides = strides3(k_strides, fn, "k_strides");
+    args.v_strides = strides3(v_strides, fn, "v_strides");
+    args.o_strides = strides3(o_strides, fn, "o_strides");
+    args.scale = scale;
+    args.causal = causal != 0;
+    args.stream = as_stream(stream);
+    static_cast<AttentionBf16Fn>(&impl::attention)(s, args);
+  } else {
+    (void)s;
+    throw course::NotImplemented("the bf16 (tensor-core) attention steps: this checkout's module03/attention.hpp "
+                                 "has no AttentionArgsBf16 yet",
+                                 "module03_attention/include/module03/attention.hpp");
+  }
 }
 
 /// The status of an op whose API header is not in this checkout yet.
@@ -562,6 +646,17 @@ int course_attention_forward(const char* step, const void* q, const void* k, con
     args.workspace_bytes = workspace_bytes;
     args.stream = as_stream(stream);
     impl::attention(s, args);
+  });
+}
+
+int course_attention_forward_bf16(const char* step, const void* q, const void* k, const void* v, void* o, void* lse,
+                                  int64_t batch, int64_t heads, int64_t kv_heads, int64_t seq_q, int64_t seq_k,
+                                  int64_t head_dim, const int64_t q_strides[3], const int64_t k_strides[3],
+                                  const int64_t v_strides[3], const int64_t o_strides[3], float scale, int causal,
+                                  void* stream) {
+  return guarded([&] {
+    attention_bf16(step, q, k, v, o, lse, batch, heads, kv_heads, seq_q, seq_k, head_dim, q_strides, k_strides,
+                   v_strides, o_strides, scale, causal, stream);
   });
 }
 

@@ -88,6 +88,8 @@ _SIGNATURES = {
     "course_attention_forward": (c_int, [c_char_p, _P, _P, _P, _P, _P, _I64, _I64, _I64, _I64, _I64, _I64,
                                          _STRIDES, _STRIDES, _STRIDES, _STRIDES, c_float, c_int, c_int, c_float,
                                          c_int, _P, c_size_t, _P]),
+    "course_attention_forward_bf16": (c_int, [c_char_p, _P, _P, _P, _P, _P, _I64, _I64, _I64, _I64, _I64, _I64,
+                                              _STRIDES, _STRIDES, _STRIDES, _STRIDES, c_float, c_int, _P]),
     "course_softmax_backward_workspace_bytes": (c_int, [c_char_p, _I64, _I64, c_int, POINTER(c_size_t)]),
     "course_softmax_backward": (c_int, [c_char_p, _P, _P, _P, _I64, _I64, _I64, _I64, _I64, c_int, _P, c_size_t,
                                         _P]),
@@ -149,8 +151,12 @@ class Library:
     def __init__(self, path: Path):
         self.path = Path(path)
         self._dll = ctypes.CDLL(str(self.path))
+        self.missing = []  # functions added to the ABI after this library was built
         for name, (restype, argtypes) in _SIGNATURES.items():
-            fn = getattr(self._dll, name)
+            fn = getattr(self._dll, name, None)
+            if fn is None:
+                self.missing.append(name)
+                continue
             fn.restype = restype
             fn.argtypes = argtypes
         version = self._dll.course_bridge_abi_version()
@@ -171,6 +177,8 @@ class Library:
 
     def call(self, name: str, *args) -> None:
         """Calls `name`; a non-zero status raises the matching CourseError with the C message."""
+        if name in self.missing:
+            raise CourseError(f"{self.path} has no {name}: rebuild course_bridge_{self.impl}")
         status = getattr(self._dll, name)(*args)
         if status != 0:
             raise _STATUS_ERRORS.get(status, CourseError)(f"[{self.impl}] {self.last_error()}")
@@ -182,7 +190,7 @@ class Library:
         names = self._dll.course_list_steps(op.encode())
         if names is None:
             raise InvalidArgumentError(self.last_error())
-        return names.decode().split(",")
+        return [n for n in names.decode().split(",") if n]
 
     def step_summary(self, op: str, step: str) -> str:
         summary = self._dll.course_step_summary(op.encode(), step.encode())

@@ -31,6 +31,7 @@ DEFAULT_STEPS = {
     "matmul_tc": "mma_sync",
     "batched_gemm": "warp_tiled",  # fp32; bf16 inputs default to "tensor_core" ("wgmma" needs sm_90a)
     "attention": "fused",  # "fused_options" when rope, alibi or grouped-query attention is asked for
+    "attention_bf16": "tc_flash2",  # bfloat16 q, k, v: the tensor-core steps
     "softmax_backward": "fused_vectorized",
     "linear_backward": "block_column_strip",
     "attention_backward": "flash",
@@ -350,8 +351,11 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Optional[f
               rope_theta: float = 10000.0, alibi: bool = False, return_lse: bool = False,
               step: Optional[str] = None, impl: str = "solution", out: Any = None, lse_out: Any = None,
               stream: Any = None, workspace: Any = None) -> Any:
-    """softmax(scale * q k^T [+ ALiBi] [causal]) v: module 3's attention forward (float32).
+    """softmax(scale * q k^T [+ ALiBi] [causal]) v: module 3's attention forward.
 
+    float32 q, k, v run the fp32 ladder; bfloat16 ones the tensor-core steps
+    (``steps("attention_bf16")``: bf16 O, fp32 lse and accumulation; head_dim 32, 64, 96 or
+    128; strides multiples of 8 elements; no rope or alibi).
     q: [B, H, N_q, d]; k, v: [B, H_kv, N_k, d] (H_kv divides H: grouped-query attention),
     the dims ``torch.nn.functional.scaled_dot_product_attention`` uses; any strides with a
     contiguous last dim (so a [B, N, H, d] tensor passed as ``x.transpose(1, 2)`` is read in
@@ -362,17 +366,28 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Optional[f
     (default), fused_options (default when rope, alibi or H_kv < H).
     """
     lib = library(impl)
-    Q, K, V = _qkv(q, k, v, (FLOAT32,))
+    Q, K, V = _qkv(q, k, v, (FLOAT32, BFLOAT16))
     B, H, Nq, d = Q.shape
     Hkv, Nk = K.shape[1], K.shape[2]
     O = A.output(lib, out, "out", (B, H, Nq, d), Q.dtype, Q)
     L = _lse_out(lib, lse_out, (B, H, Nq), Q) if (return_lse or lse_out is not None) else None
     A.check_same_device(Q, K, V, O, L)
+    lse_ptr = L.ptr if L is not None else None
+    if Q.dtype == BFLOAT16:
+        for flag, on in (("rope", rope), ("alibi", alibi)):
+            if on:
+                raise ValueError(f"{flag}: the tensor-core (bfloat16) steps have no {flag}; use float32 inputs "
+                                 "and step fused_options")
+        if workspace is not None:
+            raise ValueError("workspace: the tensor-core (bfloat16) steps need none")
+        _call(lib, "course_attention_forward_bf16", Q, stream, _step(step, "attention_bf16"), Q.ptr, K.ptr, V.ptr,
+              O.ptr, lse_ptr, B, H, Hkv, Nq, Nk, d, _attn_strides(Q), _attn_strides(K), _attn_strides(V),
+              _attn_strides(O), float(scale or 0.0), int(causal))
+        return (O.obj, L.obj) if L is not None else O.obj
     if step is None and (rope or alibi or Hkv != H):
         step = "fused_options"
     s = _step(step, "attention")
     ws = A.Scratch(lib, lib.workspace_bytes("course_attention_workspace_bytes", s, B, H, Nq, Nk), Q, workspace)
-    lse_ptr = L.ptr if L is not None else None
     _call(lib, "course_attention_forward", Q, stream, s, Q.ptr, K.ptr, V.ptr, O.ptr, lse_ptr, B, H, Hkv, Nq, Nk, d,
           _attn_strides(Q), _attn_strides(K), _attn_strides(V), _attn_strides(O),
           float(scale or 0.0), int(causal), int(rope), float(rope_theta), int(alibi), ws.ptr, ws.nbytes)

@@ -61,7 +61,8 @@ def test_ops_and_steps_come_from_the_step_tables():
             if op in ck.DEFAULT_STEPS:
                 assert ck.DEFAULT_STEPS[op] in names, f"default step of {op} is not in its table"
             assert isinstance(ck.available(op, impl), bool)
-    assert set(ck.DEFAULT_STEPS) <= set(ck.ops()) | {"softmax_backward", "linear_backward", "attention_backward"}
+    assert set(ck.DEFAULT_STEPS) <= set(ck.ops()) | {"attention_bf16", "softmax_backward", "linear_backward",
+                                                     "attention_backward"}
 
 
 def test_unknown_op_and_step_are_clear(fake):
@@ -105,6 +106,29 @@ def test_validation_messages_cross_the_boundary(fake, impl):
     with pytest.raises(ck.InvalidArgumentError, match="argument 'a_ptrs'"):
         lib.call("course_batched_gemm_ptr_array_f32", b"smem_tiled", ctypes.addressof(host), ctypes.addressof(host),
                  ctypes.addressof(host), 8, 8, 8, 1, 1, 8, 8, 8, 0, 0, 1.0, None)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_bf16_attention_reaches_its_validation_or_says_it_is_missing(fake, impl):
+    s = (1, 2, 16, 48)
+    call = lambda: ck.attention(fake(s, "<V2"), fake(s, "<V2"), fake(s, "<V2"), out=fake(s, "<V2"),  # noqa: E731
+                                impl=impl)
+    if "attention_bf16" in ck.ops(impl) and ck.available("attention_bf16", impl):
+        with pytest.raises(ck.InvalidArgumentError, match="argument 'head_dim' = 48"):
+            call()
+        with pytest.raises(ck.InvalidArgumentError, match="attention: argument 'step'"):
+            s64 = (1, 2, 16, 64)
+            ck.attention(fake(s64, "<V2"), fake(s64, "<V2"), fake(s64, "<V2"), out=fake(s64, "<V2"), step="fused",
+                         impl=impl)
+    else:
+        with pytest.raises(ck.StubNotImplementedError):
+            call()
+    with pytest.raises(ValueError, match="rope: the tensor-core"):
+        s64 = (1, 2, 16, 64)
+        ck.attention(fake(s64, "<V2"), fake(s64, "<V2"), fake(s64, "<V2"), rope=True, out=fake(s64, "<V2"),
+                     impl=impl)
+    with pytest.raises(TypeError, match="k: dtype float32, but q is bfloat16"):
+        ck.attention(fake(s, "<V2"), fake(s), fake(s), impl=impl)
 
 
 @pytest.mark.parametrize("impl", IMPLS)

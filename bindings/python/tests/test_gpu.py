@@ -44,10 +44,12 @@ def run(fn, *args, **kwargs):
 
 
 def steps(op, dtype=None):
-    names = [s for s, _ in ck.steps(op)]
-    if op == "attention":  # fp32 steps; the tensor-core (bf16) steps are tc_*
-        names = [s for s in names if (s.startswith("tc_")) == (dtype == "bf16")]
-    return names
+    """Step names of `op` ("attention" with dtype "bf16": the tensor-core steps, if built)."""
+    if op == "attention" and dtype == "bf16":
+        op = "attention_bf16"
+        if op not in ck.ops():
+            return []
+    return [s for s, _ in ck.steps(op)]
 
 
 def cuda(*shape, dtype=torch.float32):
@@ -201,6 +203,40 @@ def test_attention_options(impl, causal):
                 impl=impl)
         close(o, ref_attention(q, k, v, causal, 0.2, rope, 10000.0, alibi)[0], 1e-4, 1e-5,
               f"rope={rope} alibi={alibi}")
+
+
+def ref_attention_lowp(q, k, v, causal=False):
+    """The plain same-precision pipeline FlashAttention's rule compares with: bf16 Q K^T
+    (fp32 accumulation, rounded to bf16), fp32 softmax rounded to bf16, bf16 P V."""
+    B, H, Nq, d = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)
+    s = (q @ k.transpose(-2, -1)).float() / math.sqrt(d)
+    if causal:
+        i = torch.arange(Nq, device=q.device)[:, None] + (Nk - Nq)
+        s = s.masked_fill(torch.arange(Nk, device=q.device)[None, :] > i, -math.inf)
+    p = torch.softmax(s, -1).nan_to_num(0.0).to(q.dtype)
+    return p @ v
+
+
+@pytest.mark.parametrize("step", steps("attention", "bf16"))
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seq", [(1, 1), (113, 203), (128, 217), (239, 1), (1024, 1023), (256, 256)])
+@pytest.mark.parametrize("d", [64, 128])
+def test_attention_bf16(impl, step, causal, seq, d):
+    """Tensor-core steps: FlashAttention's rule, error vs float64 <= 2x the plain bf16 pipeline's + a floor."""
+    if not ck.available("attention_bf16", impl):
+        pytest.skip(f"the {impl} library has no bf16 attention yet")
+    nq, nk = seq
+    q = cuda(2, nq, 4, d, dtype=torch.bfloat16).transpose(1, 2)  # [B, N, H, d] storage
+    k, v = cuda(2, 2, nk, d, dtype=torch.bfloat16), cuda(2, 2, nk, d, dtype=torch.bfloat16)  # GQA: 2 kv heads
+    o, lse = run(ck.attention, q, k, v, causal=causal, return_lse=True, step=step, impl=impl)
+    assert o.dtype == torch.bfloat16 and lse.dtype == torch.float32
+    o_ref, lse_ref = ref_attention(q, k, v, causal)
+    err = (o.double() - o_ref).abs().max().item()
+    err_lowp = (ref_attention_lowp(q, k, v, causal).double() - o_ref).abs().max().item()
+    assert err <= 2 * err_lowp + 1e-4, f"max error {err:.3e} > 2 x {err_lowp:.3e} (plain bf16) + 1e-4"
+    close(lse, lse_ref, 1e-4, 1e-3, "lse")
 
 
 def test_attention_matches_sdpa():
