@@ -120,6 +120,19 @@ TEST(BridgeAbi, AttentionValidation) {
   EXPECT_EQ(bytes, 0u);
 }
 
+TEST(BridgeAbi, TensorCoreAttentionValidatesOrSaysItIsMissing) {
+  const bool built = course_op_available("attention_bf16") == 1;  // (a success: it clears the last error)
+  const int status = course_attention_forward_bf16("tc_flash2", fake(1), fake(2), fake(3), fake(4), nullptr, 2, 4, 4,
+                                                   8, 8, 48, kBhnd, kBhnd, kBhnd, kBhnd, 0.f, 0, nullptr);
+  if (built) {
+    EXPECT_EQ(status, COURSE_ERR_INVALID_ARGUMENT) << last_error();
+    EXPECT_TRUE(contains(last_error(), "argument 'head_dim' = 48")) << last_error();
+    EXPECT_FALSE(contains(course_list_steps("attention"), "tc_"));  // fp32 and bf16 steps are listed apart
+  } else {
+    EXPECT_EQ(status, COURSE_ERR_NOT_IMPLEMENTED) << last_error();
+  }
+}
+
 TEST(BridgeAbi, ModuleFourReportsItsState) {
   for (const char* op : {"softmax_backward", "linear_backward", "attention_backward"}) {
     const int available = course_op_available(op);
