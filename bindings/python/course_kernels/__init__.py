@@ -15,8 +15,8 @@ Five lines::
     torch.testing.assert_close(mine, torch.softmax(x, -1))
 
 Ops (module): l2_norm, dot, softmax, matmul, matmul_tc (1); batched_gemm,
-batched_gemm_ptr_array (2); attention (3); softmax_backward, linear_backward,
-attention_backward (4). Every op takes ``step=`` (a name from ``steps(op)``),
+batched_gemm_ptr_array (2); attention, float32 or bfloat16 (3); softmax_backward,
+linear_backward, attention_backward (4). Every op takes ``step=`` (a name from ``steps(op)``),
 ``impl="solution" | "exercise"``, ``out=`` and ``stream=``.
 
 Errors: argument problems found in Python raise TypeError / ValueError naming the
@@ -38,6 +38,11 @@ from .ops import (DEFAULT_STEPS, attention, attention_backward, batched_gemm, ba
                   linear_backward, matmul, matmul_tc, softmax, softmax_backward)
 
 __version__ = "0.1.0"
+
+for _cls in (CourseError, CudaError, InvalidArgumentError, LibraryNotFoundError, StubNotImplementedError,
+             UnsupportedError, DeviceArray, Library):
+    _cls.__module__ = __name__  # help() shows course_kernels.X, the public name
+del _cls
 
 __all__ = [
     "l2_norm", "dot", "softmax", "matmul", "matmul_tc", "batched_gemm", "batched_gemm_ptr_array", "attention",

@@ -361,9 +361,10 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Optional[f
     contiguous last dim (so a [B, N, H, d] tensor passed as ``x.transpose(1, 2)`` is read in
     place). scale None: 1/sqrt(d). The causal mask is aligned to the BOTTOM-RIGHT corner
     (query i sees key j <= i + N_k - N_q); it equals SDPA's ``is_causal`` when N_q == N_k.
-    Returns O [B, H, N_q, d] float32, and lse [B, H, N_q] (natural log) too when
-    ``return_lse`` or ``lse_out`` is given. Steps: naive, tiled_online, causal, fused
-    (default), fused_options (default when rope, alibi or H_kv < H).
+    Returns O [B, H, N_q, d] in q's dtype, and lse [B, H, N_q] (float32, natural log) too
+    when ``return_lse`` or ``lse_out`` is given. float32 steps: naive, tiled_online, causal,
+    fused (default), fused_options (default when rope, alibi or H_kv < H); bfloat16 steps:
+    tc_mma .. tc_flash2 (default).
     """
     lib = library(impl)
     Q, K, V = _qkv(q, k, v, (FLOAT32, BFLOAT16))
