@@ -68,7 +68,7 @@ def test_l2_norm_and_dot(impl, step, n):
     x, y = cuda(n), cuda(n)
     got = run(ck.l2_norm, x, step=step, impl=impl)
     assert got.shape == () and got.dtype == torch.float32
-    close(got, torch.linalg.vector_norm(x.double()), 1e-4, 0, "l2_norm")
+    close(got, torch.linalg.vector_norm(x.double()), 5e-4, 0, "l2_norm")  # (fp32 atomics in atomic_naive)
     got = run(ck.dot, x, y, step=step, impl=impl)
     scale = (torch.linalg.vector_norm(x.double()) * torch.linalg.vector_norm(y.double())).item()
     close(got, torch.dot(x.double(), y.double()), 0, 1e-5 * scale, "dot")
