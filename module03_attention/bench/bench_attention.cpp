@@ -195,7 +195,7 @@ const bool kRegistered = [] {
     for (const bool causal : {false, true})
       for (const std::int64_t N : {512, 1024, 2048, 4096, 8192}) {
         const Shape s{N, d, causal};
-        for (const auto& info : course::m03::kAttentionSteps) {
+        for (const auto& info : course::m03::attention_steps(course::m03::AttentionDType::f32)) {
           if (!registrable(info.step, s)) continue;
           bench::add_step_rows("attn_f32", info.name, s.name(), benchmark::kMillisecond, &course::solution::attention,
                                &course::exercise::attention,

@@ -136,7 +136,7 @@ void worked_example(const char* title, const std::vector<std::string>& tokens, c
   opts.causal = causal;
   const auto ref = course::ref::attention_forward(q, k, v, opts);
   if (!gpu) return;
-  for (const auto& info : course::m03::kAttentionSteps) {
+  for (const auto& info : course::m03::attention_steps(course::m03::AttentionDType::f32)) {
     if (causal && !course::m03::step_support(info.step).causal) continue;
     for (const Impl& impl : kImpls) {
       const auto got = run_example(impl.fn, info.step, q, k, v, causal);

@@ -357,7 +357,9 @@ TEST_P(AttentionTest, CausalMaskHidesFutureKeysBitForBit) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Steps, AttentionTest, ::testing::ValuesIn(course::m03::kAttentionSteps), step_name);
+// The fp32 steps (the bf16 tensor-core steps are tested in test_attention_tc.cpp).
+INSTANTIATE_TEST_SUITE_P(Steps, AttentionTest,
+                         ::testing::ValuesIn(course::m03::attention_steps(course::m03::AttentionDType::f32)), step_name);
 
 // ----------------------------------------------------------- planted bugs -----
 
@@ -534,7 +536,7 @@ struct HostArgs {
 /// whose message contains `needle` (steps for which `applies` is false are skipped).
 template <class Mutate, class Applies>
 void expect_rejected(Mutate mutate, const std::string& needle, Applies applies) {
-  for (const auto& info : course::m03::kAttentionSteps) {
+  for (const auto& info : course::m03::attention_steps(course::m03::AttentionDType::f32)) {
     if (!applies(info.step)) continue;
     SCOPED_TRACE(info.name);
     HostArgs h;
@@ -554,7 +556,7 @@ void expect_rejected(Mutate mutate, const std::string& needle) {
 }
 
 TEST(AttentionArgsTest, ValidArgumentsPassValidation) {
-  for (const auto& info : course::m03::kAttentionSteps) {
+  for (const auto& info : course::m03::attention_steps(course::m03::AttentionDType::f32)) {
     HostArgs h;
     EXPECT_NO_THROW(course::m03::validate_attention_args(h.args(info.step), info.step, "test")) << info.name;
   }

@@ -344,6 +344,7 @@ void attention(m03::AttentionStep step, const m03::AttentionArgs& args) {
     case AttentionStep::causal: return launch_tiled(args, args.causal);
     case AttentionStep::fused:
     case AttentionStep::fused_options: return attn::launch_fused(args);
+    default: break;  // bf16 steps: validate_attention_args rejected them (attention_tc.cu runs them)
   }
 }
 

@@ -59,6 +59,7 @@
 #include "course/tensor.hpp"
 #include "course/validate.hpp"
 
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -69,6 +70,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace course::m03 {
@@ -80,6 +82,11 @@ enum class AttentionStep {
   causal,         ///< tiled_online + causal masking only on diagonal tiles, later tiles skipped
   fused,          ///< register-blocked micro-tiles, cp.async pipeline, every head dim, lse
   fused_options,  ///< the fused kernel with RoPE, ALiBi and grouped-query attention
+  // Tensor-core steps: bf16 Q/K/V/O, fp32 accumulation and statistics (AttentionArgsBf16).
+  tc_mma,                 ///< mma.sync m16n8k16 + ldmatrix (V via .trans); S and P through shared memory
+  tc_swizzled_pipelined,  ///< + XOR-swizzled tiles, 2-stage cp.async K/V ring, Q fragments in registers
+  tc_register_softmax,    ///< + softmax on the accumulator fragments, P reused as the A operand, exp2
+  tc_flash2,              ///< the same kernel with FlashAttention-2's tile shapes (32 query rows per warp)
 };
 
 inline constexpr StepInfo<AttentionStep> kAttentionSteps[] = {
@@ -93,8 +100,38 @@ inline constexpr StepInfo<AttentionStep> kAttentionSteps[] = {
      "8x4 register micro-tiles, P through shared memory, cp.async K/V prefetch, d in {16..128}, lse"},
     {AttentionStep::fused_options, "fused_options",
      "the fused kernel plus RoPE on Q/K tiles, ALiBi bias on scores, grouped-query K/V heads"},
+    {AttentionStep::tc_mma, "tc_mma",
+     "bf16; mma.sync m16n8k16 + ldmatrix (V through .trans), S and P staged in shared memory"},
+    {AttentionStep::tc_swizzled_pipelined, "tc_swizzled_pipelined",
+     "bf16; XOR-swizzled Q/K/V tiles, 2-stage cp.async K/V ring, Q fragments held in registers"},
+    {AttentionStep::tc_register_softmax, "tc_register_softmax",
+     "bf16; online softmax on the S accumulators, P re-packed as the A operand of P*V, exp2, O via smem"},
+    {AttentionStep::tc_flash2, "tc_flash2",
+     "bf16; FlashAttention-2's tile shapes: 128-row Q tiles, 32 rows per warp, 64/128-key K/V tiles"},
 };
 static_assert(steps_in_enum_order(kAttentionSteps), "kAttentionSteps must list AttentionStep in enum order");
+
+/// Element type of Q, K, V and O a step reads and writes (lse is fp32 for every step).
+/// fp32 steps take AttentionArgs, bf16 steps AttentionArgsBf16; the other overload rejects them.
+enum class AttentionDType { f32, bf16 };
+
+constexpr AttentionDType step_dtype(AttentionStep step) {
+  switch (step) {
+    case AttentionStep::tc_mma:
+    case AttentionStep::tc_swizzled_pipelined:
+    case AttentionStep::tc_register_softmax:
+    case AttentionStep::tc_flash2: return AttentionDType::bf16;
+    default: return AttentionDType::f32;
+  }
+}
+
+/// The steps of one element type, in ladder order (tests and benchmarks iterate these).
+inline std::vector<StepInfo<AttentionStep>> attention_steps(AttentionDType dtype) {
+  std::vector<StepInfo<AttentionStep>> out;
+  for (const auto& info : kAttentionSteps)
+    if (step_dtype(info.step) == dtype) out.push_back(info);
+  return out;
+}
 
 /// What a step accepts. Anything else is rejected by validate_attention_args.
 struct StepSupport {
@@ -112,6 +149,11 @@ constexpr StepSupport step_support(AttentionStep step) {
     case AttentionStep::causal: return {64, true, true, false, false};
     case AttentionStep::fused: return {128, true, true, false, false};
     case AttentionStep::fused_options: return {128, true, true, true, false};
+    // bf16 steps: grouped-query attention always; RoPE/ALiBi do not exist in AttentionArgsBf16.
+    case AttentionStep::tc_mma:
+    case AttentionStep::tc_swizzled_pipelined:
+    case AttentionStep::tc_register_softmax:
+    case AttentionStep::tc_flash2: return {128, true, true, false, false};
   }
   return {0, false, false, false, false};
 }
@@ -257,6 +299,8 @@ inline void validate_attention_args(const AttentionArgs& a, AttentionStep step, 
   require_arg(s >= 0 && s < static_cast<int>(std::size(kAttentionSteps)), fn, "step", s, "is not an AttentionStep");
   const StepSupport sup = step_support(step);
   const std::string sname = step_name(step);
+  require_arg(step_dtype(step) == AttentionDType::f32, fn, "step", sname,
+              "reads and writes __nv_bfloat16 Q, K, V and O: call attention(step, const AttentionArgsBf16&)");
 
   // Sizes.
   require_arg(a.batch >= 1, fn, "batch", a.batch, "must be >= 1");
@@ -348,6 +392,162 @@ inline void validate_attention_args(const AttentionArgs& a, AttentionStep step, 
 }
 
 // ------------------------------------------------------------------------------
+// The tensor-core steps (tc_*): bf16 tensors.
+//
+// The same computation and conventions as AttentionArgs (index order [B, H, N, d] with
+// four strides, bottom-right causal mask, kv head h / (H / H_kv), natural-log lse, O = 0
+// and lse = -inf for a row that sees no key). Inside the kernels Q, K, V are bf16, the
+// scores, the softmax statistics and the P*V accumulation are fp32, P is rounded to bf16
+// (it is the A operand of a bf16 mma) and O is rounded to bf16 once, at the end; lse is
+// fp32. Contract (validate_attention_args below) as for AttentionArgs, except:
+//  - head_dim in {32, 64, 96, 128} (kTcHeadDims);
+//  - every stride a multiple of 8 elements, so each row starts 16-byte aligned (one
+//    cp.async copies 16 bytes = 8 bf16), pointers 16-byte aligned;
+//  - grouped-query attention (kv_heads < heads) in every tc step; no RoPE, ALiBi or workspace.
+
+/// Head dimensions the tensor-core kernels are instantiated for.
+inline constexpr int kTcHeadDims[] = {32, 64, 96, 128};
+
+/// Device-side arguments of the bf16 attention(). All pointers are DEVICE pointers.
+struct AttentionArgsBf16 {
+  const __nv_bfloat16* q = nullptr;  ///< [B, H, N_q, d]
+  const __nv_bfloat16* k = nullptr;  ///< [B, H_kv, N_k, d]
+  const __nv_bfloat16* v = nullptr;  ///< [B, H_kv, N_k, d]
+  __nv_bfloat16* o = nullptr;        ///< [B, H, N_q, d]
+  float* lse = nullptr;              ///< optional, [B, H, N_q] contiguous fp32, natural log
+  std::int64_t batch = 0;     ///< B
+  std::int64_t heads = 0;     ///< H, query heads
+  std::int64_t kv_heads = 0;  ///< H_kv, key/value heads (H % H_kv == 0)
+  std::int64_t seq_q = 0;     ///< N_q
+  std::int64_t seq_k = 0;     ///< N_k
+  std::int64_t head_dim = 0;  ///< d
+  AttentionStrides q_strides, k_strides, v_strides, o_strides;  ///< in elements
+  float scale = 0.f;    ///< 0 selects 1/sqrt(d)
+  bool causal = false;  ///< bottom-right aligned causal mask
+  cudaStream_t stream = nullptr;
+};
+
+/// Arguments for dense bf16 Q, K, V and O all stored in `layout`.
+inline AttentionArgsBf16 make_attention_args_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                                  const __nv_bfloat16* v, __nv_bfloat16* o, std::int64_t batch,
+                                                  std::int64_t heads, std::int64_t kv_heads, std::int64_t seq_q,
+                                                  std::int64_t seq_k, std::int64_t head_dim, AttentionLayout layout,
+                                                  cudaStream_t stream = nullptr) {
+  AttentionArgsBf16 a;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.o = o;
+  a.batch = batch;
+  a.heads = heads;
+  a.kv_heads = kv_heads;
+  a.seq_q = seq_q;
+  a.seq_k = seq_k;
+  a.head_dim = head_dim;
+  a.q_strides = attention_strides(layout, heads, seq_q, head_dim);
+  a.k_strides = attention_strides(layout, kv_heads, seq_k, head_dim);
+  a.v_strides = a.k_strides;
+  a.o_strides = a.q_strides;
+  a.stream = stream;
+  return a;
+}
+
+inline float effective_scale(const AttentionArgsBf16& a) {
+  return a.scale != 0.f ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
+}
+
+/// FLOPs by the FlashAttention convention, as for AttentionArgs.
+inline double attention_flops(const AttentionArgsBf16& a) {
+  const double f = 4.0 * static_cast<double>(a.batch) * static_cast<double>(a.heads) *
+                   static_cast<double>(a.seq_q) * static_cast<double>(a.seq_k) * static_cast<double>(a.head_dim);
+  return a.causal ? f / 2 : f;
+}
+
+/// Device bytes a call touches: dense bf16 Q, K, V, O (+ fp32 lse).
+inline std::size_t attention_device_bytes(const AttentionArgsBf16& a) {
+  const auto f = [](std::int64_t x) { return static_cast<std::size_t>(x); };
+  const std::size_t elems = 2 * f(a.batch) * f(a.heads) * f(a.seq_q) * f(a.head_dim) +
+                            2 * f(a.batch) * f(a.kv_heads) * f(a.seq_k) * f(a.head_dim);
+  const std::size_t lse = a.lse != nullptr ? f(a.batch) * f(a.heads) * f(a.seq_q) * sizeof(float) : 0;
+  return elems * sizeof(__nv_bfloat16) + lse;
+}
+
+/// The validation both implementations run first for a bf16 step. Throws InvalidArgument
+/// naming the argument, its value and the rule.
+inline void validate_attention_args(const AttentionArgsBf16& a, AttentionStep step, const char* fn) {
+  using detail::msg;
+  const int s = static_cast<int>(step);
+  require_arg(s >= 0 && s < static_cast<int>(std::size(kAttentionSteps)), fn, "step", s, "is not an AttentionStep");
+  const std::string sname = step_name(step);
+  require_arg(step_dtype(step) == AttentionDType::bf16, fn, "step", sname,
+              "reads and writes float Q, K, V and O: call attention(step, const AttentionArgs&)");
+
+  require_arg(a.batch >= 1, fn, "batch", a.batch, "must be >= 1");
+  require_arg(a.heads >= 1, fn, "heads", a.heads, "must be >= 1");
+  require_arg(a.kv_heads >= 1, fn, "kv_heads", a.kv_heads, "must be >= 1");
+  require_arg(a.heads % a.kv_heads == 0, fn, "kv_heads", a.kv_heads,
+              msg("must divide heads = ", a.heads, " (query head h reads kv head h / (heads / kv_heads))").c_str());
+  require_arg(a.batch <= kMaxGridY && a.heads <= kMaxGridY && a.batch * a.heads <= kMaxGridY, fn, "batch", a.batch,
+              msg("times heads = ", a.heads, " must be <= 65535: one (batch, head) pair per blockIdx.y").c_str());
+  require_arg(a.seq_q >= 1 && a.seq_q <= kMaxSeq, fn, "seq_q", a.seq_q, "must be in [1, 2^31 - 1]");
+  require_arg(a.seq_k >= 1 && a.seq_k <= kMaxSeq, fn, "seq_k", a.seq_k, "must be in [1, 2^31 - 1]");
+  const bool known_d = std::find(std::begin(kTcHeadDims), std::end(kTcHeadDims), a.head_dim) != std::end(kTcHeadDims);
+  require_arg(known_d, fn, "head_dim", a.head_dim,
+              msg("must be 32, 64, 96 or 128 for step ", sname,
+                  " (the tensor-core kernels are templated on it; d is a whole number of 16-deep mma k steps)")
+                  .c_str());
+  require_arg(std::isfinite(a.scale) && a.scale >= 0.f, fn, "scale", a.scale,
+              "must be finite and >= 0 (0 selects 1/sqrt(head_dim))");
+
+  require_not_null(a.q, fn, "q");
+  require_not_null(a.k, fn, "k");
+  require_not_null(a.v, fn, "v");
+  require_not_null(a.o, fn, "o");
+  require_aligned(a.q, 16, fn, "q");
+  require_aligned(a.k, 16, fn, "k");
+  require_aligned(a.v, 16, fn, "v");
+  require_aligned(a.o, 16, fn, "o");
+  require_aligned(a.lse, alignof(float), fn, "lse");
+  const std::int64_t d = a.head_dim;
+  const auto require_bf16_strides = [&](const AttentionStrides& st, const char* b_name, const char* h_name,
+                                        const char* n_name) {
+    for (const auto& [value, name] : {std::pair{st.batch, b_name}, {st.head, h_name}, {st.seq, n_name}})
+      detail::require_stride(value, fn, name, 8, "every row must start 16-byte aligned (cp.async copies 8 bf16 at once)");
+    detail::require_row_stride(st.seq, d, "head_dim", fn, n_name, "rows of one head must not overlap");
+  };
+  require_bf16_strides(a.q_strides, "q_strides.batch", "q_strides.head", "q_strides.seq");
+  require_bf16_strides(a.k_strides, "k_strides.batch", "k_strides.head", "k_strides.seq");
+  require_bf16_strides(a.v_strides, "v_strides.batch", "v_strides.head", "v_strides.seq");
+  require_bf16_strides(a.o_strides, "o_strides.batch", "o_strides.head", "o_strides.seq");
+  const auto o_dims =
+      detail::tensor_dims(a.o_strides, a.batch, a.heads, a.seq_q, d, "o_strides.batch", "o_strides.head", "o_strides.seq");
+  detail::require_injective(o_dims, fn, "o");
+
+  // No overlap between what is written (o, lse) and anything else.
+  const auto bytes = [&](const AttentionStrides& st, std::int64_t heads, std::int64_t n) {
+    return detail::span_bytes<__nv_bfloat16>(detail::tensor_dims(st, a.batch, heads, n, d, "", "", ""));
+  };
+  struct Range {
+    const void* p;
+    std::size_t bytes;
+    const char* name;
+  };
+  const Range in[] = {{a.q, bytes(a.q_strides, a.heads, a.seq_q), "q"},
+                      {a.k, bytes(a.k_strides, a.kv_heads, a.seq_k), "k"},
+                      {a.v, bytes(a.v_strides, a.kv_heads, a.seq_k), "v"}};
+  const Range o_r{a.o, bytes(a.o_strides, a.heads, a.seq_q), "o"};
+  for (const Range& r : in)
+    require_arg(!detail::ranges_intersect(a.o, o_r.bytes, r.p, r.bytes), fn, "o", static_cast<const void*>(a.o),
+                msg("overlaps ", r.name, ": attention is not in place (O is written while Q, K, V are read)").c_str());
+  if (a.lse != nullptr) {
+    const std::size_t lse_bytes = static_cast<std::size_t>(a.batch * a.heads * a.seq_q) * sizeof(float);
+    for (const Range& r : {in[0], in[1], in[2], o_r})
+      require_arg(!detail::ranges_intersect(a.lse, lse_bytes, r.p, r.bytes), fn, "lse", static_cast<const void*>(a.lse),
+                  msg("overlaps ", r.name).c_str());
+  }
+}
+
+// ------------------------------------------------------------------------------
 // The online-softmax update on its own: the attention kernels fold each tile of scores
 // into a running (max m, sum l, accumulator) with one __device__ function; this entry
 // point runs that very function in ONE thread over a sequence of score blocks, so it can
@@ -376,6 +576,8 @@ inline void validate_online_update_test_args(const OnlineUpdateTestArgs& a, cons
 COURSE_DECLARE_FOR_BOTH_IMPLS(
     /// O (and lse) = attention(Q, K, V) with the step's kernels (asynchronous on args.stream).
     void attention(::course::m03::AttentionStep step, const ::course::m03::AttentionArgs& args);
+    /// The tensor-core steps (tc_*): bf16 Q, K, V, O, fp32 lse (asynchronous on args.stream).
+    void attention(::course::m03::AttentionStep step, const ::course::m03::AttentionArgsBf16& args);
     /// Element offset of row (b, h, n) of a tensor with strides `s`: the same function the
     /// kernels use (exposed so that tests can check the stride arithmetic on the host).
     std::int64_t attention_row_offset(const ::course::m03::AttentionStrides& s, std::int64_t b, std::int64_t h,

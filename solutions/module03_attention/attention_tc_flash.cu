@@ -1,0 +1,395 @@
+/// @file attention_tc_flash.cu
+/// @brief Steps 8 and 9 of the attention ladder (tensor cores, bf16): the softmax moves
+/// into the mma accumulator registers, and FlashAttention-2's tile shapes.
+///   8. tc_register_softmax  online softmax on the S fragments, P re-packed as the A operand of P*V
+///   9. tc_flash2            the same kernel, 128-row Q tiles with 32 rows per warp
+/// Steps 6 and 7 (S through shared memory) and the dispatcher are in attention_tc.cu.
+///
+/// Predictions are for an H200 (132 SMs, ~1.98 GHz, mma.sync bf16 ~60-70% of the 989
+/// dense TFLOP/s that wgmma reaches) at the benchmark shapes B*N = 16384 tokens, H*d =
+/// 2048, N = 1024 .. 16384: 4*B*H*N^2*d = 1.37e8 * N FLOPs (550 GFLOP at N = 4096,
+/// ~1.7 ms at 330 TFLOP/s), against 256 MB of Q, K, V, O (~0.05 ms of HBM): compute-bound.
+
+#include "attention_tc_device.cuh"
+
+#include "course/cuda/mma_ptx.cuh"
+#include "course/cuda/warp_reduce.cuh"
+#include "course/error.hpp"
+#include "module03/attention.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace course::solution::attn_tc {
+namespace {
+
+// ============================================================================
+// Step 8: tc_register_softmax -- S never leaves the registers.
+//
+// What changes from step 7 (tc_swizzled_pipelined), where each warp wrote its S tile to
+// shared memory, re-read it row by row for the softmax and read P back with ldmatrix:
+//  (a) The softmax runs on the mma accumulator fragments themselves. Lane l (g = l/4,
+//      t = l%4) holds, for n8 tile j of S, s[j][0..1] = S[g][8j+2t, 8j+2t+1] and
+//      s[j][2..3] = S[g+8][same keys]: two rows per m16 tile, and each row is spread over
+//      the 4 lanes of a quad. Row max and row sum are the lane's own max/sum over its
+//      elements, then 2 __shfl_xor_sync within the quad (cuda::warp_max<4>, warp_sum<4>).
+//      The sum is kept per lane (all 4 rescale by the same alpha) and reduced once, at the
+//      end.
+//  (b) P feeds P*V from the same registers. The A operand of m16n8k16 (16 rows x 16
+//      keys) is a[0] = P[g][2t,2t+1], a[1] = P[g+8][2t,2t+1], a[2] = P[g][2t+8,2t+9],
+//      a[3] = P[g+8][2t+8,2t+9]: exactly the accumulators of the two n8 tiles 2kk and
+//      2kk+1 of S, c[0..1] and c[2..3] of each, packed to bf16 pairs. No shuffle, no
+//      shared memory; only V is read with ldmatrix.x4.trans.
+//  (c) exp2 with log2(e) folded into the scale: p = 2^(s*scale*log2e - m*scale*log2e),
+//      one FFMA and one MUFU.EX2 per score (cuda::ex2_approx); m stays in raw score units.
+//  (d) O is staged through shared memory (the Q tile, no longer needed) and written with
+//      16-byte coalesced stores; lse = (m*scale*log2e + log2 l) * ln 2.
+// Tiles: 4 warps x 16 query rows (64-row Q tile), 64-key K/V tiles in a 2-stage cp.async
+// ring (step 7's), Q fragments in registers, causal tiles skipped, heaviest first.
+// Prediction: per warp and 64-key tile (d = 64) 64 mma against 32 ldmatrix.x4 (K and V,
+// 512 B each): 256 B of shared memory per mma, 2 cycles at 128 B/clk, which caps the SM
+// near 2048 FLOP/clk (~535 TFLOP/s) before the softmax's ~5 instructions per score. With
+// the round trip of step 7 gone: ~220-260 TFLOP/s at d = 64, ~250-300 at d = 128.
+// Registers (d = 64 / 128): S 32 + O 32 / 64 + Q 16 / 32 + statistics ~8: ~110 / ~170.
+// Shared memory: Q + 2 x (K + V) = 40 / 80 KB (d = 64 / 128).
+// Measured: pending.
+//
+// ============================================================================
+// Step 9: tc_flash2 -- FlashAttention-2's tile shapes for the same kernel.
+//
+// What changes from step 8: only the configuration (FlashConfig below).
+//  (a) 32 query rows per warp (two m16 tiles), 128-row Q tiles with 4 warps. Every K and
+//      V fragment a warp loads now feeds two mma instead of one: shared-memory bytes per
+//      mma halve (~128 B, 1 cycle), so ldmatrix stops competing with the tensor cores.
+//  (b) 128-key K/V tiles for d <= 64 (64 for d = 96, 128): twice the work per barrier,
+//      per row-max shuffle and per rescale of O.
+//  (c) Q stays in shared memory for d >= 64 and is re-read with ldmatrix at every k16
+//      step (a quarter of the S operand traffic): its registers pay for the larger S and
+//      O accumulators (d = 128: O alone is 2 x 16 x 4 = 128 fp32 registers).
+// Prediction: per score ~4.5 instructions (FMNMX, FFMA, MUFU, FADD, half a pack) against
+// 2*d/256 mma; the MUFU pipe (16 ex2 per clk per SM) needs ~2/3 of the mma time at d = 64,
+// so d = 64 is bound by exp and issue, d = 128 by the tensor cores: ~290-330 TFLOP/s at
+// d = 64 and ~320-360 at d = 128, i.e. ~0.95-1.05x FlashAttention-2 (same tiles, one
+// barrier per tile instead of two, heaviest-first causal order). 2 blocks (8 warps) per
+// SM, registers <= 255 (checked: no spills). Shared memory (Q + 2 stages of K and V):
+// 40, 80, 96, 96 KB for d = 32, 64, 96, 128.
+// Measured: pending.
+// ============================================================================
+
+/// The tile configuration of the register-softmax kernel.
+template <int D_, int kMTiles_, int kBlockN_, int kSubN_, int kStages_, bool kQInRegs_>
+struct FlashConfig {
+  static constexpr int D = D_;
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kMTiles = kMTiles_;       ///< m16 tiles (16 query rows) per warp
+  static constexpr int kWarpRows = 16 * kMTiles;
+  static constexpr int kBlockM = kWarps * kWarpRows;
+  static constexpr int kBlockN = kBlockN_;       ///< keys per K/V tile
+  static constexpr int kStages = kStages_;       ///< K/V tiles in the cp.async ring
+  static constexpr bool kQInRegs = kQInRegs_;    ///< Q fragments loaded once into registers
+  static constexpr int kMinBlocks = 2;
+  using Geom = TileGeom<D, true>;
+  static constexpr int kSubN = kSubN_;          ///< keys per online-softmax step (a sub-tile)
+  static constexpr int kSubTiles = kBlockN / kSubN;
+  static constexpr int kSTiles = kSubN / 8;      ///< n8 tiles of S per m16 tile
+  static constexpr int kDSteps = D / 16;         ///< k16 steps of Q K^T = pairs of n8 tiles of O
+  static constexpr int kOTiles = D / 8;          ///< n8 tiles of O per m16 tile
+  static constexpr int kKeySteps = kSubN / 16;   ///< k16 steps of P V
+  static constexpr int kQBytes = kBlockM * Geom::kRowBytes;
+  static constexpr int kKVBytes = kBlockN * Geom::kRowBytes;
+  static constexpr int kStageBytes = 2 * kKVBytes;  ///< K tile, then V tile
+  static constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + kSmemAlign;
+  static_assert(kSubN % 16 == 0 && kBlockN % kSubN == 0 && kStages >= 2,
+                "whole k16 steps and sub-tiles; a ring needs two stages");
+};
+
+template <int D>
+using RegisterSoftmaxConfig = FlashConfig<D, 1, 64, 64, 2, true>;
+
+template <int D>
+struct Flash2ConfigFor;
+template <>
+struct Flash2ConfigFor<32> { using type = FlashConfig<32, 2, 128, 128, 2, true>; };
+template <>
+struct Flash2ConfigFor<64> { using type = FlashConfig<64, 2, 128, 128, 2, false>; };
+template <>
+struct Flash2ConfigFor<96> { using type = FlashConfig<96, 2, 64, 64, 2, false>; };
+template <>
+struct Flash2ConfigFor<128> { using type = FlashConfig<128, 2, 64, 32, 2, false>; };
+
+template <class Cfg, bool kCausal>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) register_softmax_kernel(const TcParams p) {
+  constexpr int kMT = Cfg::kMTiles, kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kRB = Cfg::Geom::kRowBytes;
+  constexpr int kRowChunks = Cfg::Geom::kRowChunks;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = align_smem(smem_raw);                   // see kSmemAlign
+  const std::uint32_t s_q = cuda::smem_u32(smem);               // [kBlockM][D] Q, at the end O
+  const std::uint32_t s_kv = s_q + Cfg::kQBytes;                // kStages x ([kBlockN][D] K, [kBlockN][D] V)
+
+  int q_tile, bh;
+  block_coordinates(kCausal, q_tile, bh);  // causal: the heaviest Q tiles of all heads first
+  const int q0 = q_tile * kBM;
+  const bf16* k_head;
+  const bf16* v_head;
+  {
+    const int b = bh / p.heads, h = bh % p.heads, hk = h / p.group;
+    k_head = p.k + row_offset(p.ks, b, hk, 0);
+    v_head = p.v + row_offset(p.vs, b, hk, 0);
+    TileCopier<Cfg::D, kBM, Cfg::kThreads, true>().copy(s_q, p.q + row_offset(p.qs, b, h, 0), p.qs.seq, q0, p.seq_q);
+  }
+  const int num_tiles = (kv_end<kCausal>(p, q0, kBM) + kBN - 1) / kBN;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int warp_row0 = warp * Cfg::kWarpRows;  // first row of this warp in the Q tile
+
+  TileStream<Cfg::D, kBN, Cfg::kThreads> k_stream(k_head, p.ks.seq, p.seq_k), v_stream(v_head, p.vs.seq, p.seq_k);
+  auto load_kv = [&](int tile) {  // tiles are loaded in order 0, 1, 2, ...
+    const std::uint32_t stage = s_kv + (tile % Cfg::kStages) * Cfg::kStageBytes;
+    k_stream.copy_next(stage, p.k);
+    v_stream.copy_next(stage + Cfg::kKVBytes, p.v);
+  };
+
+  // Prologue: group 0 = Q (issued above) + K/V tile 0, then tiles 1 .. kStages-2; one
+  // group per tile, committed even when empty, so "group i holds tile i" and the wait
+  // count stay exact.
+#pragma unroll
+  for (int s = 0; s < Cfg::kStages - 1; ++s) {
+    if (s < num_tiles) load_kv(s);
+    cuda::cp_async_commit();
+  }
+
+  // ldmatrix row addresses. Lane l supplies row l%8 of matrix l/8. Within a tile the rows
+  // only move by multiples of 16 (which keep the swizzle key) and the chunk only by even
+  // constants 2*step, so chunk 2*step + c of a row lives at physical chunk
+  // (2*step) XOR swizzle_chunk(row, c). With the tile base a multiple of the row length,
+  // the physical chunk is exactly address bits 4.., so each operand needs ONE lane
+  // address (step 0 of row block 0): step `st` is  addr ^ (32 * st), and the row block
+  // an immediate offset that ldmatrix folds in. No per-step address registers.
+  //   Q (A, row-major 16x16): row l%16 of the m16 tile, chunk c = l/16.
+  //   K (B of S = Q K^T, two n8 tiles per x4): key l%8 + 8*(l/16), chunk c = (l/8)%2.
+  //   V (B of O = P V via .trans, two n8 tiles per x4): key l%8 + 8*((l/8)%2), chunk c = l/16.
+  const int q_row = warp_row0 + (lane & 15);
+  const int k_row = (lane & 7) + 8 * (lane >> 4);
+  const int v_row = (lane & 7) + 8 * ((lane >> 3) & 1);
+  const std::uint32_t q_lane = s_q + q_row * kRB + 16 * cuda::swizzle_chunk<kRowChunks>(q_row, lane >> 4);
+  const std::uint32_t k_lane = k_row * kRB + 16 * cuda::swizzle_chunk<kRowChunks>(k_row, (lane >> 3) & 1);
+  const std::uint32_t v_lane = v_row * kRB + 16 * cuda::swizzle_chunk<kRowChunks>(v_row, lane >> 4);
+
+  float o[kMT][Cfg::kOTiles][4];
+  float row_max[kMT][2], row_sum[kMT][2];  // [m16 tile][row g / row g+8]; max in raw score units
+#pragma unroll
+  for (int mi = 0; mi < kMT; ++mi) {
+#pragma unroll
+    for (int dt = 0; dt < Cfg::kOTiles; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mi][dt][e] = 0.f;
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      row_max[mi][hr] = -INFINITY;
+      row_sum[mi][hr] = 0.f;
+    }
+  }
+  std::uint32_t qf[Cfg::kQInRegs ? kMT : 1][Cfg::kQInRegs ? Cfg::kDSteps : 1][4];
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    // Tile `tile` (and Q) landed for this thread; the barrier makes it so for the block
+    // and also guarantees every warp is done with tile-1, whose stage is refilled next.
+    cuda::cp_async_wait<Cfg::kStages - 2>();
+    __syncthreads();
+    if (tile + Cfg::kStages - 1 < num_tiles) load_kv(tile + Cfg::kStages - 1);
+    cuda::cp_async_commit();
+
+    if constexpr (Cfg::kQInRegs) {
+      if (tile == 0) {
+#pragma unroll
+        for (int mi = 0; mi < kMT; ++mi)
+#pragma unroll
+          for (int ks = 0; ks < Cfg::kDSteps; ++ks)
+            cuda::ldmatrix_x4(qf[mi][ks], (q_lane ^ (32 * ks)) + mi * 16 * kRB);
+      }
+    }
+    const std::uint32_t k_tile = s_kv + (tile % Cfg::kStages) * Cfg::kStageBytes + k_lane;
+    const std::uint32_t v_tile = k_tile - k_lane + Cfg::kKVBytes + v_lane;
+
+    // The tile's keys in sub-tiles of kSubN, each a full online-softmax step (d = 128:
+    // two of 32 keys, so that S and O fit the registers together; elsewhere one).
+#pragma unroll 1
+    for (int sub = 0; sub < Cfg::kSubTiles; ++sub) {
+      const int kv0 = tile * kBN + sub * Cfg::kSubN;
+      const std::uint32_t k_addr = k_tile + sub * Cfg::kSubN * kRB;
+      const std::uint32_t v_addr = v_tile + sub * Cfg::kSubN * kRB;
+
+      // ---- S = Q K^T: kMT x kSTiles accumulator tiles of 16 x 8. With Q in shared
+      // memory the k16 steps stay a loop (unroll 1): ptxas then cannot hoist the K and Q
+      // loads of later steps, which would cost registers the accumulators need.
+      float s[kMT][Cfg::kSTiles][4];
+#pragma unroll
+      for (int mi = 0; mi < kMT; ++mi)
+#pragma unroll
+        for (int j = 0; j < Cfg::kSTiles; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mi][j][e] = 0.f;
+#pragma unroll(Cfg::kQInRegs ? Cfg::kDSteps : 1)
+      for (int ks = 0; ks < Cfg::kDSteps; ++ks) {
+        std::uint32_t a[kMT][4];
+#pragma unroll
+        for (int mi = 0; mi < kMT; ++mi) {
+          if constexpr (Cfg::kQInRegs) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) a[mi][r] = qf[mi][ks][r];
+          } else {
+            cuda::ldmatrix_x4(a[mi], (q_lane ^ (32 * ks)) + mi * 16 * kRB);
+          }
+        }
+#pragma unroll
+        for (int np = 0; np < Cfg::kSTiles / 2; ++np) {
+          std::uint32_t kb[4];
+          cuda::ldmatrix_x4(kb, (k_addr ^ (32 * ks)) + 16 * np * kRB);
+          const std::uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+#pragma unroll
+          for (int mi = 0; mi < kMT; ++mi) {
+            cuda::mma_m16n8k16_bf16_f32(s[mi][2 * np], a[mi], b0);
+            cuda::mma_m16n8k16_bf16_f32(s[mi][2 * np + 1], a[mi], b1);
+          }
+        }
+      }
+
+      // ---- Mask: only the tail tile and, when causal, tiles reaching past this warp's
+      // first row's diagonal. Element e of n8 tile j: row g + 8*(e/2), key 8j + 2t + e%2.
+      if (tile_needs_mask<kCausal, Cfg::kSubN>(p, q0 + warp_row0, kv0)) {
+#pragma unroll
+        for (int mi = 0; mi < kMT; ++mi)
+#pragma unroll
+          for (int j = 0; j < Cfg::kSTiles; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int row = q0 + warp_row0 + 16 * mi + g + 8 * (e >> 1);
+              const int key = kv0 + 8 * j + 2 * t + (e & 1);
+              if (key_hidden<kCausal>(p, row, key)) s[mi][j][e] = -INFINITY;
+            }
+      }
+
+      // ---- Online softmax on the fragments, one row (g or g+8 of m16 tile mi) at a time;
+      // P leaves as bf16 pairs: pk[mi][j][hr] = (P[row][8j+2t], P[row][8j+2t+1]).
+      std::uint32_t pk[kMT][Cfg::kSTiles][2];
+#pragma unroll
+      for (int mi = 0; mi < kMT; ++mi)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          float mx = row_max[mi][hr];
+#pragma unroll
+          for (int j = 0; j < Cfg::kSTiles; ++j) mx = fmaxf(mx, fmaxf(s[mi][j][2 * hr], s[mi][j][2 * hr + 1]));
+          mx = cuda::warp_max<4>(mx);  // the quad's 4 lanes hold the row: now the new running max
+          // 2^(x*c - m*c) with c = scale*log2(e). A row that has seen only masked keys keeps
+          // m = -inf: subtract 0 instead, so that its p = 2^-inf = 0 (not NaN).
+          const float m_scaled = mx == -INFINITY ? 0.f : mx * p.scale_log2;
+          const float alpha = cuda::ex2_approx(row_max[mi][hr] * p.scale_log2 - m_scaled);  // OLD max: rescale
+          row_max[mi][hr] = mx;
+          row_sum[mi][hr] *= alpha;
+#pragma unroll
+          for (int dt = 0; dt < Cfg::kOTiles; ++dt) {
+            o[mi][dt][2 * hr] *= alpha;
+            o[mi][dt][2 * hr + 1] *= alpha;
+          }
+          float sum = 0.f;
+#pragma unroll
+          for (int j = 0; j < Cfg::kSTiles; ++j) {
+            const float p0 = cuda::ex2_approx(fmaf(s[mi][j][2 * hr], p.scale_log2, -m_scaled));
+            const float p1 = cuda::ex2_approx(fmaf(s[mi][j][2 * hr + 1], p.scale_log2, -m_scaled));
+            sum += p0 + p1;
+            pk[mi][j][hr] = pack_bf16x2(p0, p1);  // P as bf16 at once: half the registers of S
+          }
+          row_sum[mi][hr] += sum;  // this lane's part of the row sum (reduced over the quad at the end)
+        }
+
+      // ---- O += P V. The A fragment of k16 step kk (16 rows x keys 16kk..16kk+15) is
+      //   a[0] = P[g][2t, 2t+1]   = pk[2kk][row g]      a[1] = P[g+8][2t, 2t+1]   = pk[2kk][row g+8]
+      //   a[2] = P[g][2t+8, 2t+9] = pk[2kk+1][row g]    a[3] = P[g+8][2t+8, 2t+9] = pk[2kk+1][row g+8]
+      // i.e. the accumulators of S's n8 tiles 2kk and 2kk+1, as they are. V's B fragments
+      // come through ldmatrix .trans.
+#pragma unroll
+      for (int kk = 0; kk < Cfg::kKeySteps; ++kk) {
+#pragma unroll
+        for (int dp = 0; dp < Cfg::kDSteps; ++dp) {
+          std::uint32_t vb[4];
+          cuda::ldmatrix_x4_trans(vb, (v_addr ^ (32 * dp)) + 16 * kk * kRB);
+          const std::uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
+#pragma unroll
+          for (int mi = 0; mi < kMT; ++mi) {
+            const std::uint32_t a[4] = {pk[mi][2 * kk][0], pk[mi][2 * kk][1], pk[mi][2 * kk + 1][0],
+                                        pk[mi][2 * kk + 1][1]};
+            cuda::mma_m16n8k16_bf16_f32(o[mi][2 * dp], a, b0);
+            cuda::mma_m16n8k16_bf16_f32(o[mi][2 * dp + 1], a, b1);
+          }
+        }
+      }
+    }
+  }
+
+  // ---- Epilogue: O = acc / l through shared memory (the Q tile), lse = m*scale + ln l.
+  cuda::cp_async_wait<0>();
+  __syncthreads();  // every warp is done with Q, K and V
+  block_coordinates(kCausal, q_tile, bh);  // recomputed here: fewer registers live through the loop
+  constexpr float kLn2 = 0.6931471805599453f;
+#pragma unroll
+  for (int mi = 0; mi < kMT; ++mi)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const float l = cuda::warp_sum<4>(row_sum[mi][hr]);
+      const float inv = l > 0.f ? 1.f / l : 0.f;  // a row that sees no key: O = 0
+      const int r = warp_row0 + 16 * mi + g + 8 * hr;
+#pragma unroll
+      for (int dt = 0; dt < Cfg::kOTiles; ++dt) {
+        const std::uint32_t packed = pack_bf16x2(o[mi][dt][2 * hr] * inv, o[mi][dt][2 * hr + 1] * inv);
+        *reinterpret_cast<std::uint32_t*>(smem + Cfg::Geom::offset(r, dt) + 4 * t) = packed;
+      }
+      if (p.lse != nullptr && t == 0 && q0 + r < p.seq_q)
+        p.lse[static_cast<long long>(bh) * p.seq_q + q0 + r] =
+            l > 0.f ? (row_max[mi][hr] * p.scale_log2 + __log2f(l)) * kLn2 : -INFINITY;
+    }
+  __syncthreads();
+  bf16* o_head = p.o + row_offset(p.os, bh / p.heads, bh % p.heads, 0);
+  store_tile<Cfg::D, kBM, Cfg::kThreads, true>(smem, o_head, p.os.seq, q0, min(kBM, p.seq_q - q0));
+}
+
+template <class Cfg, bool kCausal>
+void launch_cfg(const TcParams& p, std::int64_t batch_heads, cudaStream_t stream) {
+  constexpr auto kernel = register_softmax_kernel<Cfg, kCausal>;
+  opt_in_shared_memory<kernel>(Cfg::kSmemBytes);
+  const dim3 grid(static_cast<unsigned>((static_cast<long long>(p.seq_q) + Cfg::kBlockM - 1) / Cfg::kBlockM),
+                  static_cast<unsigned>(batch_heads));
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+  COURSE_CHECK_LAUNCH("register_softmax_kernel");
+}
+
+template <template <int> class ConfigOf>
+void launch_by_head_dim(const AttentionArgsBf16& a) {
+  const TcParams p = make_tc_params(a);
+  const std::int64_t bh = a.batch * a.heads;
+  const auto go = [&](auto cfg) {
+    using Cfg = decltype(cfg);
+    if (a.causal) launch_cfg<Cfg, true>(p, bh, a.stream);
+    else launch_cfg<Cfg, false>(p, bh, a.stream);
+  };
+  switch (a.head_dim) {
+    case 32: return go(ConfigOf<32>{});
+    case 64: return go(ConfigOf<64>{});
+    case 96: return go(ConfigOf<96>{});
+    case 128: return go(ConfigOf<128>{});
+  }
+  require_arg(false, "attention", "head_dim", a.head_dim, "is not supported by the tensor-core kernels");
+}
+
+template <int D>
+using Flash2Config = typename Flash2ConfigFor<D>::type;
+
+}  // namespace
+
+void launch_tc_register_softmax(const AttentionArgsBf16& a) { launch_by_head_dim<RegisterSoftmaxConfig>(a); }
+void launch_tc_flash2(const AttentionArgsBf16& a) { launch_by_head_dim<Flash2Config>(a); }
+
+}  // namespace course::solution::attn_tc
