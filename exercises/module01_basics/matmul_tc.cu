@@ -4,6 +4,8 @@
 /// Read module01_basics/README.md, "Tensor-core matmul", then fill in one step at a time.
 /// Run its tests with:   ctest --preset default -L exercise -R MatmulTc
 /// A step you have not written throws NotImplemented and its tests show SKIPPED.
+/// Hints, one at a time: bash scripts/course.sh hint matmul_tc/<step>
+/// (all of them: exercises/module01_basics/hints/matmul_tc.md).
 ///
 /// Contract (module01/matmul_tc.hpp): A is M x K, B is K x N, both row-major bf16 with
 /// leading dimensions lda, ldb that are multiples of 8 (so every 8-element chunk of a
@@ -49,19 +51,7 @@ using bf16 = __nv_bfloat16;
 //   (d) Store: wmma::store_matrix_sync cannot mask the M/N edges, so store each
 //       fragment into this warp's 16x16 `scratch`, then let the 32 lanes copy the
 //       in-range elements to C.
-// Hint 1: shared rows are padded (kLdsA = 32 + 8, kLdsB = 128 + 8) so that a fragment
-//         load touches 8 different bank groups; pass those as the `ldm` argument.
-// Hint 2: the fragment types are
-//           wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>
-//           wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>
-//         (B is row-major K x N in shared memory, like in global memory).
-// Hint 3: the A fragment of warp row i at k-offset kk starts at &As[warp_m*64 + i*16][kk];
-//         the B fragment of warp column j at &Bs[kk][warp_n*32 + j*16]. The slab loop:
-//           for (int id = threadIdx.x; id < 128 * 4; id += 256) {   // A: 4 chunks per row
-//             int r = id / 4, c = id % 4;
-//             load_chunk_zfill(&As[r][c*8], A, m0 + r < M, int64_t(m0 + r) * lda, k0 + c*8, K);
-//           }
-//         and the same for B with 16 chunks per row, row k0 + r, columns n0 + c*8, limit N.
+// Hints, one at a time: bash scripts/course.sh hint matmul_tc/wmma
 // ============================================================================
 namespace wmma_cfg {
 constexpr int kBM = 128, kBN = 128, kBK = 32;
@@ -129,18 +119,7 @@ void launch_wmma(const TcMatmulArgs& a) {
 //   (5) Pipeline: kStages stages; prologue issues slabs 0..kStages-2 (one commit each,
 //       even when empty); per slab: cp_async_wait<kStages-2>(), __syncthreads(), issue
 //       slab kt+kStages-1 into the stage slab kt-1 used, commit, compute on slab kt.
-// Hint 1: ldmatrix lane addresses. For the A fragment of an m16 tile at k-step ks: lane l
-//         points at row (l % 16), k-chunk 2*ks + l/16 (chunks are 8 bf16). For B (x4.trans)
-//         covering n8 tiles j and j+1: lane l points at k-row 16*ks + (l % 16), n-chunk
-//         j + l/16; registers r0,r1 are tile j's b-fragment and r2,r3 tile j+1's.
-// Hint 2: why .trans for B: mma wants B "col" (each lane holds two consecutive k of one
-//         n), but row-major B stores consecutive n next to each other. ldmatrix without
-//         .trans would give two consecutive n of one k: wrong operand, wrong answer.
-// Hint 3: the wait count. After the prologue kStages-1 groups are committed and each slab
-//         iteration commits one more. Before computing slab kt, (kStages-1) + kt groups
-//         exist; cp_async_wait<kStages-2>() leaves at most kStages-2 in flight, i.e.
-//         groups 0..kt are complete. Then __syncthreads() publishes them to all warps
-//         AND proves every warp is done with slab kt-1, whose stage you now refill.
+// Hints, one at a time: bash scripts/course.sh hint matmul_tc/mma_sync
 // ============================================================================
 
 // Given: the PTX wrappers, from common/include/course/cuda/mma_ptx.cuh. Read their

@@ -5,6 +5,8 @@
 /// mean, the layout with row strides ldx/ldy, in place), then fill in one step at a time.
 /// Run its tests with:   ctest --preset default -L exercise -R Softmax
 /// A step you have not written throws NotImplemented and its tests show SKIPPED.
+/// Hints, one at a time: bash scripts/course.sh hint softmax/<step>
+/// (all of them: exercises/module01_basics/hints/softmax.md).
 ///
 /// Every kernel must be correct when y == x (in place): read an element before you
 /// write it, from the same thread, and finish all reads a reduction needs before the
@@ -56,13 +58,7 @@ unsigned grid_size(std::int64_t work, int per_block) {
 // The workspace (args.workspace) holds slice_max (count floats) then slice_sum.
 //
 // TODO(step 1): write the three kernels and launch them in order on a.stream.
-// Hint 1: thread s = blockIdx.x * blockDim.x + threadIdx.x (64-bit!) owns slice s;
-//         threads with s >= count return at once. Loop i over the slice's length.
-// Hint 2: the address of x(s, i) is x + s * sl.x_slice + i * sl.x_elem; start the
-//         max at -INFINITY, and use expf (not exp, which is double).
-// Hint 3: launch ceil(count / 256) blocks of 256 threads three times, with
-//         COURSE_CHECK_LAUNCH after each; kernels on one stream run in order, so
-//         kernel 2 sees what kernel 1 wrote without any synchronization.
+// Hints, one at a time: bash scripts/course.sh hint softmax/naive_three_pass
 // Then measure dim = 0 against dim = 1: same code, very different speed. Why?
 // ----------------------------------------------------------------------------
 __global__ void naive_slice_max_kernel(const float* x, Slices sl, float* slice_max) {
@@ -93,27 +89,12 @@ void launch_naive_three_pass(const SoftmaxArgs& a) {
 //
 // TODO(step 2a): in block_row_softmax_kernel, blockIdx.x is the row. The block's
 //   threads stride over the row three times: max, sum of exp(x - max), normalize.
-// Hint 1: thread t handles columns t, t + kRowThreads, t + 2 * kRowThreads, ...:
-//         neighbouring threads touch neighbouring floats (coalesced).
-// Hint 2: each thread's partial max / sum must be combined over the whole block
-//         before anyone uses it: course::cuda::block_all_reduce(v, cc::Max{}, -INFINITY,
-//         scratch) and block_all_reduce(v, cc::Sum{}, 0.f, scratch) do that and give
-//         every thread the result.
-// Hint 3: all threads must reach block_all_reduce (it has __syncthreads inside): no
-//         early return before it. Row pointers: x + blockIdx.x * ldx (64-bit).
+// Hints, one at a time: bash scripts/course.sh hint softmax/block_per_row
 //
 // TODO(step 2b): column_strip_softmax_kernel, for dim = 0 (also used by steps 3 and 4).
 //   One column per thread would be coalesced but too few threads for tall matrices;
 //   instead a block of (kStripCols = 32, kStripRows = 16) threads owns 32 neighbouring
 //   columns: threadIdx.x picks the column, threadIdx.y the rows y, y + 16, y + 32, ...
-// Hint 1: a warp is one threadIdx.y and 32 consecutive threadIdx.x: it reads 32
-//         consecutive floats of one row. Good.
-// Hint 2: combine the 16 partial values of a column through the shared array `red`:
-//         every thread writes red[threadIdx.y][threadIdx.x], __syncthreads(), then each
-//         thread folds red[0..15][threadIdx.x] itself. Add a __syncthreads() before the
-//         next write to `red` so nobody overwrites values still being read.
-// Hint 3: threads whose column is >= cols must not read or write memory, but must still
-//         reach every __syncthreads().
 // ----------------------------------------------------------------------------
 constexpr int kRowThreads = 256;
 constexpr int kStripCols = 32;
@@ -153,13 +134,7 @@ void launch_block_per_row(const SoftmaxArgs& a) {
 // 32 * kPerLane = 1024 columns. The row is read once; max and sum are warp shuffles.
 //
 // TODO(step 3): write warp_row_softmax_kernel.
-// Hint 1: row r = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32.
-//         A warp whose r >= rows may return at once (the whole warp leaves together).
-// Hint 2: load with `#pragma unroll` loops over k < kPerLane so v[] stays in registers;
-//         columns >= cols get -INFINITY (exp of it is 0, so they add nothing).
-//         cc::warp_max / cc::warp_sum give every lane the row's max / sum.
-// Hint 3: store exp(v[k] - max) back into v[k] while summing, so the final pass is just
-//         y[j] = v[k] * (1 / sum) for j < cols: one exp per element, no second read.
+// Hints, one at a time: bash scripts/course.sh hint softmax/warp_per_row
 // ----------------------------------------------------------------------------
 constexpr int kWarpsPerBlock = 8;
 
@@ -193,24 +168,11 @@ void launch_warp_per_row(const SoftmaxArgs& a) {
 // A running pair (m, s): m = the max so far, s = sum of exp(x_i - m) so far.
 // TODO(step 4a): online_update folds one value x into (m, s);
 //                merge combines two pairs (two threads' partial results).
-// Hint 1: if x > m the max changes, and every term already in s was computed
-//         against the OLD max: s must be multiplied by exp(m_old - m_new).
-// Hint 2: compute m_new = max(m, x) first; then s = s * exp(m - m_new) + exp(x - m_new);
-//         only THEN m = m_new. (Replacing m first makes the factor exp(m_new - m_new)
-//         = 1 and the sum wrong. The tests keep that bug as a planted one.)
-// Hint 3: merge: m = max(a.m, b.m), s = a.s * exp(a.m - m) + b.s * exp(b.m - m). The
-//         empty pair is (-FLT_MAX, 0): with -INFINITY, exp(-inf - -inf) = NaN.
+// Hints, one at a time: bash scripts/course.sh hint softmax/online_vectorized
 //
 // TODO(step 4b): online_row_kernel, one block of kOnlineThreads per row (dim = 1):
 //   pass 1 reads the row once in float4 chunks and folds them into (m, s); block_merge
 //   (given) combines the pairs; pass 2 re-reads the row and writes y.
-// Hint 1: float4 needs 16-byte alignment: use it only when `vec4` is true (x, y 16-byte
-//         aligned and ldx, ldy multiples of 4), else one float at a time.
-// Hint 2: thread t takes chunks starting at j = 4 * t, 4 * t + 4 * kOnlineThreads, ...
-//         *reinterpret_cast<const float4*>(xr + j) when j + 4 <= cols; the last
-//         cols % 4 elements (the tail) need scalar code. Do not drop them!
-// Hint 3: the barriers in block_merge end pass 1 for every thread, so pass 2 may write
-//         y even in place.
 // ----------------------------------------------------------------------------
 struct MaxSum {
   float m;

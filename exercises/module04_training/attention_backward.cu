@@ -12,6 +12,8 @@
 /// query row): they must be correct, not fast. Measure them against the solution afterwards.
 /// Run the tests with:   ctest --preset default -L exercise -R AttentionBackward
 /// A step you have not written throws NotImplemented and its tests show SKIPPED.
+/// Hints, one at a time: bash scripts/course.sh hint attention_backward/<step>
+/// (all of them: exercises/module04_training/hints/attention_backward.md).
 
 #include "module02/batched_gemm.hpp"
 #include "module04/attention_backward.hpp"
@@ -98,12 +100,7 @@ unsigned grid_stride_blocks(long long work, int threads) {
 // adds into dQ with atomics, so it must start from zero; the launch is already there).
 // This dot product of length d replaces sum_j P_ij dP_ij, one of length N_k: see the lesson.
 // TODO(step 1): write the kernel body; then set kRowDotWritten to true.
-// Hint 1: one thread per row is enough: a grid-stride loop over r (64-bit) with
-//         i = r % N_q, bh = r / N_q, b = bh / H, h = bh % H; the rows of O and dO are at
-//         p.o + row_offset(p.os, b, h, i) and p.dout + row_offset(p.dos, b, h, i).
-// Hint 2: accumulate with fmaf in a float; p.head_dim is the row length.
-// Hint 3: for (c = 0; c < d; ++c) s = fmaf(g[c], o[c], s); p.d_row[r] = s; and if
-//         (zero_dq) set the d floats at p.dq + row_offset(p.dqs, b, h, i) to 0.
+// Hints, one at a time: bash scripts/course.sh hint attention_backward/row_dot
 // (The solution gives each row a group of lanes with float4 loads and a shuffle reduction.)
 // ----------------------------------------------------------------------------
 constexpr bool kRowDotWritten = false;  // TODO(step 1): true once row_dot_kernel is written
@@ -137,19 +134,7 @@ void launch_row_dot(const Params& p, long long rows, bool zero_dq, cudaStream_t 
 // Why does the softmax backward give dS? It computes D_i = sum_j P_ij dP_ij itself, and
 // sum_j P_ij (dO_i . V_j) = dO_i . O_i: the same D as step 1's.
 // TODO(step 2): write recompute_p_kernel and launch_naive.
-// Hint 1: sizes (M, N, K) and operands: S: (N_q, N_k, d) A = Q, B = K; dV: (N_k, d, N_q)
-//         A = W1 (a_transposed: its stored rows are N_k long), B = dO, C = dV; dP: (N_q, N_k, d)
-//         A = dO, B = V; dQ: (N_q, d, N_k) A = W2, B = K; dK: (N_k, d, N_q) A = W2
-//         (a_transposed), B = Q. batch = B, num_heads = H; strides of the attention tensors
-//         are their .batch / .head / .seq.
-// Hint 2: recompute_p_kernel: one block per row r (grid-stride), i = r % N_q, l = lse[r];
-//         the row sees keys j < visible with visible = N_k, or min(N_k, max(0, i + N_k - N_q
-//         + 1)) when causal, and 0 when l == -INFINITY (exp(s - (-inf)) would be inf).
-//         P = expf(s - l) for visible keys, 0 for the others (the softmax backward and the
-//         GEMMs then give hidden keys and dead rows no gradient).
-// Hint 3: m04::contiguous_softmax_backward_args(w1, w2, w2, rows, N_k, 1, a.stream) builds
-//         the softmax-backward arguments; everything goes on a.stream, in this order, so no
-//         synchronization is needed.
+// Hints, one at a time: bash scripts/course.sh hint attention_backward/naive
 // ----------------------------------------------------------------------------
 __global__ void recompute_p_kernel(float* s, const float* lse, long long rows, int seq_q, int seq_k, bool causal) {
   // TODO(step 2)
@@ -208,16 +193,7 @@ void launch_naive(const AttentionBackwardArgs& a) {
 //                                                 atomicAdd (step flash only: kAtomicDq)
 // Step 4 runs the same kernel with kAtomicDq = false and computes dQ in its own pass.
 // TODO(step 3): write the per-row math marked below; then set kFlashWritten to true.
-// Hint 1: key j is visible to row i iff i < N_q, lse_i != -inf and (not causal or
-//         j <= i + causal_offset). Rows past N_q were loaded as zeros with lse = -inf, so
-//         the lse test covers them. Hidden keys contribute nothing: `continue`.
-// Hint 2: two dot products of length D per (i, j): q_tile[r] . k_row and do_tile[r] . v_row
-//         (#pragma unroll, fmaf). Then one loop over c for dV, dK and, if kAtomicDq,
-//         atomicAdd(p.dq + row_offset(p.dqs, b, h, i) + c, p.scale * ds * k_row[c]).
-// Hint 3: P is exactly exp(s - lse): lse already normalizes, no max and no sum to redo. Use
-//         expf. Contention: every key thread of the block adds into the same dQ_i at once;
-//         correct, but slow -- summing ds * k_row over the warp first (course/cuda/
-//         warp_reduce.cuh) and adding once per warp is the first speed-up.
+// Hints, one at a time: bash scripts/course.sh hint attention_backward/flash
 // ----------------------------------------------------------------------------
 constexpr bool kFlashWritten = false;  // TODO(step 3): true once the per-row math is written
 
@@ -295,13 +271,7 @@ __global__ void __launch_bounds__(kKvRows) flash_kv_kernel(const Params p) {
 // It recomputes s, P, dP and dS for every (i, j) -- that recomputation is the price of
 // determinism, which the lesson measures.
 // TODO(step 4): write the per-key math marked below; then set kDqPassWritten to true.
-// Hint 1: the thread already holds q_i, dO_i (float[D]), lse_i and D_i; the tile holds
-//         k_tile[t], v_tile[t] for keys j = kv0 + t (zeros past N_k).
-// Hint 2: key j is visible iff j < N_k, lse_i != -inf and (not causal or j <= i + causal_offset);
-//         then s = scale * q_i . k_j, P = exp(s - lse_i), dP = dO_i . v_j, dS = P (dP - D_i),
-//         dq[c] += dS * k_tile[t][c].
-// Hint 3: the same formulas as step 3, row and key swapped: if your step 3 passes, copy its
-//         math. The store multiplies by the scale once.
+// Hints, one at a time: bash scripts/course.sh hint attention_backward/flash_deterministic
 // ----------------------------------------------------------------------------
 constexpr bool kDqPassWritten = false;  // TODO(step 4): true once the per-key math is written
 

@@ -8,6 +8,8 @@
 ///     ctest --preset default -L exercise -R LinearBackward
 /// A bias step you have not written throws NotImplemented and its tests show SKIPPED; the
 /// tests that request no db (dx and dw only) already pass with the given GEMM calls.
+/// Hints, one at a time: bash scripts/course.sh hint linear_backward/<step>
+/// (all of them: exercises/module04_training/hints/linear_backward.md).
 
 #include "module04/linear_backward.hpp"
 
@@ -70,11 +72,7 @@ m02::StridedBatchedGemmArgs<float> dw_gemm(const LinearBackwardArgs& a) {
 // db[j] = sum over i < M of dY[i * lddy + j]: thread j of the grid owns column j.
 // TODO(step 1): write the kernel, then delete the throw in launch_column_per_thread and
 //   launch ceil(N / kColumnThreads) blocks of kColumnThreads threads on a.stream.
-// Hint 1: j = blockIdx.x * blockDim.x + threadIdx.x; threads with j >= N return at once.
-// Hint 2: row offsets pass 2^31 for large dY (16384 rows x a padded stride): i * lddy
-//         with lddy a std::int64_t is computed in 64 bits, i * (int)lddy is not.
-// Hint 3: float sum = 0.f; for (int i = 0; i < M; ++i) sum += dy[i * lddy + j]; db[j] = sum;
-//         then COURSE_CHECK_LAUNCH("bias_grad_column_per_thread_kernel") after the launch.
+// Hints, one at a time: bash scripts/course.sh hint linear_backward/column_per_thread
 // Then run the benchmark: how many threads does this step have at N = 1024, and how
 // many SMs can they occupy?
 // ----------------------------------------------------------------------------
@@ -100,16 +98,7 @@ void launch_column_per_thread(const LinearBackwardArgs& a) {
 // them. No atomics: db must be bit-identical from run to run.
 // TODO(step 2): write the kernel, then delete the throw in launch_block_column_strip and
 //   launch ceil(N / 32) blocks of kStripWarps * 32 threads on a.stream.
-// Hint 1: lane = threadIdx.x % 32, warp = threadIdx.x / 32, j = blockIdx.x * 32 + lane.
-//         A lane whose column is past N (the last strip) loads nothing, but it must still
-//         reach the __syncthreads(): guard the loads, not the barrier.
-// Hint 2: one accumulator makes every load wait for the previous add. Keep several
-//         (acc[0..7] for rows i, i + 32, ..., i + 7 * 32; the next round starts 256 rows
-//         further) so eight loads are in flight per warp, and handle the last partial
-//         round with a bounds check per accumulator.
-// Hint 3: partial[warp][lane] = acc[0] + ... + acc[7]; __syncthreads();
-//         if (warp == 0 && j < N) { float t = 0.f; for (int w = 0; w < kStripWarps; ++w)
-//         t += partial[w][lane]; db[j] = t; }   -- a fixed order, hence deterministic.
+// Hints, one at a time: bash scripts/course.sh hint linear_backward/block_column_strip
 // ----------------------------------------------------------------------------
 constexpr int kStripWarps = 32;
 

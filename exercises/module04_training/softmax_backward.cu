@@ -6,6 +6,8 @@
 /// dim = 0 and dim = 1 mean, the row strides ldy / lddy / lddx, in place), then fill in one
 /// step at a time. Run its tests with:   ctest --preset default -L exercise -R SoftmaxBackward
 /// A step you have not written throws NotImplemented and its tests show SKIPPED.
+/// Hints, one at a time: bash scripts/course.sh hint softmax_backward/<step>
+/// (all of them: exercises/module04_training/hints/softmax_backward.md).
 ///
 /// Every kernel must be correct when dx == dy (in place, the way attention's backward
 /// writes dS over dP): read an element before you write it, from the same thread, and
@@ -57,16 +59,7 @@ unsigned grid_size(std::int64_t work, std::int64_t per_block) {
 //            dx(r, c) = y(r, c) * (dy(r, c) - D[slice of (r, c)]).
 //
 // TODO(step 1): write both kernels and launch them in order on a.stream.
-// Hint 1: kernel 1: thread s = blockIdx.x * blockDim.x + threadIdx.x (64-bit!) owns slice
-//         s; threads with s >= count return at once. The address of y(s, i) is
-//         y + s * sl.y_slice + i * sl.y_elem (dy likewise). Accumulate in a float with fmaf.
-// Hint 2: kernel 2 is the same for both dims if you walk the matrix row by row: the
-//         launch below gives blockIdx.x = a group of kElementwiseThreads columns and
-//         blockIdx.y = the first row; loop r = blockIdx.y, r + gridDim.y, ... (rows can
-//         exceed gridDim.y's limit of 65535). D's index is r for dim = 1 and c for dim = 0.
-// Hint 3: read y and dy before writing dx in the same thread and in place works. Kernels
-//         on one stream run in order: kernel 2 sees what kernel 1 wrote, no sync needed.
-//         COURSE_CHECK_LAUNCH after each launch.
+// Hints, one at a time: bash scripts/course.sh hint softmax_backward/two_pass
 // Then measure dim = 0 against dim = 1: kernel 1 is the same code, but which of the two
 // is coalesced? And how many threads does kernel 1 have at 4096 x 32768?
 // ----------------------------------------------------------------------------
@@ -98,14 +91,7 @@ void launch_two_pass(const SoftmaxBackwardArgs& a) {
 // Step 2: warp_per_row -- one warp per row, y and dy held in registers.
 //
 // TODO(step 2a): warp_row_kernel<kPerLane> (dim = 1, cols <= 32 * kPerLane <= 1024).
-// Hint 1: row r = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32.
-//         A warp whose r >= rows may return at once (the whole warp leaves together).
-// Hint 2: lane l keeps columns l, l + 32, l + 64, ... in `float yv[kPerLane], gv[kPerLane]`
-//         (`#pragma unroll` loops over k < kPerLane keep them in registers); columns >= cols
-//         get 0, which adds nothing to D. Each lane sums its products, then
-//         cc::warp_sum(d) gives every lane the row's D.
-// Hint 3: write dx[j] = yv[k] * (gv[k] - D) for j < cols straight from the registers:
-//         y and dy are read once. Why is this safe in place (dx == dy)?
+// Hints, one at a time: bash scripts/course.sh hint softmax_backward/warp_per_row
 //
 // TODO(step 2b): warp_row_stream_kernel for rows longer than 1024: the same warp, but
 //   loop j = lane, lane + 32, ... < cols twice: once for D (then warp_sum), once for dx.
@@ -115,14 +101,6 @@ void launch_two_pass(const SoftmaxBackwardArgs& a) {
 //   sectors for 128 useful bytes. Instead a block of kStripThreads = 512 threads owns a
 //   strip of kStripCols = 32 neighbouring columns: threadIdx.x % 32 picks the column,
 //   threadIdx.x / 32 the first row, and the block walks rows p, p + 16, p + 32, ...
-// Hint 1: a warp then reads 32 consecutive floats of one row (128 bytes, coalesced).
-//         Threads whose column is >= cols must not touch memory, but must reach every
-//         __syncthreads().
-// Hint 2: pass 1: each thread sums y * dy of its column over its rows. The 16 partial sums
-//         of a column meet in shared memory: partial[threadIdx.x / 32][threadIdx.x % 32]
-//         = sum; __syncthreads(); then each thread adds up partial[0..15][its column].
-// Hint 3: pass 2 walks the same rows again and writes dx = y * (dy - D). The barrier
-//         between the passes also makes in place safe: every read of pass 1 is done.
 // ----------------------------------------------------------------------------
 constexpr int kWarpsPerBlock = 8;
 constexpr int kStripCols = 32;
@@ -185,15 +163,7 @@ void launch_warp_per_row(const SoftmaxBackwardArgs& a) {
 //   (dim = 1, cols <= kFusedMaxCols = 4096). Each thread keeps kFusedElems = 16 values of y
 //   and 16 of dy in registers: chunk k (k < 16 / kVec) covers columns
 //   j = (k * kFusedThreads + threadIdx.x) * kVec ... j + kVec - 1.
-// Hint 1: float4 needs 16-byte alignment: kVec = 4 only when y, dy, dx are 16-byte aligned
-//         and every ld is a multiple of 4 (the launcher checks), else kVec = 1. Load with
-//         *reinterpret_cast<const float4*>(row + j) when j + 4 <= cols; the last cols % 4
-//         elements of a row (the tail) need scalar code with 0 beyond cols. Do not drop them!
-// Hint 2: each thread sums its 16 products; cc::block_all_reduce(d, cc::Sum{}, 0.f, scratch)
-//         gives every thread the row's D. Every thread must call it (no early return).
-// Hint 3: write dx = y * (dy - D) from the registers with float4 stores, the tail with
-//         scalar stores, never a column >= cols. The barriers inside block_all_reduce end
-//         every read of the row before the first write: in place is safe.
+// Hints, one at a time: bash scripts/course.sh hint softmax_backward/fused_vectorized
 // Compare with step 2 at 16384 x 4096: what did reading the row once buy?
 // ----------------------------------------------------------------------------
 constexpr int kFusedThreads = 256;
