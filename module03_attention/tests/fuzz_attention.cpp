@@ -6,7 +6,7 @@
 // ALiBi (fused_options), an explicit scale, lse on or off, large-magnitude and one-signed
 // data; in 4 parts that ctest runs in parallel, plus a few large cases (*Large*), each
 // checked by the module's own helper (attention_check.hpp). Then a bad-input sweep per
-// step. Seeds, replay and the "[fuzz]" lines: course/fuzz.hpp.
+// step, fp32 and bf16 (tensor-core) alike. Seeds, replay and the "[fuzz]" lines: course/fuzz.hpp.
 #include "course/fuzz.hpp"
 #include "course/testing.hpp"
 #include "attention_check.hpp"
@@ -234,6 +234,77 @@ TEST_P(FuzzAttentionBadInputs, RejectedByNameContextHealthy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, FuzzAttentionBadInputs, ::testing::ValuesIn(fp32_steps()),
+                         [](const ::testing::TestParamInfo<StepInfo<AttentionStep>>& i) { return std::string(i.param.name); });
+
+// The tensor-core steps (bf16 tensors): the same sweep through AttentionArgsBf16, whose
+// contract differs in head dims (32..128), stride granularity (8 elements) and options.
+// (Their random-case tests need the bf16 checking helper of their module tests.)
+using AttentionArgsBf16 = course::m03::AttentionArgsBf16;
+
+class FuzzAttentionBf16BadInputs : public GpuTest, public ::testing::WithParamInterface<StepInfo<AttentionStep>> {};
+
+TEST_P(FuzzAttentionBf16BadInputs, RejectedByNameContextHealthy) {
+  using bf16 = __nv_bfloat16;
+  const AttentionStep step = GetParam().step;
+  // Valid: B = 2, H = 4, H_kv = 2 (grouped-query), N_q = N_k = 8, d = 64, BHND; device buffers.
+  constexpr std::int64_t kElems = 2 * 4 * 8 * 64;
+  DeviceBuffer<bf16> q(kElems), k(kElems), v(kElems), o(kElems);
+  DeviceBuffer<float> lse(2 * 4 * 8);
+  const auto good = [&] {
+    AttentionArgsBf16 a = course::m03::make_attention_args_bf16(q.data(), k.data(), v.data(), o.data(), 2, 4, 2, 8, 8,
+                                                                64, BHND);
+    a.lse = lse.data();
+    return a;
+  };
+  using A = AttentionArgsBf16;
+  struct Bad {
+    const char* what;
+    std::function<void(A&)> mutate;
+    const char* needle;
+  };
+  const std::vector<Bad> bad = {
+      {"seq_q = 0", [](A& a) { a.seq_q = 0; }, "'seq_q' = 0"},
+      {"negative seq_k", [](A& a) { a.seq_k = -2; }, "'seq_k' = -2"},
+      {"kv_heads not dividing heads", [](A& a) { a.kv_heads = 3; }, "'kv_heads' = 3"},
+      {"batch * heads beyond blockIdx.y", [](A& a) { a.batch = 256; a.heads = a.kv_heads = 256; }, "'batch' = 256"},
+      {"head_dim 16 (below the mma k depth)",
+       [](A& a) {
+         a.head_dim = 16;
+         a.q_strides = course::m03::attention_strides(BHND, 4, 8, 16);
+         a.k_strides = a.v_strides = course::m03::attention_strides(BHND, 2, 8, 16);
+         a.o_strides = a.q_strides;
+       },
+       "'head_dim' = 16"},
+      {"head_dim 48", [](A& a) { a.head_dim = 48; }, "'head_dim' = 48"},
+      {"null k", [](A& a) { a.k = nullptr; }, "'k' = nullptr"},
+      {"null o", [](A& a) { a.o = nullptr; }, "'o' = nullptr"},
+      {"q misaligned by one element", [&](A& a) { a.q = q.data() + 1; a.seq_q = 7; }, "'q'"},
+      {"row stride not a multiple of 8", [](A& a) { a.k_strides.seq = 68; }, "'k_strides.seq' = 68"},
+      {"row stride below head_dim", [](A& a) { a.v_strides.seq = 32; }, "'v_strides.seq' = 32"},
+      {"O heads on top of each other", [](A& a) { a.o_strides.head = 0; }, "'o_strides.head' = 0"},
+      {"O overlapping Q", [&](A& a) { a.o = q.data() + 64; }, "'o'"},
+      {"lse overlapping O", [&](A& a) { a.lse = reinterpret_cast<float*>(o.data()); }, "'lse'"},
+      {"negative scale", [](A& a) { a.scale = -2.f; }, "'scale' = -2"},
+  };
+  for (const Bad& x : bad) {
+    SCOPED_TRACE(x.what);
+    A a = good();
+    x.mutate(a);
+    COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(course::fuzz::rejects([&] { impl::attention(step, a); }, x.needle)));
+  }
+  // The other element type than the step's: fp32 arguments for a bf16 step, and the reverse.
+  DeviceBuffer<float> qf(kElems), kf(kElems), vf(kElems), of(kElems);
+  const AttentionArgs f = course::m03::make_attention_args(qf.data(), kf.data(), vf.data(), of.data(), 2, 2, 2, 8, 8, 64, BHND);
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(course::fuzz::rejects([&] { impl::attention(step, f); }, "'step'")));
+  for (const auto& info : fp32_steps()) {
+    SCOPED_TRACE(std::string("bf16 arguments for fp32 step ") + info.name);
+    const A a = good();
+    COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(course::fuzz::rejects([&] { impl::attention(info.step, a); }, "'step'")));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, FuzzAttentionBf16BadInputs,
+                         ::testing::ValuesIn(course::m03::attention_steps(course::m03::AttentionDType::bf16)),
                          [](const ::testing::TestParamInfo<StepInfo<AttentionStep>>& i) { return std::string(i.param.name); });
 
 // ======================================= the generator itself (CPU only) =====
