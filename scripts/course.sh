@@ -3,6 +3,8 @@
 #   bash scripts/course.sh demo   install what is missing, build, run every module's demos
 #   bash scripts/course.sh test   install what is missing, build, run the test suite
 #   bash scripts/course.sh bench  build and run the benchmarks (needs a GPU)
+# The loop, one step at a time (scripts/course.py; `bash scripts/course.sh --help`):
+#   list, check STEP, next, hint STEP, bench STEP
 # Environment: PRESET (default: "default"; CI uses "ci"), COURSE_SKIP_INSTALL=1 to skip apt-get.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -16,7 +18,7 @@ esac
 
 # Debian/Ubuntu packages the course needs besides the CUDA Toolkit; the docs packages are
 # installed when the distribution has them (the docs target is optional outside CI).
-packages=(cmake ninja-build g++ libgtest-dev libbenchmark-dev libcli11-dev)
+packages=(cmake ninja-build g++ libgtest-dev libbenchmark-dev libcli11-dev python3)
 doc_packages=(doxygen graphviz doxygen-awesome-css)
 
 install_packages() {
@@ -69,6 +71,9 @@ build() {
 
 have_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
 
+# `<command> --help`: the command's own help (scripts/course.py has one for each).
+if [[ "${2:-}" == -h || "${2:-}" == --help ]]; then exec python3 scripts/course.py "$cmd" --help; fi
+
 case "$cmd" in
   demo)
     install_packages; check_cuda; build
@@ -82,12 +87,24 @@ case "$cmd" in
     ;;
   test)
     install_packages; check_cuda; build
-    ctest --preset "$preset"
+    # ctest with short output, then a summary: passed, skipped (no GPU), not implemented, failed.
+    python3 scripts/course.py test --preset "$preset"
+    ;;
+  list|progress|check|next)
+    install_packages; check_cuda
+    exec python3 scripts/course.py "$@"
+    ;;
+  hint)
+    exec python3 scripts/course.py "$@"
     ;;
   bench)
+    if [[ $# -ge 2 && $2 != -* ]]; then  # bench STEP: that step's rows only
+      install_packages; check_cuda
+      exec python3 scripts/course.py "$@"
+    fi
     install_packages; check_cuda; build
     for b in "$build_dir"/module0*/m0*_bench; do "$b" "${@:2}"; done
     ;;
-  *)
-    sed -n '2,7p' "$0"; exit 2 ;;
+  *)  # no command, --help, or an unknown one: the usage (exit 2 for an unknown command)
+    exec python3 scripts/course.py "$@" ;;
 esac
