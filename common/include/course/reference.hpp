@@ -92,6 +92,18 @@ template <class T>
 AttentionResult<T> attention_forward(const HostTensor<T>& q, const HostTensor<T>& k,
                                      const HostTensor<T>& v, const AttentionOptions& opts = {});
 
+/// The same attention computed the plain way in bf16 precision: the "same-precision"
+/// baseline of FlashAttention's accuracy rule for module 3's tensor-core steps (a kernel's
+/// max error against attention_forward must stay within 2x this function's, plus a tiny
+/// floor). Q, K and V are rounded to bf16 first (bf16 values stay as they are); each score
+/// is a sequential fp32 sum of the (exact) bf16 products times the scale; the softmax is
+/// fp32 (max, expf, sum); P = p / l is rounded to bf16; O = sum_j P_j v_j is accumulated
+/// in fp32 and rounded to bf16 once; lse = m + logf(l) stays fp32. Conventions as for
+/// attention_forward (any strides, causal bottom-right aligned, grouped-query heads,
+/// O = 0 and lse = -inf for a row that sees no key). Results are contiguous.
+AttentionResult<float> attention_forward_bf16(const HostTensor<float>& q, const HostTensor<float>& k,
+                                              const HostTensor<float>& v, const AttentionOptions& opts = {});
+
 // ---------------------------------------------------------------- module 4 -----
 
 /// Given y = softmax(x, dim) and dL/dy, returns dL/dx = y * (dy - sum(dy * y) along dim).

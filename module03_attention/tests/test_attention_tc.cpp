@@ -1,0 +1,631 @@
+// Tests of the tensor-core attention steps (bf16 Q, K, V, O; fp32 lse), run against
+// course::solution and course::exercise (built twice; `impl` names the one under test),
+// and against the planted bugs of tests/planted/attention_tc_planted.cu, which the same
+// checking helper must reject.
+//
+// The accuracy rule is FlashAttention's: on every case the kernel's max error against a
+// double-precision reference (course::ref::attention_forward on the same bf16 inputs) must
+// be at most 2x the max error of the plain same-precision computation
+// (course::ref::attention_forward_bf16: fp32 scores and softmax, P rounded to bf16, O
+// accumulated in fp32 and rounded to bf16), plus a tiny floor. The same rule for lse.
+// Inputs are fresh random bf16 values (every batch and head different); O and lse are
+// poisoned with NaN before each launch, and O's row padding must keep its poison. The
+// shapes include FlashAttention's own awkward ones, (N_q, N_k) in (1,1), (113,203),
+// (128,217), (108,256), (239,1), (1023,1024), (1024,1023), (2048,2048), at every head dim,
+// causal and not. Tests with "Large" in their name use big shapes and are left out of the
+// compute-sanitizer run.
+#include "attention_tc_planted.hpp"
+#include "course/bf16.hpp"
+#include "course/reference.hpp"
+#include "course/tensor.hpp"
+#include "course/testing.hpp"
+#include "module03/attention.hpp"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using course::AttentionLayout;
+using course::DeviceBuffer;
+using course::HostTensor;
+using course::StepInfo;
+using course::m03::AttentionArgsBf16;
+using course::m03::AttentionDType;
+using course::m03::AttentionStep;
+using course::m03::AttentionStrides;
+using course::testing::GpuTest;
+using AttnTcFn = course::planted::AttentionTcFn;
+using bf16 = __nv_bfloat16;
+constexpr AttentionLayout BHND = AttentionLayout::BHND;
+constexpr AttentionLayout BNHD = AttentionLayout::BNHD;
+
+std::vector<StepInfo<AttentionStep>> bf16_steps() { return course::m03::attention_steps(AttentionDType::bf16); }
+
+// ------------------------------------------------------------------- cases -----
+
+struct Case {
+  std::int64_t B = 1, H = 1, H_kv = 1, N_q = 1, N_k = 1, d = 64;
+  AttentionLayout layout = BHND;    ///< storage of Q, K, V
+  AttentionLayout o_layout = BHND;  ///< storage of O
+  std::int64_t pad = 0;             ///< extra elements after each row of Q, K, V (multiple of 8)
+  std::int64_t o_pad = 0;           ///< extra elements after each row of O (must keep the poison)
+  bool kv_batch_broadcast = false;  ///< K and V batch stride 0
+  bool causal = false;
+  bool lse = true;           ///< pass an lse buffer
+  double input_range = 1.0;  ///< Q and K uniform in [-r, r)
+  float scale = 0.f;
+
+  std::string name() const {
+    std::ostringstream os;
+    os << "B" << B << "_H" << H;
+    if (H_kv != H) os << "_Hkv" << H_kv;
+    os << "_Nq" << N_q << "_Nk" << N_k << "_d" << d << "_" << course::to_string(layout);
+    if (o_layout != layout) os << "_o" << course::to_string(o_layout);
+    if (pad) os << "_pad" << pad;
+    if (o_pad) os << "_opad" << o_pad;
+    if (kv_batch_broadcast) os << "_kvbcast";
+    if (causal) os << "_causal";
+    if (!lse) os << "_nolse";
+    if (input_range != 1.0) os << "_x" << input_range;
+    if (scale != 0.f) os << "_scale" << scale;
+    return os.str();
+  }
+};
+
+Case make_case(std::int64_t B, std::int64_t H, std::int64_t N_q, std::int64_t N_k, std::int64_t d,
+               AttentionLayout layout = BHND, bool causal = false) {
+  Case c;
+  c.B = B;
+  c.H = H;
+  c.H_kv = H;
+  c.N_q = N_q;
+  c.N_k = N_k;
+  c.d = d;
+  c.layout = layout;
+  c.o_layout = layout;
+  c.causal = causal;
+  return c;
+}
+
+// ------------------------------------------------------------------ running -----
+
+/// A [B, H, N, d] tensor stored in `layout` with `pad` elements after each row.
+HostTensor<float> make_tensor(std::int64_t B, std::int64_t H, std::int64_t N, std::int64_t d, AttentionLayout layout,
+                              std::int64_t pad, bool batch_broadcast = false) {
+  const std::int64_t row = (layout == BHND ? d : H * d) + pad;  // seq stride
+  course::Shape strides = layout == BHND ? course::Shape{H * N * row, N * row, row, 1}
+                                         : course::Shape{N * row, d, row, 1};
+  if (batch_broadcast) strides[0] = 0;
+  return HostTensor<float>({B, H, N, d}, strides);
+}
+
+AttentionStrides strides_of(const HostTensor<float>& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
+
+/// Q, K, V holding bf16 values (random, rounded), as floats: exactly what the kernel reads.
+struct Inputs {
+  HostTensor<float> q, k, v;
+};
+
+void round_in_place(HostTensor<float>& t) { t.storage() = course::round_to_bf16(t.storage()); }
+
+Inputs make_inputs(const Case& c, std::uint64_t seed) {
+  Inputs in;
+  in.q = make_tensor(c.B, c.H, c.N_q, c.d, c.layout, c.pad);
+  in.k = make_tensor(c.B, c.H_kv, c.N_k, c.d, c.layout, c.pad, c.kv_batch_broadcast);
+  in.v = make_tensor(c.B, c.H_kv, c.N_k, c.d, c.layout, c.pad, c.kv_batch_broadcast);
+  course::fill_random(in.q, seed, -c.input_range, c.input_range);
+  course::fill_random(in.k, seed + 1, -c.input_range, c.input_range);
+  course::fill_random(in.v, seed + 2, -1.0, 1.0);
+  round_in_place(in.q);
+  round_in_place(in.k);
+  round_in_place(in.v);
+  return in;
+}
+
+struct DeviceResult {
+  HostTensor<float> o;     ///< in c.o_layout (+ o_pad), bf16 values widened
+  std::vector<float> lse;  ///< B*H*N_q, empty when the case passes no lse
+};
+
+/// Uploads the inputs as bf16, poisons O and lse, runs `fn`, downloads. NotImplemented
+/// and Unsupported propagate.
+DeviceResult run_device(AttnTcFn fn, AttentionStep step, const Case& c, const Inputs& in) {
+  DeviceBuffer<bf16> dq(course::to_bf16(in.q.storage())), dk(course::to_bf16(in.k.storage())),
+      dv(course::to_bf16(in.v.storage()));
+  DeviceResult r{make_tensor(c.B, c.H, c.N_q, c.d, c.o_layout, c.o_pad), {}};
+  DeviceBuffer<bf16> d_o(r.o.storage().size());
+  d_o.poison();
+  DeviceBuffer<float> d_lse(c.lse ? static_cast<std::size_t>(c.B * c.H * c.N_q) : 0);
+  d_lse.poison();
+
+  AttentionArgsBf16 a;
+  a.q = dq.data();
+  a.k = dk.data();
+  a.v = dv.data();
+  a.o = d_o.data();
+  a.lse = c.lse ? d_lse.data() : nullptr;
+  a.batch = c.B;
+  a.heads = c.H;
+  a.kv_heads = c.H_kv;
+  a.seq_q = c.N_q;
+  a.seq_k = c.N_k;
+  a.head_dim = c.d;
+  a.q_strides = strides_of(in.q);
+  a.k_strides = strides_of(in.k);
+  a.v_strides = strides_of(in.v);
+  a.o_strides = strides_of(r.o);
+  a.scale = c.scale;
+  a.causal = c.causal;
+  fn(step, a);
+  COURSE_CUDA_CHECK(cudaDeviceSynchronize());
+  r.o.storage() = course::from_bf16(d_o.download());
+  if (c.lse) r.lse = d_lse.download();
+  return r;
+}
+
+/// Max |got - ref| over the logical elements of O ([B, H, N_q, d]); NaN or Inf -> inf.
+double max_error(const HostTensor<float>& got, const HostTensor<float>& ref) {
+  double err = 0;
+  for (std::int64_t b = 0; b < got.dim(0); ++b)
+    for (std::int64_t h = 0; h < got.dim(1); ++h)
+      for (std::int64_t i = 0; i < got.dim(2); ++i)
+        for (std::int64_t c = 0; c < got.dim(3); ++c) {
+          const double g = got({b, h, i, c}), w = ref({b, h, i, c});
+          const double e = std::isfinite(g) ? std::fabs(g - w) : std::numeric_limits<double>::infinity();
+          err = std::max(err, e);
+        }
+  return err;
+}
+
+/// Max |got - ref| over lse values; -inf matches only -inf (a row without keys).
+double max_lse_error(const std::vector<float>& got, const std::vector<float>& ref) {
+  double err = 0;
+  for (std::size_t n = 0; n < ref.size(); ++n) {
+    const double g = got[n], w = ref[n];
+    double e;
+    if (std::isinf(w) && w < 0) e = (std::isinf(g) && g < 0) ? 0.0 : std::numeric_limits<double>::infinity();
+    else e = std::isfinite(g) ? std::fabs(g - w) : std::numeric_limits<double>::infinity();
+    err = std::max(err, e);
+  }
+  return err;
+}
+
+/// Elements of O's storage that no (b, h, i, c) maps to must still be NaN (the poison).
+std::int64_t padding_overwritten(const HostTensor<float>& o) {
+  std::vector<char> defined(o.storage().size(), 0);
+  for (std::int64_t b = 0; b < o.dim(0); ++b)
+    for (std::int64_t h = 0; h < o.dim(1); ++h)
+      for (std::int64_t i = 0; i < o.dim(2); ++i)
+        for (std::int64_t c = 0; c < o.dim(3); ++c) defined[static_cast<std::size_t>(o.offset({b, h, i, c}))] = 1;
+  std::int64_t bad = 0;
+  for (std::size_t e = 0; e < defined.size(); ++e)
+    if (!defined[e] && !std::isnan(o.storage()[e])) ++bad;
+  return bad;
+}
+
+/// The floors of the rule: O's errors are absolute on values <= max|V| = 1; lse's grow
+/// with |lse| (an fp32 ulp of 300 is 3e-5).
+constexpr double kOutFloor = 1e-5;
+double lse_floor(const std::vector<float>& lse_ref) {
+  double m = 0;
+  for (float x : lse_ref)
+    if (std::isfinite(x)) m = std::max(m, static_cast<double>(std::fabs(x)));
+  return 1e-5 + 8.0 * 0x1p-24 * m;
+}
+
+/// THE check, shared by the real tests and the planted-bug tests: every case on fresh
+/// data, O and lse under FlashAttention's rule. NotImplemented propagates: callers wrap
+/// it in COURSE_SKIP_IF_NOT_IMPLEMENTED.
+::testing::AssertionResult check_cases(AttnTcFn fn, AttentionStep step, const std::vector<Case>& cases,
+                                       std::uint64_t seed) {
+  std::ostringstream failures;
+  int failed = 0;
+  for (std::size_t n = 0; n < cases.size(); ++n) {
+    const Case& c = cases[n];
+    const Inputs in = make_inputs(c, seed + 1009 * n);
+    const DeviceResult got = run_device(fn, step, c, in);
+    course::ref::AttentionOptions opts;
+    opts.scale = c.scale;
+    opts.causal = c.causal;
+    const auto exact = course::ref::attention_forward(in.q, in.k, in.v, opts);  // double accumulation
+    const auto plain = course::ref::attention_forward_bf16(in.q, in.k, in.v, opts);
+    std::ostringstream report;
+    const double err = max_error(got.o, exact.out), err_plain = max_error(plain.out, exact.out);
+    if (!(err <= 2.0 * err_plain + kOutFloor))
+      report << "\n    O: max error " << err << " > 2 x " << err_plain << " (plain bf16) + " << kOutFloor;
+    if (c.lse) {
+      const double e = max_lse_error(got.lse, exact.lse.storage());
+      const double e_plain = max_lse_error(plain.lse.storage(), exact.lse.storage());
+      const double floor = lse_floor(exact.lse.storage());
+      if (!(e <= 2.0 * e_plain + floor))
+        report << "\n    lse: max error " << e << " > 2 x " << e_plain << " (plain bf16) + " << floor;
+    }
+    if (const std::int64_t bad = padding_overwritten(got.o); bad > 0)
+      report << "\n    " << bad << " padding elements of O were overwritten";
+    if (!report.str().empty()) {
+      ++failed;
+      failures << "\n  " << c.name() << ":" << report.str();
+    }
+  }
+  if (failed == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << course::m03::step_name(step) << ": " << failed << " of " << cases.size()
+                                       << " cases failed (seed " << seed << "):" << failures.str();
+}
+
+// ------------------------------------------------------------ case lists -----
+
+constexpr std::int64_t kHeadDims[] = {32, 64, 96, 128};
+
+/// FlashAttention's awkward (N_q, N_k) pairs below 1000, every head dim, causal and not,
+/// both layouts alternating; distinct data in each of B = 2 x H = 2.
+std::vector<Case> flash_shape_cases() {
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, 1}, {113, 203}, {128, 217}, {108, 256}, {239, 1}};
+  std::vector<Case> cases;
+  int n = 0;
+  for (const auto& [nq, nk] : shapes)
+    for (const std::int64_t d : kHeadDims)
+      for (const bool causal : {false, true}) cases.push_back(make_case(2, 2, nq, nk, d, (n++ % 2) ? BNHD : BHND, causal));
+  return cases;
+}
+
+/// The large ones: (1023, 1024), (1024, 1023), (2048, 2048).
+std::vector<Case> flash_shape_large_cases() {
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{1023, 1024}, {1024, 1023}, {2048, 2048}};
+  std::vector<Case> cases;
+  for (const auto& [nq, nk] : shapes)
+    for (const std::int64_t d : kHeadDims)
+      for (const bool causal : {false, true}) cases.push_back(make_case(1, 2, nq, nk, d, d % 64 ? BNHD : BHND, causal));
+  return cases;
+}
+
+/// Lengths around the tiles (64- and 128-row Q tiles, 32/64/128-key K/V tiles), 1, primes.
+std::vector<Case> awkward_length_cases() {
+  std::vector<Case> cases;
+  for (const std::int64_t n : {2, 17, 31, 33, 63, 64, 65, 127, 129, 191, 257})
+    for (const bool causal : {false, true}) cases.push_back(make_case(1, 2, n, n, n % 2 ? 64 : 128, BHND, causal));
+  return cases;
+}
+
+/// N_q != N_k both ways: decoding (1 query), prefill against a cache, and N_q > N_k, where a
+/// causal mask leaves the first N_q - N_k rows with no key (O = 0, lse = -inf).
+std::vector<Case> unequal_length_cases() {
+  std::vector<Case> cases;
+  for (const bool causal : {false, true}) {
+    cases.push_back(make_case(2, 2, 1, 300, 64, BHND, causal));
+    cases.push_back(make_case(2, 2, 300, 1, 128, BHND, causal));
+    cases.push_back(make_case(1, 3, 37, 200, 32, BNHD, causal));
+    cases.push_back(make_case(1, 3, 200, 37, 96, BNHD, causal));
+    cases.push_back(make_case(2, 1, 64, 129, 128, BHND, causal));
+    cases.push_back(make_case(1, 2, 130, 70, 64, BNHD, causal));
+  }
+  return cases;
+}
+
+std::vector<Case> layout_cases() {
+  std::vector<Case> cases;
+  Case c = make_case(2, 3, 45, 77, 64, BNHD, false);
+  c.o_layout = BHND;  // Q, K, V as a fused QKV projection writes them; O packed
+  cases.push_back(c);
+  c = make_case(2, 3, 45, 77, 128, BHND, true);
+  c.o_layout = BNHD;
+  cases.push_back(c);
+  c = make_case(2, 2, 70, 70, 64, BHND, true);
+  c.pad = 8;
+  c.o_pad = 16;  // padded rows everywhere; O's padding must stay untouched
+  cases.push_back(c);
+  c = make_case(2, 2, 33, 65, 96, BNHD, false);
+  c.pad = 24;
+  c.o_pad = 8;
+  cases.push_back(c);
+  c = make_case(3, 2, 40, 150, 64, BHND, false);
+  c.kv_batch_broadcast = true;  // one K, V shared by every batch entry (batch stride 0)
+  cases.push_back(c);
+  c = make_case(2, 2, 33, 33, 128, BHND, false);
+  c.scale = 0.3f;  // an explicit scale instead of 1/sqrt(d)
+  cases.push_back(c);
+  c = make_case(2, 2, 100, 140, 32, BHND, true);
+  c.lse = false;  // no lse requested
+  cases.push_back(c);
+  return cases;
+}
+
+/// Grouped-query and multi-query attention: query head h reads kv head h / (H / H_kv).
+std::vector<Case> grouped_query_cases() {
+  std::vector<Case> cases;
+  for (const bool causal : {false, true}) {
+    Case c = make_case(2, 8, 45, 150, 64, BHND, causal);
+    c.H_kv = 2;
+    cases.push_back(c);
+    c = make_case(2, 4, 137, 70, 128, BNHD, causal);
+    c.H_kv = 1;
+    cases.push_back(c);
+    c = make_case(1, 6, 77, 77, 96, BNHD, causal);
+    c.H_kv = 3;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+/// Many (batch, head) pairs, all with different data: a head/batch mix-up cannot hide.
+std::vector<Case> batch_head_cases() {
+  return {make_case(3, 5, 33, 70, 64, BHND, false), make_case(3, 5, 70, 47, 32, BNHD, true),
+          make_case(8, 16, 40, 40, 128, BHND, true)};
+}
+
+/// Large-magnitude rows: Q and K in [-8, 8) (scores ~5-40: peaked softmax) and [-30, 30)
+/// (scores in the hundreds: exp() without subtracting the max overflows at 88.7).
+std::vector<Case> large_value_cases() {
+  std::vector<Case> cases;
+  for (const double range : {8.0, 30.0})
+    for (const bool causal : {false, true})
+      for (const std::int64_t d : {64, 128}) {
+        Case c = make_case(2, 2, 100, 300, d, BHND, causal);
+        c.input_range = range;
+        cases.push_back(c);
+      }
+  return cases;
+}
+
+/// Cases on which every planted bug is wrong (d = 64: the planted kernels' head dim).
+std::vector<Case> planted_cases() {
+  return {make_case(2, 2, 113, 203, 64, BHND, true), make_case(2, 2, 128, 217, 64, BNHD, false),
+          make_case(1, 2, 108, 256, 64, BHND, true)};
+}
+
+// ------------------------------------------------------------- the ladder -----
+
+class AttentionTcTest : public GpuTest, public ::testing::WithParamInterface<StepInfo<AttentionStep>> {
+ protected:
+  void check(const std::vector<Case>& cases) {
+    COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(check_cases(&impl::attention, GetParam().step, cases, seed())));
+  }
+};
+
+std::string step_name(const ::testing::TestParamInfo<StepInfo<AttentionStep>>& info) { return info.param.name; }
+
+/// "The cat sat" of the fp32 tests in d = 32 (zero columns change no dot product), scale 1:
+/// q = [1,0], [0,2], [1,1]; k = v = [1,0], [0,1], [1,1]. Scores [1,0,1], [0,2,2], [1,1,2].
+/// O is bf16: within 2^-8 relative (+ the bf16 rounding of P).
+TEST_P(AttentionTcTest, WorkedExampleThreeTokens) {
+  const std::int64_t n = 3, d = 32;
+  std::vector<float> q(n * d, 0.f), k(n * d, 0.f), v(n * d, 0.f);
+  const float qs[3][2] = {{1, 0}, {0, 2}, {1, 1}}, ks[3][2] = {{1, 0}, {0, 1}, {1, 1}};
+  for (int i = 0; i < 3; ++i)
+    for (int c = 0; c < 2; ++c) {
+      q[i * d + c] = qs[i][c];
+      k[i * d + c] = ks[i][c];
+      v[i * d + c] = ks[i][c];
+    }
+  DeviceBuffer<bf16> dq(course::to_bf16(q)), dk(course::to_bf16(k)), dv(course::to_bf16(v)), d_o(n * d);
+  DeviceBuffer<float> d_lse(n);
+  d_o.poison();
+  d_lse.poison();
+  AttentionArgsBf16 a = course::m03::make_attention_args_bf16(dq.data(), dk.data(), dv.data(), d_o.data(), 1, 1, 1,
+                                                              n, n, d, BHND);
+  a.scale = 1.f;
+  a.lse = d_lse.data();
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(impl::attention(GetParam().step, a));
+  COURSE_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> o = course::from_bf16(d_o.download()), l = d_lse.download();
+  const double want_o[3][2] = {{0.8446376, 0.5776812}, {0.5316895, 0.9366211}, {0.7880584, 0.7880584}};
+  const double want_lse[3] = {1.8619948, 2.7586237, 2.5514447};
+  for (int i = 0; i < 3; ++i) {
+    for (int c = 0; c < d; ++c) {
+      const double want = c < 2 ? want_o[i][c] : 0.0;
+      EXPECT_NEAR(o[i * d + c], want, 8e-3) << "O[" << i << "][" << c << "]";
+    }
+    EXPECT_NEAR(l[i], want_lse[i], 1e-5) << "lse[" << i << "]";
+  }
+}
+
+TEST_P(AttentionTcTest, FlashAttentionShapesEveryHeadDim) { check(flash_shape_cases()); }
+TEST_P(AttentionTcTest, AwkwardLengths) { check(awkward_length_cases()); }
+TEST_P(AttentionTcTest, UnequalQueryAndKeyLengths) { check(unequal_length_cases()); }
+TEST_P(AttentionTcTest, StridesAndLayouts) { check(layout_cases()); }
+TEST_P(AttentionTcTest, GroupedQueryAttention) { check(grouped_query_cases()); }
+TEST_P(AttentionTcTest, DistinctBatchesAndHeads) { check(batch_head_cases()); }
+TEST_P(AttentionTcTest, LargeMagnitudeRows) { check(large_value_cases()); }
+TEST_P(AttentionTcTest, BugRevealingCasesPass) { check(planted_cases()); }
+
+/// FlashAttention's large awkward shapes: many K/V tiles per block, many query tiles.
+TEST_P(AttentionTcTest, LargeFlashAttentionShapes) { check(flash_shape_large_cases()); }
+
+TEST_P(AttentionTcTest, LargeBatchHeads) {
+  Case c = make_case(4, 16, 512, 512, 128, BNHD, true);
+  c.H_kv = 4;
+  check({make_case(4, 16, 256, 256, 64, BHND, false), c});
+}
+
+/// Causality, exactly: change K and V at every key a row may not see (j > i0 + N_k - N_q)
+/// and rerun. Returns the rows 0..i0 whose output changed by even one bit (they saw a hidden
+/// key); `changed_later` counts the rows after i0 that changed (they should).
+std::int64_t rows_that_saw_hidden_keys(AttnTcFn fn, AttentionStep step, const Case& c, std::int64_t i0,
+                                       std::uint64_t seed, std::int64_t* changed_later) {
+  const std::int64_t off = c.N_k - c.N_q;
+  const Inputs in = make_inputs(c, seed + static_cast<std::uint64_t>(i0));
+  const DeviceResult before = run_device(fn, step, c, in);
+  Inputs changed = in;
+  for (std::int64_t b = 0; b < c.B; ++b)
+    for (std::int64_t h = 0; h < c.H_kv; ++h)
+      for (std::int64_t j = std::max<std::int64_t>(0, i0 + off + 1); j < c.N_k; ++j)
+        for (std::int64_t e = 0; e < c.d; ++e) {
+          changed.k({b, h, j, e}) = course::round_to_bf16({100.f * std::cos(static_cast<float>(j + 3 * e + 7 * b))})[0];
+          changed.v({b, h, j, e}) = 500.f;
+        }
+  const DeviceResult after = run_device(fn, step, c, changed);
+  std::int64_t leaked = 0;
+  *changed_later = 0;
+  for (std::int64_t b = 0; b < c.B; ++b)
+    for (std::int64_t h = 0; h < c.H; ++h)
+      for (std::int64_t i = 0; i < c.N_q; ++i) {
+        bool same = true;
+        for (std::int64_t e = 0; e < c.d; ++e) {
+          const float x = before.o({b, h, i, e}), y = after.o({b, h, i, e});
+          same = same && std::memcmp(&x, &y, sizeof x) == 0;
+        }
+        if (i <= i0) leaked += same ? 0 : 1;
+        else *changed_later += same ? 0 : 1;
+      }
+  return leaked;
+}
+
+std::vector<Case> causality_cases() {
+  return {make_case(2, 2, 200, 200, 64, BHND, true), make_case(1, 3, 40, 300, 128, BNHD, true),
+          make_case(1, 2, 150, 90, 32, BHND, true)};
+}
+
+TEST_P(AttentionTcTest, CausalMaskHidesFutureKeysBitForBit) {
+  const AttentionStep step = GetParam().step;
+  for (const Case& c : causality_cases()) {
+    SCOPED_TRACE(c.name());
+    const std::int64_t off = c.N_k - c.N_q;
+    for (const std::int64_t i0 : {c.N_q / 3, c.N_q / 2 + 7, c.N_q - 2}) {
+      if (std::max<std::int64_t>(0, i0 + off + 1) >= c.N_k) continue;  // nothing hidden to perturb
+      SCOPED_TRACE("rows 0.." + std::to_string(i0) + " must be unchanged");
+      std::int64_t leaked = 0, changed_later = 0;
+      COURSE_SKIP_IF_NOT_IMPLEMENTED(
+          leaked = rows_that_saw_hidden_keys(&impl::attention, step, c, i0, seed(), &changed_later));
+      EXPECT_EQ(leaked, 0) << leaked << " rows saw a hidden key";
+      if (i0 < c.N_q - 1) {
+        EXPECT_GT(changed_later, 0) << "the perturbation changed nothing";
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, AttentionTcTest, ::testing::ValuesIn(bf16_steps()), step_name);
+
+// ----------------------------------------------------------- planted bugs -----
+
+class PlantedAttentionTcTest : public GpuTest,
+                               public ::testing::WithParamInterface<course::planted::PlantedAttentionTc> {};
+
+TEST_P(PlantedAttentionTcTest, ChecksRejectIt) {
+  const auto& bug = GetParam();
+  EXPECT_FALSE(check_cases(bug.fn, AttentionStep::tc_register_softmax, planted_cases(), seed()))
+      << "planted bug '" << bug.name << "' passed the checks: they are too weak to catch it";
+}
+
+/// The planted kernel without a bug passes the same checks: the rejections above are the
+/// bugs', not the kernel's.
+class PlantedAttentionTcBaseline : public GpuTest {};
+TEST_F(PlantedAttentionTcBaseline, KernelWithoutBugPasses) {
+  EXPECT_TRUE(check_cases(course::planted::attention_tc_reference_kernel, AttentionStep::tc_register_softmax,
+                          planted_cases(), seed()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Bugs, PlantedAttentionTcTest, ::testing::ValuesIn(course::planted::kPlantedAttentionTc),
+                         [](const ::testing::TestParamInfo<course::planted::PlantedAttentionTc>& info) {
+                           return std::string(info.param.name);
+                         });
+
+// ----------------------------------------- host-side checks (no GPU needed) -----
+
+TEST(AttentionTcSteps, DtypeSplitsTheLadder) {
+  for (const auto& info : course::m03::kAttentionSteps) {
+    const bool tc = std::string(info.name).rfind("tc_", 0) == 0;
+    EXPECT_EQ(course::m03::step_dtype(info.step) == AttentionDType::bf16, tc) << info.name;
+  }
+  EXPECT_EQ(bf16_steps().size(), 4u);
+}
+
+/// Valid host-side arguments (never dereferenced: validation throws first), broken one at a time.
+struct HostArgs {
+  alignas(16) bf16 q[2 * 2 * 8 * 64];
+  alignas(16) bf16 k[2 * 2 * 8 * 64];
+  alignas(16) bf16 v[2 * 2 * 8 * 64];
+  alignas(16) bf16 o[2 * 2 * 8 * 64];
+  alignas(16) float lse[2 * 2 * 8];
+  AttentionArgsBf16 args() {
+    AttentionArgsBf16 a = course::m03::make_attention_args_bf16(q, k, v, o, 2, 2, 2, 8, 8, 64, BHND);
+    a.lse = lse;
+    return a;
+  }
+};
+
+/// Calls impl::attention for every bf16 step with `mutate`d arguments; expects
+/// InvalidArgument whose message contains `needle`.
+template <class Mutate>
+void expect_rejected(Mutate mutate, const std::string& needle) {
+  for (const auto& info : bf16_steps()) {
+    SCOPED_TRACE(info.name);
+    HostArgs h;
+    AttentionArgsBf16 a = h.args();
+    mutate(a, h);
+    try {
+      impl::attention(info.step, a);
+      ADD_FAILURE() << "expected InvalidArgument mentioning " << needle;
+    } catch (const course::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(AttentionTcArgsTest, ValidArgumentsPassValidation) {
+  for (const auto& info : bf16_steps()) {
+    HostArgs h;
+    EXPECT_NO_THROW(course::m03::validate_attention_args(h.args(), info.step, "test")) << info.name;
+  }
+}
+
+TEST(AttentionTcArgsTest, StepOfTheOtherDtypeIsRejected) {
+  HostArgs h;
+  for (const auto& info : course::m03::attention_steps(AttentionDType::f32)) {
+    SCOPED_TRACE(info.name);
+    try {
+      impl::attention(info.step, h.args());
+      ADD_FAILURE() << "an fp32 step accepted bf16 arguments";
+    } catch (const course::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("'step'"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(AttentionTcArgsTest, SizesAreNamed) {
+  expect_rejected([](AttentionArgsBf16& a, HostArgs&) { a.seq_q = 0; }, "'seq_q' = 0");
+  expect_rejected([](AttentionArgsBf16& a, HostArgs&) { a.seq_k = -1; }, "'seq_k' = -1");
+  expect_rejected([](AttentionArgsBf16& a, HostArgs&) { a.batch = 0; }, "'batch' = 0");
+  expect_rejected([](AttentionArgsBf16& a, HostArgs&) { a.heads = 2; a.kv_heads = 3; }, "'kv_heads' = 3");
+  expect_rejected([](AttentionArgsBf16& a, HostArgs&) { a.batch = 256; a.heads = 256; a.kv_heads = 256; }, "65535");
+}
+
+TEST(AttentionTcArgsTest, HeadDimIsNamed) {
+  for (const std::int64_t d : {16, 48, 80, 256})
+    expect_rejected(
+        [d](AttentionArgsBf16& a, HostArgs&) {
+          a.head_dim = d;
+          a.q_strides.seq = a.k_strides.seq = a.v_strides.seq = a.o_strides.seq = 256;
+        },
+        "'head_dim' = " + std::to_string(d));
+}
+
+TEST(AttentionTcArgsTest, PointersAreNamed) {
+  expect_rejected([](AttentionArgsBf16& a, HostArgs&) { a.q = nullptr; }, "'q' = nullptr");
+  expect_rejected([](AttentionArgsBf16& a, HostArgs&) { a.o = nullptr; }, "'o' = nullptr");
+  expect_rejected([](AttentionArgsBf16& a, HostArgs& h) { a.k = h.k + 4; }, "'k'");  // 8-byte aligned only
+  expect_rejected([](AttentionArgsBf16& a, HostArgs& h) { a.o = h.q; }, "overlaps q");
+  expect_rejected([](AttentionArgsBf16& a, HostArgs& h) { a.lse = reinterpret_cast<float*>(h.o); }, "overlaps o");
+}
+
+TEST(AttentionTcArgsTest, StridesAreNamed) {
+  expect_rejected([](AttentionArgsBf16& a, HostArgs&) { a.q_strides.seq = 68; }, "'q_strides.seq' = 68");
+  expect_rejected([](AttentionArgsBf16& a, HostArgs&) { a.k_strides.seq = 32; }, "'k_strides.seq' = 32");
+  expect_rejected([](AttentionArgsBf16& a, HostArgs&) { a.v_strides.head = -8; }, "'v_strides.head' = -8");
+  expect_rejected([](AttentionArgsBf16& a, HostArgs&) { a.o_strides.batch = 4; }, "'o_strides.batch' = 4");
+  expect_rejected([](AttentionArgsBf16& a, HostArgs&) { a.o_strides.head = 0; }, "'o_strides.head' = 0");
+}
+
+TEST(AttentionTcArgsTest, NegativeScaleIsNamed) {
+  expect_rejected([](AttentionArgsBf16& a, HostArgs&) { a.scale = -1.f; }, "'scale' = -1");
+}
+
+}  // namespace
