@@ -502,7 +502,7 @@ def run_gtests(binary: Path, names: List[str], timeout: int) -> List[TestResult]
         return results
     # No JSON: the binary died (crash, abort, timeout). Tests that ended keep their result.
     why = "timed out after %d s" % timeout if rc is None else (
-        f"killed by signal {-rc}" if rc < 0 else f"exited with status {rc}")
+        f"was killed by signal {-rc}" if rc < 0 else f"exited with status {rc}")
     for name in names:
         marker, lines = per_test.get(name, (None, []))
         if marker == "OK":
@@ -951,6 +951,8 @@ def cmd_test(args) -> int:
         + (f", {counts['skipped']} skipped (other reasons)" if counts["skipped"] else ""))
     if counts["no_gpu"]:
         say(f"[course]   no GPU: {reasons.get('no_gpu', '')}")
+        say("[course]   (without a GPU, the GPU tests of your exercises skip before they reach your code: "
+            "`bash scripts/course.sh list` shows each step's state)")
     if counts["unsupported"]:
         say(f"[course]   unsupported here, e.g.: {reasons.get('unsupported', '')}")
     if counts["skipped"]:

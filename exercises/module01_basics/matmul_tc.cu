@@ -4,7 +4,7 @@
 /// Read module01_basics/README.md, "Tensor-core matmul", then fill in one step at a time.
 /// Run its tests with:   ctest --preset default -L exercise -R MatmulTc
 /// A step you have not written throws NotImplemented and its tests show SKIPPED.
-/// Hints, one at a time: bash scripts/course.sh hint matmul_tc/<step>
+/// Hints, one at a time: `bash scripts/course.sh hint matmul_tc/<step>`
 /// (all of them: exercises/module01_basics/hints/matmul_tc.md).
 ///
 /// Contract (module01/matmul_tc.hpp): A is M x K, B is K x N, both row-major bf16 with

@@ -6,7 +6,7 @@
 /// and compare with the solution and the library:
 ///                       ./build/module01_basics/m01_bench --benchmark_filter='l2_norm/.*/n=268435456'
 /// A step you have not written throws NotImplemented and its tests show SKIPPED.
-/// Hints, one at a time: bash scripts/course.sh hint reductions/<step>
+/// Hints, one at a time: `bash scripts/course.sh hint reductions/<step>`
 /// (all of them: exercises/module01_basics/hints/reductions.md).
 ///
 /// The kernels are written once for both ops: `term(i)` is x_i^2 (norm) or x_i*y_i

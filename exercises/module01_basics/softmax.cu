@@ -5,7 +5,7 @@
 /// mean, the layout with row strides ldx/ldy, in place), then fill in one step at a time.
 /// Run its tests with:   ctest --preset default -L exercise -R Softmax
 /// A step you have not written throws NotImplemented and its tests show SKIPPED.
-/// Hints, one at a time: bash scripts/course.sh hint softmax/<step>
+/// Hints, one at a time: `bash scripts/course.sh hint softmax/<step>`
 /// (all of them: exercises/module01_basics/hints/softmax.md).
 ///
 /// Every kernel must be correct when y == x (in place): read an element before you

@@ -12,7 +12,7 @@
 /// query row): they must be correct, not fast. Measure them against the solution afterwards.
 /// Run the tests with:   ctest --preset default -L exercise -R AttentionBackward
 /// A step you have not written throws NotImplemented and its tests show SKIPPED.
-/// Hints, one at a time: bash scripts/course.sh hint attention_backward/<step>
+/// Hints, one at a time: `bash scripts/course.sh hint attention_backward/<step>`
 /// (all of them: exercises/module04_training/hints/attention_backward.md).
 
 #include "module02/batched_gemm.hpp"

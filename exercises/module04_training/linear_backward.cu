@@ -8,7 +8,7 @@
 ///     ctest --preset default -L exercise -R LinearBackward
 /// A bias step you have not written throws NotImplemented and its tests show SKIPPED; the
 /// tests that request no db (dx and dw only) already pass with the given GEMM calls.
-/// Hints, one at a time: bash scripts/course.sh hint linear_backward/<step>
+/// Hints, one at a time: `bash scripts/course.sh hint linear_backward/<step>`
 /// (all of them: exercises/module04_training/hints/linear_backward.md).
 
 #include "module04/linear_backward.hpp"

@@ -6,7 +6,7 @@
 /// dim = 0 and dim = 1 mean, the row strides ldy / lddy / lddx, in place), then fill in one
 /// step at a time. Run its tests with:   ctest --preset default -L exercise -R SoftmaxBackward
 /// A step you have not written throws NotImplemented and its tests show SKIPPED.
-/// Hints, one at a time: bash scripts/course.sh hint softmax_backward/<step>
+/// Hints, one at a time: `bash scripts/course.sh hint softmax_backward/<step>`
 /// (all of them: exercises/module04_training/hints/softmax_backward.md).
 ///
 /// Every kernel must be correct when dx == dy (in place, the way attention's backward
