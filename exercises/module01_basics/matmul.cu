@@ -16,6 +16,9 @@
 
 #include "module01/matmul.hpp"
 
+#include "course/cuda/mma_ptx.cuh"
+#include "course/device.hpp"
+
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -209,14 +212,247 @@ void launch_vectorized(const MatmulArgs& a) {
 }
 
 // ----------------------------------------------------------------------------
-// Step 7: warp_tiled -- not an exercise. Read the solution
-// (solutions/module01_basics/matmul.cu): warp tiles, conflict-free fragments and a
-// multistage cp.async pipeline. Try it once your vectorized step passes: copy it
-// here and change one thing at a time (BK, STAGES, the warp tile) while watching
-// the benchmark.
+// Step 7: warp_tiled -- warp tiles with conflict-free fragments, fed by a cp.async
+// pipeline (module01_basics/README.md, "Step 7").
+//
+// Still 8 x 8 outputs per thread, now organised in three levels (128x128 config):
+//   block tile 128 x 128 = 2 x 4 warps, each owning a WM x WN = 64 x 32 warp tile;
+//   warp tile   64 x 32  = 2 x 2 sub-tiles of 32 x 16;
+//   sub-tile    32 x 16  = 8 lanes (along M) x 4 lanes (along N), 4 x 4 outputs each.
+// Given below: the configuration, the cp.async copies of A (transposed, As[stage][k][m])
+// and B (Bs[stage][k][n]) with zero-filled edges, the STAGES-deep pipeline, the store
+// and the launch. The idea of the step is yours:
+// TODO(step 7a): m_frag, n_frag -- the first row and column of this thread's outputs in
+//                the block tile, from its warp (warp_m, warp_n) and its lane inside the
+//                warp (Cfg::kLanesM x Cfg::kLanesN lanes, 4 x 4 outputs each).
+// TODO(step 7b): the fragment loop: for every p of the stage, read this thread's 8 A
+//                values and 8 B values (as float4: rows m_frag.., m_frag + WM/2..;
+//                columns n_frag.., n_frag + WN/2..) and do the 8 x 8 outer product into
+//                acc[i][j]. acc's row i is tile row m_frag + (i / 4) * (WM / 2) + i % 4,
+//                its column j is n_frag + (j / 4) * (WN / 2) + j % 4 (the store's order).
+// TODO(step 7c): set kWarpTiledWritten (above launch_warp_tiled) to true.
+// Hints, one at a time: bash scripts/course.sh hint matmul/warp_tiled
 // ----------------------------------------------------------------------------
-void launch_warp_tiled(const MatmulArgs& /*a*/) {
-  throw NotImplemented("matmul step warp_tiled (optional: see the solution)", __FILE__);
+
+/// cp.async of one float (4 bytes) or one float4 (16 bytes) into shared memory; src_bytes
+/// below the size zero-fills the rest, 0 reads nothing (the address must still be valid).
+/// From common/include/course/cuda/mma_ptx.cuh. (Given.)
+using ::course::cuda::cp_async_commit;
+using ::course::cuda::cp_async_wait;
+__device__ __forceinline__ void cp_async_4(float* smem_dst, const float* gmem_src, int src_bytes) {
+  ::course::cuda::cp_async_4_zfill<0, ::course::cuda::SrcAddress::generic>(::course::cuda::smem_u32(smem_dst),
+                                                                           gmem_src, src_bytes);
+}
+__device__ __forceinline__ void cp_async_16(float* smem_dst, const float* gmem_src, int src_bytes) {
+  ::course::cuda::cp_async_16_zfill<0, ::course::cuda::SrcAddress::generic>(::course::cuda::smem_u32(smem_dst),
+                                                                            gmem_src, src_bytes);
+}
+
+/// row[col .. col+3] = alpha * acc + beta * row[...] for the columns < ncols; one float4
+/// store when kVec and all four are inside. (Given.)
+template <bool kVec>
+__device__ __forceinline__ void store4_masked(float* row, int col, int ncols, float4 acc, float alpha, float beta) {
+  if (kVec && col + 3 < ncols) {
+    float4* p = reinterpret_cast<float4*>(row + col);
+    float4 out = make_float4(alpha * acc.x, alpha * acc.y, alpha * acc.z, alpha * acc.w);
+    if (beta != 0.0f) {
+      const float4 old = *p;
+      out.x = fmaf(beta, old.x, out.x);
+      out.y = fmaf(beta, old.y, out.y);
+      out.z = fmaf(beta, old.z, out.z);
+      out.w = fmaf(beta, old.w, out.w);
+    }
+    *p = out;
+    return;
+  }
+  const float v[4] = {acc.x, acc.y, acc.z, acc.w};
+#pragma unroll
+  for (int q = 0; q < 4; ++q)
+    if (col + q < ncols) row[col + q] = blend(v[q], alpha, beta, row + col + q);
+}
+
+/// Tile sizes and thread counts of one warp_tiled configuration. (Given.)
+template <int BM, int BN, int BK, int WM, int WN, int STAGES>
+struct WarpTiledConfig {
+  static constexpr int kWarpsM = BM / WM, kWarpsN = BN / WN;
+  static constexpr int kThreads = kWarpsM * kWarpsN * 32;
+  static constexpr int kLanesM = WM / 8, kLanesN = WN / 8;  // lanes along M and N inside a warp
+  static constexpr int kAPitch = BM + 4;                    // padded row of the transposed A tile
+  static_assert(kLanesM * kLanesN == 32, "a warp tile must hold exactly 32 lanes of 8x8 outputs");
+  static_assert(BM % WM == 0 && BN % WN == 0 && BK % 8 == 0 && (BM * BK) % kThreads == 0 &&
+                    (BK * BN) % (4 * kThreads) == 0 && kThreads % BN == 0,
+                "tiles must divide evenly among the threads");
+  static_assert(STAGES >= 2, "a pipeline needs at least two stages");
+  static constexpr int kMinBlocks = 512 / kThreads;  // 16 warps per SM: at most 128 registers
+  static constexpr int kAStageFloats = BK * kAPitch, kBStageFloats = BK * BN;
+  static constexpr int kSmemBytes = STAGES * (kAStageFloats + kBStageFloats) * 4;
+};
+
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, bool kVec>
+__global__ void __launch_bounds__(WarpTiledConfig<BM, BN, BK, WM, WN, STAGES>::kThreads,
+                                  WarpTiledConfig<BM, BN, BK, WM, WN, STAGES>::kMinBlocks)
+    sgemm_warp_tiled_kernel(int M, int N, int K, float alpha, const float* __restrict__ A,
+                            std::int64_t lda, const float* __restrict__ B, std::int64_t ldb, float beta,
+                            float* __restrict__ C, std::int64_t ldc) {
+  using Cfg = WarpTiledConfig<BM, BN, BK, WM, WN, STAGES>;
+  constexpr int kThreads = Cfg::kThreads, kAPitch = Cfg::kAPitch;
+  // Dynamic shared memory: As[stage][k][m] (A transposed, padded rows), then Bs[stage][k][n].
+  extern __shared__ __align__(16) float smem[];
+  auto As = reinterpret_cast<float(*)[BK][kAPitch]>(smem);
+  auto Bs = reinterpret_cast<float(*)[BK][BN]>(smem + STAGES * Cfg::kAStageFloats);
+
+  const int tid = threadIdx.x;
+  const int warp = tid / 32, lane = tid % 32;
+  const int warp_m = warp / Cfg::kWarpsN, warp_n = warp % Cfg::kWarpsN;  // this warp's place in the block tile
+  // TODO(step 7a): the first row and column of this thread's outputs in the block tile.
+  int m_frag = 0, n_frag = 0;
+  (void)warp_m, (void)warp_n, (void)lane;  // TODO(step 7a): delete once they are used
+
+  const std::int64_t row0 = static_cast<std::int64_t>(blockIdx.y) * BM;
+  const std::int64_t col0 = static_cast<std::int64_t>(blockIdx.x) * BN;
+  const int a_rows = M - static_cast<int>(row0);  // valid rows of A and C from row0 on
+  const int b_cols = N - static_cast<int>(col0);  // valid columns of B and C from col0 on
+
+  // ---- The copies (given). A: this thread copies elements (a_row + j * kARowStep,
+  // a_k + g * 8) of every A tile, one float each, so they land transposed.
+  constexpr int kAKGroups = BK / 8, kARowStep = kThreads / 8, kARows = BM / kARowStep;
+  const int a_row = tid / 8, a_k = tid % 8;
+  // B, float4 path: float4s (b_row + i * kBVecRowStep, b_col .. b_col+3), i < kBVecPer.
+  constexpr int kBVecPer = BK * BN / 4 / kThreads, kBVecRowStep = kThreads / (BN / 4);
+  const int b_row = tid / (BN / 4), b_col = (tid % (BN / 4)) * 4;
+  // B, scalar path: elements (bs_row + i * kBScalarRowStep, bs_col), i < kBScalarPer.
+  constexpr int kBScalarPer = BK * BN / kThreads, kBScalarRowStep = kThreads / BN;
+  const int bs_row = tid / BN, bs_col = tid % BN;
+
+  const float* a_src[kARows];
+  int a_bytes[kARows];
+#pragma unroll
+  for (int j = 0; j < kARows; ++j) {
+    const int r = a_row + j * kARowStep;
+    a_bytes[j] = r < a_rows ? 4 : 0;
+    a_src[j] = A + (row0 + (r < a_rows ? r : 0)) * lda + a_k;  // rows past M: clamped, never read
+  }
+  // A float4 of B is whole (16 bytes), absent (0) or, at the N edge when N % 4 != 0,
+  // partial: then it is copied as 4-byte pieces.
+  const int b_vec_cols = b_cols - b_col;
+  const bool b_partial = kVec && b_vec_cols > 0 && b_vec_cols < 4;
+  const int b_bytes = kVec ? (b_vec_cols >= 4 ? 16 : 0) : (bs_col < b_cols ? 4 : 0);
+  const float* b_src = B + static_cast<std::int64_t>(kVec ? b_row : bs_row) * ldb + col0 + (kVec ? b_col : bs_col);
+  const std::int64_t b_tile_step = static_cast<std::int64_t>(BK) * ldb;
+
+  // Issue the copies of the K-tile starting at k0 into pipeline stage `stage`; check_k
+  // only for a final partial tile.
+  auto issue_tile = [&](int k0, int stage, bool check_k) {
+#pragma unroll
+    for (int j = 0; j < kARows; ++j)
+#pragma unroll
+      for (int g = 0; g < kAKGroups; ++g) {
+        const int kk = a_k + g * 8;
+        const int bytes = check_k && k0 + kk >= K ? 0 : a_bytes[j];
+        cp_async_4(&As[stage][kk][a_row + j * kARowStep], a_src[j] + g * 8, bytes);
+      }
+    if constexpr (kVec) {
+#pragma unroll
+      for (int i = 0; i < kBVecPer; ++i) {
+        const int r = b_row + i * kBVecRowStep;
+        const bool k_ok = !check_k || k0 + r < K;
+        const float* src = b_src + static_cast<std::int64_t>(i * kBVecRowStep) * ldb;
+        if (!b_partial) {
+          cp_async_16(&Bs[stage][r][b_col], src, k_ok ? b_bytes : 0);
+        } else {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) cp_async_4(&Bs[stage][r][b_col + q], src + q, k_ok && q < b_vec_cols ? 4 : 0);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kBScalarPer; ++i) {
+        const int r = bs_row + i * kBScalarRowStep;
+        const int bytes = check_k && k0 + r >= K ? 0 : b_bytes;
+        cp_async_4(&Bs[stage][r][bs_col], b_src + static_cast<std::int64_t>(i * kBScalarRowStep) * ldb, bytes);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kARows; ++j) a_src[j] += BK;
+    b_src += b_tile_step;
+  };
+  const int full_tiles = K / BK;
+  auto issue = [&](int tile, int stage) {
+    if (tile < full_tiles)
+      issue_tile(tile * BK, stage, false);
+    else
+      issue_tile(tile * BK, stage, true);
+  };
+
+  float acc[8][8] = {};  // rows: 2 sub-tiles x 4; columns: 2 sub-tiles x 4
+  const int num_tiles = (K + BK - 1) / BK;
+  // ---- The pipeline (given): tiles 0 .. STAGES-2 in flight, one commit group per tile.
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < num_tiles) issue(s, s);
+    cp_async_commit();
+  }
+  int stage = 0;  // the stage holding tile t
+  for (int t = 0; t < num_tiles; ++t) {
+    cp_async_wait<STAGES - 2>();  // this thread's copies of tile t have landed ...
+    __syncthreads();              // ... and everyone's; and everyone finished tile t-1
+    const int next = t + STAGES - 1;  // refill the stage tile t-1 used
+    if (next < num_tiles) issue(next, stage == 0 ? STAGES - 1 : stage - 1);
+    cp_async_commit();
+
+    // TODO(step 7b): the fragment loop over p = 0 .. BK-1 on As[stage][p][...] and
+    //                Bs[stage][p][...], accumulating into acc.
+
+    stage = stage == STAGES - 1 ? 0 : stage + 1;
+  }
+  cp_async_wait<0>();  // no copy may still target shared memory when the block exits
+
+  // ---- The store (given): acc[i][j] -> C(m_frag + (i/4)*(WM/2) + i%4, n_frag + (j/4)*(WN/2) + j%4).
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int r = m_frag + (i / 4) * (WM / 2) + (i % 4);
+    if (r >= a_rows) continue;
+    float* c_row = C + (row0 + r) * ldc + col0;
+#pragma unroll
+    for (int s = 0; s < 2; ++s)
+      store4_masked<kVec>(c_row, n_frag + s * (WN / 2), b_cols,
+                          make_float4(acc[i][4 * s], acc[i][4 * s + 1], acc[i][4 * s + 2], acc[i][4 * s + 3]),
+                          alpha, beta);
+  }
+}
+
+/// A block may use more than 48 KB of dynamic shared memory only after opting in. (Given.)
+template <class Kernel>
+void allow_dynamic_smem(Kernel* kernel, int bytes) {
+  if (bytes > 48 * 1024)
+    COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+template <int BM, int BN, int BK, int WM, int WN, int STAGES>
+void launch_warp_tiled_config(const MatmulArgs& a) {
+  using Cfg = WarpTiledConfig<BM, BN, BK, WM, WN, STAGES>;
+  const dim3 grid = tile_grid(ceil_div(a.n, BN), ceil_div(a.m, BM), "matmul warp_tiled", "m", a.m);
+  const auto kernel = m01::matmul_float4_ok(a) ? sgemm_warp_tiled_kernel<BM, BN, BK, WM, WN, STAGES, true>
+                                               : sgemm_warp_tiled_kernel<BM, BN, BK, WM, WN, STAGES, false>;
+  allow_dynamic_smem(kernel, Cfg::kSmemBytes);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, a.stream>>>(static_cast<int>(a.m), static_cast<int>(a.n),
+                                                             static_cast<int>(a.k), a.alpha, a.a, a.lda, a.b,
+                                                             a.ldb, a.beta, a.c, a.ldc);
+  COURSE_CHECK_LAUNCH("sgemm_warp_tiled_kernel");
+}
+
+// TODO(step 7c): set to true once steps 7a and 7b are written.
+constexpr bool kWarpTiledWritten = false;
+
+void launch_warp_tiled(const MatmulArgs& a) {
+  if (!kWarpTiledWritten) throw NotImplemented("matmul step warp_tiled", __FILE__);
+  // Given: 128x128 tiles when they give every SM a block, else 64x128 tiles (twice the
+  // blocks, same per-thread work): 1024^3 has only 64 big tiles for 132 SMs.
+  const std::int64_t big_tiles = ceil_div(a.m, 128) * ceil_div(a.n, 128);
+  if (big_tiles >= device_properties().multiProcessorCount)
+    launch_warp_tiled_config<128, 128, 32, 64, 32, 2>(a);  // 66.5 KB shared memory per block
+  else
+    launch_warp_tiled_config<64, 128, 16, 32, 64, 4>(a);  // 50 KB shared memory per block
 }
 
 }  // namespace

@@ -4,14 +4,17 @@
 ///
 /// Read module02_batched_gemm/README.md first. Three exercises, in order:
 ///   1. the grid mapping          batched_gemm_grid()                 (no GPU needed to test)
-///   2. the strided kernel        StridedOperand::matrix, the smem_tiled kernel, its launch
-///   3. the pointer-array kernel  PointerArrayOperand::matrix, then delete one throw
+///   2. the strided kernel        StridedOperand::matrix (batched_gemm_device.cuh), the
+///                                smem_tiled kernel, its launch
+///   3. the pointer-array kernel  PointerArrayOperand::matrix (batched_gemm_device.cuh), then
+///                                flip one flag
+/// Then the upper steps, with their scaffolding given (they reuse module 1's tiling ideas):
+///   register_blocked, warp_tiled   batched_gemm_fp32.cu
+///   tensor_core, wgmma             batched_gemm_tensor_core.cu
 /// Run the tests with:   ctest --preset default -L exercise -R Bgemm
 /// and the benchmark:    ./build/module02_batched_gemm/m02_bench --benchmark_filter='smem_tiled'
-/// Steps register_blocked, warp_tiled, tensor_core and wgmma are not exercises here: their tiling is
-/// module 1's (wgmma: see the solution's step 5), and what is new in this module (finding a block's
-/// matrices) is the same for every step. Read them in solutions/module02_batched_gemm/
-/// (batched_gemm_fp32.cu, batched_gemm_tensor_core.cu).
+
+#include "batched_gemm_device.cuh"
 
 #include "module02/batched_gemm.hpp"
 
@@ -53,71 +56,7 @@ m02::BgemmGrid batched_gemm_grid(std::int64_t M, std::int64_t N, std::int64_t ba
 
 namespace {
 
-using m02::BgemmStep;
-
-// ----------------------------------------------------------------------------
-// Operand addressing: the ONLY code that differs between the two APIs. The kernel
-// asks `op.matrix(b, h)` for the first element of matrix (b, h) and reads `op.ld`
-// for its row stride; it never needs to know which API it serves.
-// ----------------------------------------------------------------------------
-
-/// Matrix (b, h) of a strided operand.
-/// TODO(exercise 2a): return the address of element (0, 0) of matrix (b, h).
-/// Hint 1: strides are in elements, and `base` is a typed pointer: plain pointer
-///         arithmetic is already in elements.
-/// Hint 2: offsets can pass 2^31 - 1: the fp32 scores of B = 16, H = 32, N = 2048
-///         are 2^31 elements. int * int64_t is computed in 64 bits; int * int is not.
-template <class T>
-struct StridedOperand {
-  T* base;
-  std::int64_t stride_batch, stride_head, ld;
-  __device__ __forceinline__ T* matrix(int b, int h) const {
-    (void)b, (void)h;
-    return base;  // TODO(exercise 2a)
-  }
-};
-
-/// Matrix (b, h) of a pointer-array operand: entry b * num_heads + h of `ptrs`.
-/// TODO(exercise 3a): return that entry.
-/// Hint: the array lives in device memory, so the kernel can read it like any other
-///       global array: one load per operand per block.
-template <class T>
-struct PointerArrayOperand {
-  T* const* ptrs;
-  std::int64_t ld;
-  int num_heads;
-  __device__ __forceinline__ T* matrix(int b, int h) const {
-    (void)b, (void)h;
-    return ptrs[0];  // TODO(exercise 3a)
-  }
-};
-
-/// What every launch needs besides the operands. (Given.)
-struct Problem {
-  int M, N, K, batch, heads;
-  float alpha;
-  bool trans_b;  ///< B stored N x K
-  bool trans_a;  ///< A stored K x M
-  cudaStream_t stream;
-};
-
-/// Turns the run-time flags into compile-time ones: calls
-/// f(std::bool_constant<trans_a>{}, std::bool_constant<trans_b>{}); inside f,
-/// decltype(trans_a)::value is a constant usable as a template argument. (Given.)
-template <class F>
-void with_transposes(const Problem& p, F&& f) {
-  if (p.trans_a) {
-    if (p.trans_b)
-      f(std::true_type{}, std::true_type{});
-    else
-      f(std::true_type{}, std::false_type{});
-  } else {
-    if (p.trans_b)
-      f(std::false_type{}, std::true_type{});
-    else
-      f(std::false_type{}, std::false_type{});
-  }
-}
+using namespace bgemm;
 
 // ----------------------------------------------------------------------------
 // Exercise 2: step smem_tiled (fp32), the kernel both APIs run.
@@ -185,14 +124,13 @@ void launch_smem_tiled(const OpA& A, const OpB& B, const OpC& C, const Problem& 
 template <class T, class OpA, class OpB, class OpC>
 void run_step(BgemmStep step, const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
   if constexpr (std::is_same_v<T, float>) {
-    if (step == BgemmStep::smem_tiled) {
+    if (step == BgemmStep::smem_tiled)
       launch_smem_tiled(A, B, C, p);
-      return;
-    }
+    else
+      run_fp32_step(step, A, B, C, p);  // batched_gemm_fp32.cu
+  } else {
+    run_bf16_step(step, A, B, C, p);  // batched_gemm_tensor_core.cu
   }
-  throw NotImplemented(std::string("batched_gemm step ") + m02::step_name(step) +
-                           " (not an exercise: read solutions/module02_batched_gemm/)",
-                       __FILE__);
 }
 
 template <class Args>

@@ -8,8 +8,8 @@
 ///   2a. online_softmax_rescale     the online-softmax update, tested on its own
 ///   2b. tiled_online_kernel        one kernel, K/V tiles in shared memory
 ///   3. causal                      mask only the diagonal tiles, skip the rest
+///   4. fused                       register-blocked micro-tiles on a cp.async pipeline (scaffolding given)
 ///   5. fused_options (ALiBi only)  a per-head linear bias on the scores
-/// Step 4 (fused) is not an exercise: read solutions/module03_attention/attention_fused.cu.
 /// Run the tests with:   ctest --preset default -L exercise -R Attention
 /// A step you have not written throws NotImplemented and its tests show SKIPPED.
 
@@ -17,10 +17,14 @@
 #include "module02/batched_gemm.hpp"
 #include "module03/attention.hpp"
 
+#include "course/cuda/mma_ptx.cuh"
+#include "course/cuda/warp_reduce.cuh"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 namespace course::exercise {
@@ -255,11 +259,268 @@ void launch_causal(const AttentionArgs& a) {
   launch_tiled_any(a, a.causal);
 }
 
-void launch_fused(const AttentionArgs&) {
-  throw NotImplemented(
-      "attention step fused (not an exercise: read solutions/module03_attention/attention_fused.cu, "
-      "then write your own register-blocked kernel here if you like)",
-      __FILE__);
+// ----------------------------------------------------------------------------
+// Step 4: fused -- the algorithm of steps 2-3, reorganized so that every value read
+// from shared memory feeds several FMAs; any head dim up to 128, lse, causal.
+// (The lesson: module03_attention/README.md, step 4; the solution's banner in
+// solutions/module03_attention/attention_fused.cu has the predictions.)
+//
+// A block of 128 threads owns 64 query rows and walks the keys in tiles of kBlockKV.
+// Each thread computes an 8 x kCols micro-tile of S = Q K^T and an 8 x kOutCols
+// micro-tile of O; the 16 threads of a half-warp (same ty) share the same 8 rows.
+// Thread map (tx = threadIdx.x % 16, ty = threadIdx.x / 16, 0..7):
+//   query rows   tile_row(ty, ii), ii < 8   (ty*4 + {0..3} and 32 + ty*4 + {0..3})
+//   score keys   tx + 16*jj, jj < kCols      (16 consecutive K rows per load)
+//   out columns  u*16*kVec + tx*kVec + e     (u < kOutChunks, e < kVec)
+// Tiles in shared memory: q_tile, k_tile, v_tile row-major with row stride kLd;
+// p_tile holds P^T (key-major: p_tile[key * kLdP + row]).
+//
+// Given: the tile shapes, the cp.async tile loads (zero-filled past the last row), the
+// pipeline (K_{t+1} lands while P_t V_t is computed, V_{t+1} while S_{t+1} is), the P^T
+// store, and the epilogue (the 16 partial row sums added, O = acc / l, lse = m + log l).
+// TODO(step 4a): S = Q K_t^T: s[ii][jj] = q row tile_row(ty, ii) . k row tx + 16*jj,
+//                over d in float4 steps (8 + kCols float4 loads feed 8 * kCols * 4 FMAs).
+// TODO(step 4b): per row ii: scale the scores, mask them (keys >= N_k; causal: key j >
+//                i + p.causal_offset) -- only in tiles that need it --, the row max over
+//                the 16 lanes that share the row (cuda::warp_max<kRowLanes>), YOUR
+//                online_softmax_rescale on this thread's m[ii], l[ii], then
+//                s[ii][jj] = exp(s - m_ref), l[ii] += it, acc[ii][:] *= alpha.
+// TODO(step 4c): O += P_t V_t: for every key kk of the tile, this thread's 8 P values
+//                (two float4 of p_tile's row kk) times its kOutCols values of V row kk.
+// TODO(step 4d): set kFusedWritten to true.
+// Hints, one at a time: bash scripts/course.sh hint attention/fused
+// ----------------------------------------------------------------------------
+// TODO(step 4d): set to true once steps 4a-4c are written.
+constexpr bool kFusedWritten = false;
+
+namespace fused {
+
+/// Tile shapes of the kernel for head dimension D. (Given.)
+template <int D>
+struct FusedTile {
+  static constexpr int kThreads = 128;
+  static constexpr int kBlockQ = 64;
+  static constexpr int kBlockKV = D <= 64 ? 64 : 32;  // d > 64: 32-key tiles, two blocks per SM
+  static constexpr int kRows = 8;                      // query rows per thread
+  static constexpr int kCols = kBlockKV / 16;          // keys per thread in a tile
+  static constexpr int kOutCols = D / 16;              // output columns per thread
+  static constexpr int kVec = kOutCols % 4 == 0 ? 4 : (kOutCols % 2 == 0 ? 2 : 1);
+  static constexpr int kOutChunks = kOutCols / kVec;
+  static constexpr int kLd = D + 4;         // padded row stride of the Q, K, V tiles
+  static constexpr int kLdP = kBlockQ + 4;  // padded row stride of P^T
+  static constexpr int kQFloats = kBlockQ * kLd;
+  static constexpr int kKVFloats = kBlockKV * kLd;
+  static constexpr int kPFloats = kBlockKV * kLdP;
+  static constexpr std::size_t kSmemBytes = static_cast<std::size_t>(kQFloats + 2 * kKVFloats + kPFloats) * sizeof(float);
+  static constexpr int kMinBlocks = D <= 64 ? 3 : 2;
+  static_assert(kBlockQ == 8 * kRows && kThreads == 16 * (kBlockQ / kRows), "8 row groups of 8 rows, 16 lanes each");
+  static_assert(kOutChunks * kVec == kOutCols, "output columns split into chunks");
+};
+
+/// Row (within the tile) of a thread's ii-th query row. (Given.)
+__device__ __forceinline__ int tile_row(int ty, int ii) { return ii < 4 ? ty * 4 + ii : 32 + ty * 4 + (ii - 4); }
+
+/// Lanes sharing a query row: the 16 of a half-warp. (Given.)
+constexpr int kRowLanes = 16;
+
+using ::course::cuda::cp_async_commit;
+using ::course::cuda::cp_async_wait;
+
+/// cp.async copies of rows [row0, row0 + kRowsT) of one head into a [kRowsT x D] tile with
+/// row stride ld; rows >= valid_rows are zero-filled. (Given.)
+template <int D, int kRowsT, int kThreads>
+__device__ __forceinline__ void load_tile_async(float* tile, int ld, const float* head, std::int64_t seq_stride,
+                                                int row0, int valid_rows) {
+  constexpr int kChunksPerRow = D / 4;
+  for (int idx = threadIdx.x; idx < kRowsT * kChunksPerRow; idx += kThreads) {
+    const int r = idx / kChunksPerRow, c4 = idx % kChunksPerRow;
+    const long long row = static_cast<long long>(row0) + r;
+    const bool valid = row < valid_rows;
+    const float* src = valid ? head + row * seq_stride + c4 * 4 : head;
+    ::course::cuda::cp_async_16_zfill<0, ::course::cuda::SrcAddress::generic>(
+        ::course::cuda::smem_u32(tile + r * ld + c4 * 4), src, valid ? 16 : 0);
+  }
+}
+
+/// kVec consecutive floats from shared memory, as one vector load. (Given.)
+template <int kVec>
+__device__ __forceinline__ void load_vec(const float* p, float (&out)[kVec]) {
+  if constexpr (kVec == 4) {
+    const float4 x = *reinterpret_cast<const float4*>(p);
+    out[0] = x.x; out[1] = x.y; out[2] = x.z; out[3] = x.w;
+  } else if constexpr (kVec == 2) {
+    const float2 x = *reinterpret_cast<const float2*>(p);
+    out[0] = x.x; out[1] = x.y;
+  } else {
+    out[0] = *p;
+  }
+}
+
+/// p[0 .. kVec) = x[0 .. kVec) * s, as one vector store. (Given.)
+template <int kVec>
+__device__ __forceinline__ void store_vec(float* p, const float* x, float s) {
+  if constexpr (kVec == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(x[0] * s, x[1] * s, x[2] * s, x[3] * s);
+  } else if constexpr (kVec == 2) {
+    *reinterpret_cast<float2*>(p) = make_float2(x[0] * s, x[1] * s);
+  } else {
+    *p = x[0] * s;
+  }
+}
+
+/// One past the last key any row in [q0, q0 + rows) may see (causal), clamped to [0, N_k]. (Given.)
+__device__ __forceinline__ int causal_kv_end(const Params& p, int q0, int rows) {
+  const long long last_row = std::min(static_cast<long long>(q0) + rows, static_cast<long long>(p.seq_q)) - 1;
+  const long long end = last_row + p.causal_offset + 1;
+  return static_cast<int>(end < 0 ? 0 : (end > p.seq_k ? p.seq_k : end));
+}
+
+/// (query tile, batch*head pair) of this block; causal: heaviest tiles of all heads first
+/// (step 3, hint 3). (Given.)
+__device__ __forceinline__ void block_coordinates(bool causal, int& q_tile, int& bh) {
+  if (!causal) {
+    q_tile = static_cast<int>(blockIdx.x);
+    bh = static_cast<int>(blockIdx.y);
+    return;
+  }
+  const long long linear = static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x;
+  q_tile = static_cast<int>(gridDim.x - 1 - linear / gridDim.y);
+  bh = static_cast<int>(linear % gridDim.y);
+}
+
+template <int D, bool kCausal>
+__global__ void __launch_bounds__(FusedTile<D>::kThreads, FusedTile<D>::kMinBlocks)
+    fused_attention_kernel(const Params p) {
+  using T = FusedTile<D>;
+  constexpr int kRows = T::kRows, kCols = T::kCols, kVec = T::kVec;
+  constexpr int kOutCols = T::kOutCols, kOutChunks = T::kOutChunks;
+  constexpr int kLd = T::kLd, kLdP = T::kLdP, kBlockQ = T::kBlockQ, kBlockKV = T::kBlockKV;
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* q_tile = reinterpret_cast<float*>(smem);
+  float* k_tile = q_tile + T::kQFloats;
+  float* v_tile = k_tile + T::kKVFloats;
+  float* p_tile = v_tile + T::kKVFloats;  // P^T: [key][row]
+
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  int q_block, bh;
+  block_coordinates(kCausal, q_block, bh);
+  const int b = bh / p.heads, h = bh % p.heads, hk = h / p.group;
+  const int q0 = q_block * kBlockQ;
+  const float* q_head = p.q + row_offset(p.qs, b, h, 0);
+  const float* k_head = p.k + row_offset(p.ks, b, hk, 0);
+  const float* v_head = p.v + row_offset(p.vs, b, hk, 0);
+
+  const int kv_end = kCausal ? causal_kv_end(p, q0, kBlockQ) : p.seq_k;
+  const int num_tiles = (kv_end + kBlockKV - 1) / kBlockKV;
+
+  float acc[kRows][kOutCols];
+  float m[kRows], l[kRows];  // l: this thread's partial row sums
+#pragma unroll
+  for (int ii = 0; ii < kRows; ++ii) {
+    m[ii] = -INFINITY;
+    l[ii] = 0.f;
+#pragma unroll
+    for (int c = 0; c < kOutCols; ++c) acc[ii][c] = 0.f;
+  }
+
+  if (num_tiles > 0) {
+    // Prologue: groups [Q + K_0], [V_0].
+    load_tile_async<D, kBlockQ, T::kThreads>(q_tile, kLd, q_head, p.qs.seq, q0, p.seq_q);
+    load_tile_async<D, kBlockKV, T::kThreads>(k_tile, kLd, k_head, p.ks.seq, 0, p.seq_k);
+    cp_async_commit();
+    load_tile_async<D, kBlockKV, T::kThreads>(v_tile, kLd, v_head, p.vs.seq, 0, p.seq_k);
+    cp_async_commit();
+
+    for (int t = 0; t < num_tiles; ++t) {
+      const int kv0 = t * kBlockKV;
+      cp_async_wait<1>();  // everything but the newest group (V_t) has landed: Q, K_t
+      __syncthreads();
+
+      float s[kRows][kCols];
+#pragma unroll
+      for (int ii = 0; ii < kRows; ++ii)
+#pragma unroll
+        for (int jj = 0; jj < kCols; ++jj) s[ii][jj] = 0.f;
+      // TODO(step 4a): S = Q K_t^T into s, from q_tile and k_tile.
+
+      __syncthreads();  // all reads of k_tile are done: prefetch K_{t+1} into it
+      if (t + 1 < num_tiles)
+        load_tile_async<D, kBlockKV, T::kThreads>(k_tile, kLd, k_head, p.ks.seq, kv0 + kBlockKV, p.seq_k);
+      cp_async_commit();  // (possibly empty) group K_{t+1}
+
+      // TODO(step 4b): scale, mask, online softmax per row; s[ii][jj] becomes p.
+
+      // P^T into shared memory (given): key-major, the thread's two groups of 4 rows as float4.
+#pragma unroll
+      for (int jj = 0; jj < kCols; ++jj) {
+        float* prow = p_tile + (tx + 16 * jj) * kLdP;
+        *reinterpret_cast<float4*>(prow + ty * 4) = make_float4(s[0][jj], s[1][jj], s[2][jj], s[3][jj]);
+        *reinterpret_cast<float4*>(prow + 32 + ty * 4) = make_float4(s[4][jj], s[5][jj], s[6][jj], s[7][jj]);
+      }
+      cp_async_wait<1>();  // V_t has landed (K_{t+1} may still be in flight)
+      __syncthreads();     // ... for every thread, and P_t is complete
+
+      // TODO(step 4c): O += P_t V_t into acc, from p_tile and v_tile.
+
+      __syncthreads();  // all reads of v_tile and p_tile are done: prefetch V_{t+1}
+      if (t + 1 < num_tiles)
+        load_tile_async<D, kBlockKV, T::kThreads>(v_tile, kLd, v_head, p.vs.seq, kv0 + kBlockKV, p.seq_k);
+      cp_async_commit();  // (possibly empty) group V_{t+1}
+    }
+    cp_async_wait<0>();
+  }
+
+  // Epilogue (given): O = acc / l, lse = m + log l (rows past N_q are not stored).
+#pragma unroll
+  for (int ii = 0; ii < kRows; ++ii) {
+    const float l_row = ::course::cuda::warp_sum<kRowLanes>(l[ii]);
+    const long long i = static_cast<long long>(q0) + tile_row(ty, ii);
+    if (i < p.seq_q) {
+      const float inv = l_row > 0.f ? 1.f / l_row : 0.f;  // a row that sees no key: O = 0
+      float* o_row = p.o + row_offset(p.os, b, h, i);
+#pragma unroll
+      for (int u = 0; u < kOutChunks; ++u) store_vec<kVec>(o_row + u * 16 * kVec + tx * kVec, &acc[ii][u * kVec], inv);
+      if (p.lse != nullptr && tx == 0)
+        p.lse[static_cast<long long>(bh) * p.seq_q + i] = l_row > 0.f ? m[ii] + logf(l_row) : -INFINITY;
+    }
+  }
+}
+
+template <int D, bool kCausal>
+void launch_cfg(const Params& p, std::int64_t batch_heads, cudaStream_t stream) {
+  using T = FusedTile<D>;
+  auto kernel = fused_attention_kernel<D, kCausal>;
+  COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(T::kSmemBytes)));
+  COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         cudaSharedmemCarveoutMaxShared));
+  const dim3 grid(static_cast<unsigned>((static_cast<long long>(p.seq_q) + T::kBlockQ - 1) / T::kBlockQ),
+                  static_cast<unsigned>(batch_heads));
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
+  COURSE_CHECK_LAUNCH("fused_attention_kernel");
+}
+
+template <int D>
+void launch_d(const Params& p, std::int64_t batch_heads, bool causal, cudaStream_t stream) {
+  if (causal) launch_cfg<D, true>(p, batch_heads, stream);
+  else launch_cfg<D, false>(p, batch_heads, stream);
+}
+
+}  // namespace fused
+
+void launch_fused(const AttentionArgs& a) {
+  if (!kFusedWritten || !kOnlineUpdateWritten) throw NotImplemented("attention step fused", __FILE__);
+  const Params p = make_params(a);
+  const std::int64_t bh = a.batch * a.heads;
+  switch (a.head_dim) {
+    case 16: return fused::launch_d<16>(p, bh, a.causal, a.stream);
+    case 32: return fused::launch_d<32>(p, bh, a.causal, a.stream);
+    case 64: return fused::launch_d<64>(p, bh, a.causal, a.stream);
+    case 96: return fused::launch_d<96>(p, bh, a.causal, a.stream);
+    case 128: return fused::launch_d<128>(p, bh, a.causal, a.stream);
+  }
+  require_arg(false, "attention", "head_dim", a.head_dim, "is not supported by the fused kernel");
 }
 
 void launch_fused_options(const AttentionArgs& a) {
@@ -284,6 +545,7 @@ void attention(m03::AttentionStep step, const m03::AttentionArgs& args) {
     case AttentionStep::causal: return launch_causal(args);
     case AttentionStep::fused: return launch_fused(args);
     case AttentionStep::fused_options: return launch_fused_options(args);
+    default: break;  // bf16 steps: validate_attention_args rejected them (attention_tc.cu runs them)
   }
 }
 
