@@ -476,6 +476,10 @@ struct MnMajorSw128Copier {
 template <class Cfg, bool kTransB, class OpA, class OpB, class OpC>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     bgemm_wgmma_kernel(OpA A, OpB B, OpC C, int M, int N, int K, float alpha, int tiles_n) {
+  // What the 128-byte swizzle layouts below assume (checked in every compilation pass,
+  // also those for GPUs without wgmma, where the body is compiled out).
+  static_assert(Cfg::kChunksK == 8, "K-major rows of 8 16-byte chunks: one 128-byte swizzle row per m or n");
+  static_assert(Cfg::kChunksN % 8 == 0, "an N-major B is copied as 64-column blocks of 8 chunks");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) unsigned char smem_raw[];
   // The swizzle atoms (8 rows x 128 bytes) must be 1024-byte aligned: round the base up.
