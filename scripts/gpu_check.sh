@@ -21,6 +21,9 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
 
+# The comment block at the top of this file, without its "# ".
+usage() { sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"; }
+
 out=${OUT:-$root/gpu-check-out}
 run_tests=1 run_sanitizer=1 run_bench=1 run_demo=1
 test_filter="" bench_filter="." bench_time="0.2s" sanitize_filter="_(solution|exercise)$"
@@ -35,7 +38,8 @@ while (($#)); do
     --bench) bench_filter=$2; shift ;;
     --bench-time) bench_time=$2; shift ;;
     --sanitize) sanitize_filter=$2; shift ;;
-    *) echo "unknown option $1" >&2; exit 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "unknown option '$1'" >&2; echo >&2; usage >&2; exit 2 ;;
   esac
   shift
 done
