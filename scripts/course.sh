@@ -4,7 +4,7 @@
 #   bash scripts/course.sh test   install what is missing, build, run the test suite
 #   bash scripts/course.sh bench  build and run the benchmarks (needs a GPU)
 # The loop, one step at a time (scripts/course.py; `bash scripts/course.sh --help`):
-#   list, check STEP, next, hint STEP, bench STEP
+#   list, check STEP, next, watch, hint STEP, bench STEP
 # Environment: PRESET (default: "default"; CI uses "ci"), COURSE_SKIP_INSTALL=1 to skip apt-get.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -90,7 +90,7 @@ case "$cmd" in
     # ctest with short output, then a summary: passed, skipped (no GPU), not implemented, failed.
     python3 scripts/course.py test --preset "$preset"
     ;;
-  list|progress|check|next)
+  list|progress|check|next|watch)
     install_packages; check_cuda
     exec python3 scripts/course.py "$@"
     ;;
