@@ -197,8 +197,9 @@ const bool kRegistered = [] {
         const Shape s{N, d, causal};
         for (const auto& info : course::m03::attention_steps(course::m03::AttentionDType::f32)) {
           if (!registrable(info.step, s)) continue;
-          bench::add_step_rows("attn_f32", info.name, s.name(), benchmark::kMillisecond, &course::solution::attention,
-                               &course::exercise::attention,
+          bench::add_step_rows("attn_f32", info.name, s.name(), benchmark::kMillisecond,
+                               static_cast<AttentionFn>(&course::solution::attention),  // the fp32 overload
+                               static_cast<AttentionFn>(&course::exercise::attention),
                                [step = info.step, s](benchmark::State& st, AttentionFn fn) {
                                  bench_step(st, fn, step, s);
                                });
