@@ -7,10 +7,10 @@
 //  3. maps any exception to a status code and keeps its message for course_last_error().
 // The step is found by name in the op's k...Steps table (find_step, one helper for all).
 //
-// Ops whose implementation may not be in a build yet (module 4 while it is written) are
-// declared weak below: the library links, course_op_available() says 0, and a call
-// reports COURSE_ERR_NOT_IMPLEMENTED naming the folder to fill in. The module libraries
-// are linked whole (bindings/CMakeLists.txt), so a weak symbol that exists is found.
+// Ops a build may lack (module 4's, the bf16 attention overload) are referenced weakly:
+// the library links, course_op_available() says 0, and a call reports
+// COURSE_ERR_NOT_IMPLEMENTED naming the folder to fill in. The module libraries are
+// linked whole (bindings/CMakeLists.txt), so a weak symbol that exists is found.
 
 #include "course_bridge.h"
 
@@ -22,19 +22,9 @@
 #include "module01/softmax.hpp"
 #include "module02/batched_gemm.hpp"
 #include "module03/attention.hpp"
-// Module 4 is being written: each of its headers is optional until it lands.
-#if __has_include("module04/softmax_backward.hpp")
-#include "module04/softmax_backward.hpp"
-#define COURSE_BRIDGE_HAS_SOFTMAX_BACKWARD 1
-#endif
-#if __has_include("module04/linear_backward.hpp")
-#include "module04/linear_backward.hpp"
-#define COURSE_BRIDGE_HAS_LINEAR_BACKWARD 1
-#endif
-#if __has_include("module04/attention_backward.hpp")
 #include "module04/attention_backward.hpp"
-#define COURSE_BRIDGE_HAS_ATTENTION_BACKWARD 1
-#endif
+#include "module04/linear_backward.hpp"
+#include "module04/softmax_backward.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -43,7 +33,6 @@
 #include <exception>
 #include <new>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -54,56 +43,28 @@
 #define COURSE_BRIDGE_STR2(x) #x
 #define COURSE_BRIDGE_STR(x) COURSE_BRIDGE_STR2(x)
 
-// Weak references: a missing definition leaves the function's address null.
-namespace course::COURSE_IMPL {
-#ifdef COURSE_BRIDGE_HAS_SOFTMAX_BACKWARD
-__attribute__((weak)) void softmax_backward(::course::m04::SoftmaxBackwardStep step,
-                                            const ::course::m04::SoftmaxBackwardArgs& args);
-#endif
-#ifdef COURSE_BRIDGE_HAS_LINEAR_BACKWARD
-__attribute__((weak)) void linear_backward(::course::m04::BiasGradStep step,
-                                           const ::course::m04::LinearBackwardArgs& args);
-#endif
-#ifdef COURSE_BRIDGE_HAS_ATTENTION_BACKWARD
-__attribute__((weak)) void attention_backward(::course::m04::AttentionBackwardStep step,
-                                              const ::course::m04::AttentionBackwardArgs& args);
-#endif
-}  // namespace course::COURSE_IMPL
-
-// Module 3's tensor-core (bf16) steps take AttentionArgsBf16. Until a checkout's
-// module03/attention.hpp defines it, the struct stays incomplete here and the bf16 entry
-// point reports NOT_IMPLEMENTED; the weak overload covers a library without its definition.
-namespace course::m03 {
-struct AttentionArgsBf16;
-}  // namespace course::m03
+// Weak references to the ops a build may lack (a module or an overload still being
+// written): a missing definition leaves the function's address null, the library still
+// links, course_op_available() says 0 and a call reports COURSE_ERR_NOT_IMPLEMENTED.
 namespace course::COURSE_IMPL {
 __attribute__((weak)) void attention(::course::m03::AttentionStep step, const ::course::m03::AttentionArgsBf16& args);
+__attribute__((weak)) void softmax_backward(::course::m04::SoftmaxBackwardStep step,
+                                            const ::course::m04::SoftmaxBackwardArgs& args);
+__attribute__((weak)) void linear_backward(::course::m04::BiasGradStep step,
+                                           const ::course::m04::LinearBackwardArgs& args);
+__attribute__((weak)) void attention_backward(::course::m04::AttentionBackwardStep step,
+                                              const ::course::m04::AttentionBackwardArgs& args);
 }  // namespace course::COURSE_IMPL
 
 namespace {
 
-template <class T, class = void>
-struct is_complete : std::false_type {};
-template <class T>
-struct is_complete<T, std::void_t<decltype(sizeof(T))>> : std::true_type {};
-
-/// True for a step whose table says it reads bf16 (step_dtype(), found by ADL, where the
-/// header has it); false where the header predates the tensor-core steps.
-template <class Step>
-auto reads_bf16(Step s, int) -> decltype(step_dtype(s), bool()) {
-  return step_dtype(s) == decltype(step_dtype(s))::bf16;
-}
-template <class Step>
-bool reads_bf16(Step, long) {
-  return false;
-}
-
 using AttentionBf16Fn = void (*)(course::m03::AttentionStep, const course::m03::AttentionArgsBf16&);
 
-bool attention_bf16_linked() {
-  return is_complete<course::m03::AttentionArgsBf16>::value &&
-         static_cast<AttentionBf16Fn>(&course::COURSE_IMPL::attention) != nullptr;
+bool reads_bf16(course::m03::AttentionStep step) {
+  return course::m03::step_dtype(step) == course::m03::AttentionDType::bf16;
 }
+
+bool attention_bf16_linked() { return static_cast<AttentionBf16Fn>(&course::COURSE_IMPL::attention) != nullptr; }
 
 namespace impl = course::COURSE_IMPL;
 using course::InvalidArgument;
@@ -177,29 +138,19 @@ OpEntry op_entry(const char* op, const course::StepInfo<Step> (&table)[N], bool 
 const std::vector<OpEntry>& op_table() {
   static const std::vector<OpEntry> table = [] {
     using namespace course;
-    std::vector<OpEntry> ops{
+    return std::vector<OpEntry>{
         op_entry("l2_norm", m01::kReduceSteps),
         op_entry("dot", m01::kReduceSteps),
         op_entry("softmax", m01::kSoftmaxSteps),
         op_entry("matmul", m01::kMatmulSteps),
         op_entry("matmul_tc", m01::kTcMatmulSteps),
         op_entry("batched_gemm", m02::kBgemmSteps),
-        op_entry("attention", m03::kAttentionSteps, true,
-                 [](m03::AttentionStep st) { return !reads_bf16(st, 0); }),
-#ifdef COURSE_BRIDGE_HAS_SOFTMAX_BACKWARD
+        op_entry("attention", m03::kAttentionSteps, true, [](m03::AttentionStep st) { return !reads_bf16(st); }),
+        op_entry("attention_bf16", m03::kAttentionSteps, attention_bf16_linked(), reads_bf16),
         op_entry("softmax_backward", m04::kSoftmaxBackwardSteps, &impl::softmax_backward != nullptr),
-#endif
-#ifdef COURSE_BRIDGE_HAS_LINEAR_BACKWARD
         op_entry("linear_backward", m04::kBiasGradSteps, &impl::linear_backward != nullptr),
-#endif
-#ifdef COURSE_BRIDGE_HAS_ATTENTION_BACKWARD
         op_entry("attention_backward", m04::kAttentionBackwardSteps, &impl::attention_backward != nullptr),
-#endif
     };
-    if (is_complete<m03::AttentionArgsBf16>::value)  // the header has the tensor-core steps
-      ops.insert(ops.begin() + 7, op_entry("attention_bf16", m03::kAttentionSteps, attention_bf16_linked(),
-                                           [](m03::AttentionStep st) { return reads_bf16(st, 0); }));
-    return ops;
   }();
   return table;
 }
@@ -328,57 +279,6 @@ int batched_gemm_ptr_array(const char* step, const void* a_ptrs, const void* b_p
     args.alpha = alpha;
     args.stream = as_stream(stream);
     impl::batched_gemm_ptr_array(s, args);
-  });
-}
-
-/// course_attention_forward_bf16's body; a template so that it compiles (and reports
-/// NOT_IMPLEMENTED) where AttentionArgsBf16 is still incomplete.
-template <class Args = course::m03::AttentionArgsBf16>
-void attention_bf16(const char* step, const void* q, const void* k, const void* v, void* o, void* lse, int64_t batch,
-                    int64_t heads, int64_t kv_heads, int64_t seq_q, int64_t seq_k, int64_t head_dim,
-                    const int64_t* q_strides, const int64_t* k_strides, const int64_t* v_strides,
-                    const int64_t* o_strides, float scale, int causal, void* stream) {
-  const char* fn = "attention";
-  const auto s = find_step(course::m03::kAttentionSteps, step, "attention_bf16");
-  if constexpr (is_complete<Args>::value) {
-    using bf16 = __nv_bfloat16;
-    if (!attention_bf16_linked())
-      throw course::NotImplemented(std::string("the bf16 attention overload is not in this build of the ") +
-                                       kImplName + " library",
-                                   std::string(kImplName) + "s/module03_attention/");
-    Args args;
-    args.q = in<bf16>(q);
-    args.k = in<bf16>(k);
-    args.v = in<bf16>(v);
-    args.o = out<bf16>(o);
-    args.lse = out<float>(lse);
-    args.batch = batch;
-    args.heads = heads;
-    args.kv_heads = kv_heads;
-    args.seq_q = seq_q;
-    args.seq_k = seq_k;
-    args.head_dim = head_dim;
-    args.q_strides = strides3(q_strides, fn, "q_strides");
-    args.k_strides = strides3(k_strides, fn, "k_strides");
-    args.v_strides = strides3(v_strides, fn, "v_strides");
-    args.o_strides = strides3(o_strides, fn, "o_strides");
-    args.scale = scale;
-    args.causal = causal != 0;
-    args.stream = as_stream(stream);
-    static_cast<AttentionBf16Fn>(&impl::attention)(s, args);
-  } else {
-    (void)s;
-    throw course::NotImplemented("the bf16 (tensor-core) attention steps: this checkout's module03/attention.hpp "
-                                 "has no AttentionArgsBf16 yet",
-                                 "module03_attention/include/module03/attention.hpp");
-  }
-}
-
-/// The status of an op whose API header is not in this checkout yet.
-[[maybe_unused]] int missing_header(const char* header) {
-  return guarded([&] {
-    throw course::NotImplemented(std::string("the op of ") + header + " (its header is not in this checkout)",
-                                 header);
   });
 }
 
@@ -655,14 +555,38 @@ int course_attention_forward_bf16(const char* step, const void* q, const void* k
                                   const int64_t v_strides[3], const int64_t o_strides[3], float scale, int causal,
                                   void* stream) {
   return guarded([&] {
-    attention_bf16(step, q, k, v, o, lse, batch, heads, kv_heads, seq_q, seq_k, head_dim, q_strides, k_strides,
-                   v_strides, o_strides, scale, causal, stream);
+    const char* fn = "attention";
+    const auto s = find_step(course::m03::kAttentionSteps, step, "attention_bf16");
+    if (!attention_bf16_linked())
+      throw course::NotImplemented(
+          std::string("the bf16 attention overload is not in this build of the ") + kImplName + " library",
+          std::string(kImplName) + "s/module03_attention/");
+    using bf16 = __nv_bfloat16;
+    course::m03::AttentionArgsBf16 args;
+    args.q = in<bf16>(q);
+    args.k = in<bf16>(k);
+    args.v = in<bf16>(v);
+    args.o = out<bf16>(o);
+    args.lse = out<float>(lse);
+    args.batch = batch;
+    args.heads = heads;
+    args.kv_heads = kv_heads;
+    args.seq_q = seq_q;
+    args.seq_k = seq_k;
+    args.head_dim = head_dim;
+    args.q_strides = strides3(q_strides, fn, "q_strides");
+    args.k_strides = strides3(k_strides, fn, "k_strides");
+    args.v_strides = strides3(v_strides, fn, "v_strides");
+    args.o_strides = strides3(o_strides, fn, "o_strides");
+    args.scale = scale;
+    args.causal = causal != 0;
+    args.stream = as_stream(stream);
+    static_cast<AttentionBf16Fn>(&impl::attention)(s, args);
   });
 }
 
 // ---- module 4 --------------------------------------------------------------------------
 
-#ifdef COURSE_BRIDGE_HAS_SOFTMAX_BACKWARD
 int course_softmax_backward_workspace_bytes(const char* step, int64_t rows, int64_t cols, int dim, size_t* bytes) {
   return guarded([&] {
     const auto s = find_step(course::m04::kSoftmaxBackwardSteps, step, "softmax_backward");
@@ -693,18 +617,7 @@ int course_softmax_backward(const char* step, const void* y, const void* dy, voi
     impl::softmax_backward(s, args);
   });
 }
-#else
-int course_softmax_backward_workspace_bytes(const char*, int64_t, int64_t, int, size_t*) {
-  return missing_header("module04/softmax_backward.hpp");
-}
 
-int course_softmax_backward(const char*, const void*, const void*, void*, int64_t, int64_t, int64_t, int64_t,
-                            int64_t, int, void*, size_t, void*) {
-  return missing_header("module04/softmax_backward.hpp");
-}
-#endif
-
-#ifdef COURSE_BRIDGE_HAS_LINEAR_BACKWARD
 int course_linear_backward(const char* step, const void* x, const void* w, const void* dy, void* dx, void* dw,
                            void* db, int64_t M, int64_t K, int64_t N, int64_t ldx, int64_t ldw, int64_t lddy,
                            int64_t lddx, int64_t lddw, void* stream) {
@@ -730,14 +643,7 @@ int course_linear_backward(const char* step, const void* x, const void* w, const
     impl::linear_backward(s, args);
   });
 }
-#else
-int course_linear_backward(const char*, const void*, const void*, const void*, void*, void*, void*, int64_t,
-                           int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, void*) {
-  return missing_header("module04/linear_backward.hpp");
-}
-#endif
 
-#ifdef COURSE_BRIDGE_HAS_ATTENTION_BACKWARD
 int course_attention_backward_workspace_bytes(const char* step, int64_t batch, int64_t heads, int64_t seq_q,
                                               int64_t seq_k, size_t* bytes) {
   return guarded([&] {
@@ -790,18 +696,5 @@ int course_attention_backward(const char* step, const void* q, const void* k, co
     impl::attention_backward(s, args);
   });
 }
-#else
-int course_attention_backward_workspace_bytes(const char*, int64_t, int64_t, int64_t, int64_t, size_t*) {
-  return missing_header("module04/attention_backward.hpp");
-}
-
-int course_attention_backward(const char*, const void*, const void*, const void*, const void*, const void*,
-                              const void*, void*, void*, void*, int64_t, int64_t, int64_t, int64_t, int64_t,
-                              int64_t, const int64_t*, const int64_t*, const int64_t*, const int64_t*,
-                              const int64_t*, const int64_t*, const int64_t*, const int64_t*, float, int, void*,
-                              size_t, void*) {
-  return missing_header("module04/attention_backward.hpp");
-}
-#endif
 
 }  // extern "C"
