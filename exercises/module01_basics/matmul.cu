@@ -50,10 +50,7 @@ dim3 tile_grid(std::int64_t tiles_x, std::int64_t tiles_y, const char* step, con
 // TODO(step 1): thread (threadIdx.x, threadIdx.y) of block (blockIdx.x, blockIdx.y)
 //               computes C[row][col] with row along x (M) and col along y (N):
 //               acc = sum over p of A[row][p] * B[p][col]; then C[row][col] = blend(...).
-// Hint 1: do the bounds check (row < M, col < N) before the loop; return early.
-// Hint 2: use std::int64_t for row and col: row * lda can exceed 2^31 on big matrices.
-// Hint 3: row = blockIdx.x * blockDim.x + threadIdx.x; A[row * lda + p], B[p * ldb + col];
-//         float* c = C + row * ldc + col; *c = blend(acc, alpha, beta, c);
+// Hints, one at a time: bash scripts/course.sh hint matmul/naive
 // (Yes, x along M is the "wrong" choice: step 2 is about why. Write it this way first
 //  and measure it.)
 // ----------------------------------------------------------------------------
@@ -75,11 +72,7 @@ void launch_naive(const MatmulArgs& a) {
 //
 // TODO(step 2): the same kernel with the roles of x and y swapped, so the 32 lanes of
 //               a warp compute 32 consecutive columns of one row.
-// Hint 1: which accesses does a warp then share (one address) and which are contiguous?
-//         Write down, for one load instruction, the 32 addresses of A, B and C.
-// Hint 2: col comes from the x indices, row from the y indices; the grid's x now covers N.
-// Hint 3: col = blockIdx.x * blockDim.x + threadIdx.x; row = blockIdx.y * blockDim.y + threadIdx.y;
-//         grid = tile_grid(ceil_div(a.n, 32), ceil_div(a.m, 32), "matmul coalesced", "m", a.m).
+// Hints, one at a time: bash scripts/course.sh hint matmul/coalesced
 // ----------------------------------------------------------------------------
 __global__ void sgemm_coalesced_kernel(int M, int N, int K, float alpha, const float* __restrict__ A,
                                        std::int64_t lda, const float* __restrict__ B, std::int64_t ldb,
@@ -99,14 +92,7 @@ void launch_coalesced(const MatmulArgs& a) {
 //               element of the A tile (row, k0 + tx) and ONE of the B tile (k0 + ty, col)
 //               into shared memory, the block waits, then each thread accumulates 32
 //               products from shared memory, and the block waits again.
-// Hint 1: two barriers per step. Which race does each one prevent? (Remove one and
-//         run the tests a few times: the planted-bug test in test_matmul.cpp shows
-//         what that looks like.)
-// Hint 2: out-of-range elements (row >= M, col >= N, k >= K) must be stored as 0.0f,
-//         so the inner loop can always run all 32 terms without bounds checks.
-// Hint 3: As[ty][tx] = (row < M && k0 + tx < K) ? A[row * lda + k0 + tx] : 0.0f;
-//         Bs[ty][tx] = (k0 + ty < K && col < N) ? B[(k0 + ty) * ldb + col] : 0.0f;
-//         __syncthreads(); for p: acc += As[ty][p] * Bs[p][tx]; __syncthreads();
+// Hints, one at a time: bash scripts/course.sh hint matmul/smem_tiled
 // ----------------------------------------------------------------------------
 constexpr int kSmemTile = 32;
 
@@ -132,12 +118,7 @@ void launch_smem_tiled(const MatmulArgs& a) {
 //               the tiles (zeros outside), barrier, then for p in 0..BK-1 read
 //               b = Bs[p][thread_col] ONCE and do acc[i] += As[thread_row * TM + i][p] * b
 //               for i in 0..TM-1; barrier. Finally store the TM outputs that are in range.
-// Hint 1: the A element a thread loads is (tid / BK, tid % BK) of the tile, the B
-//         element (tid / BN, tid % BN); both are coalesced.
-// Hint 2: keep acc[TM] in registers: index it only with the (unrolled) loop counter.
-//         `#pragma unroll` on the p and i loops.
-// Hint 3: As is [BM][BK] stored flat: As[(thread_row * TM + i) * BK + p]; the store loop
-//         checks row < M for each i and col < N once.
+// Hints, one at a time: bash scripts/course.sh hint matmul/register_1d
 // ----------------------------------------------------------------------------
 template <int BM, int BN, int BK, int TM>
 __global__ void __launch_bounds__(BM * BN / TM)
@@ -164,12 +145,7 @@ void launch_register_1d(const MatmulArgs& a) {
 //               p in 0..BK-1 copy the thread's 8 values of column p of As into reg_m[8]
 //               and its 8 values of row p of Bs into reg_n[8], then do the 8x8 outer
 //               product acc[i][j] += reg_m[i] * reg_n[j]; barrier. Store 64 outputs.
-// Hint 1: thread_col = tid % (BN / TN), thread_row = tid / (BN / TN). The thread's
-//         outputs are rows thread_row * TM + i, columns thread_col * TN + j of the tile.
-// Hint 2: A tile loads: rows (tid / BK) + r for r = 0, 32, 64, 96 (256 threads / BK = 32
-//         rows per pass), column tid % BK. B tile: rows (tid / BN) + r for r = 0, 2, 4, 6.
-// Hint 3: 16 shared loads now feed 64 FMAs. Count the registers: 64 + 16 + addresses;
-//         build with -DCOURSE_PTXAS_VERBOSE=ON and check there are no spills.
+// Hints, one at a time: bash scripts/course.sh hint matmul/register_2d
 // ----------------------------------------------------------------------------
 template <int BM, int BN, int BK, int TM, int TN>
 __global__ void __launch_bounds__(BM * BN / (TM * TN))
@@ -199,12 +175,7 @@ void launch_register_2d(const MatmulArgs& a) {
 // m01::matmul_float4_ok(args); kVec = false must still work (scalar loads).
 // TODO(step 6): write load4<kVec> (4 elements of a row, zeros out of range), then the
 //               kernel, then the launch that picks the instantiation.
-// Hint 1: A tile 128x8 = 256 float4 = one per thread: row tid / 2, k (tid % 2) * 4.
-//         B tile 8x128 = 256 float4: row tid / 32, column (tid % 32) * 4.
-// Hint 2: near the right edge of a matrix a float4 may be partly outside: load the
-//         valid elements one by one and zero the rest. The same in the store.
-// Hint 3: *reinterpret_cast<const float4*>(&As[p * (BM + 4) + thread_row * TM]) reads
-//         four fragments at once; declare the shared arrays __align__(16).
+// Hints, one at a time: bash scripts/course.sh hint matmul/vectorized
 // ----------------------------------------------------------------------------
 void launch_vectorized(const MatmulArgs& a) {
   // TODO(step 6): write sgemm_vectorized_kernel<..., bool kVec> above, then launch it.

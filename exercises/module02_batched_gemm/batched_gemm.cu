@@ -37,15 +37,7 @@ namespace course::exercise {
 // names the argument and its value) when something does not fit the hardware:
 //   tile_m, tile_n, M, N < 1; num_heads or batch outside [1, 65535];
 //   tiles_m * tiles_n > 2^31 - 1 (m02::kMaxGridX).
-// Hint 1: gridDim.x may be as large as 2^31 - 1, gridDim.y and gridDim.z only 65535.
-//         Which of the three numbers grows with the sequence length squared?
-// Hint 2: tiles = ceil(M / tile_m) = (M + tile_m - 1) / tile_m. Test the product
-//         against the limit without computing an overflowing product:
-//         tiles_m <= kMaxGridX / tiles_n.
-// Hint 3: require_arg(batch >= 1 && batch <= m02::kMaxGridYZ, "batched_gemm_grid",
-//                     "batch", batch, "must be in [1, 65535] (gridDim.z)");
-//         ... the same for num_heads (gridDim.y), then
-//         g.x = static_cast<unsigned>(g.tiles_m * g.tiles_n); g.y = heads; g.z = batch.
+// Hints, one at a time: bash scripts/course.sh hint batched_gemm/grid
 // ----------------------------------------------------------------------------
 m02::BgemmGrid batched_gemm_grid(std::int64_t M, std::int64_t N, std::int64_t batch, std::int64_t num_heads,
                                  int tile_m, int tile_n) {
@@ -76,23 +68,7 @@ using namespace bgemm;
 //   A[k * lda + m] when it is stored K x M (kTransA == true: the X of dW = X^T dY in
 //   module 4's backward pass). Handle both in the LOADS only: the tiles in shared
 //   memory, and so the inner loop, are the same whatever the flags.
-// Hint 1: thread (tx, ty) = (threadIdx.x, threadIdx.y) owns output row
-//         tile_m * 32 + ty and column tile_n * 32 + tx. Out-of-range elements of the
-//         tiles must be loaded as 0 (M, N, K need not be multiples of 32), and
-//         out-of-range outputs must not be stored.
-// Hint 2: for kTransB, let consecutive threads (tx) read consecutive k of row
-//         n = tile_n * 32 + ty -- the coalesced direction -- and store the value
-//         transposed, Bs[tx][ty]. The padding column of Bs keeps that store free of
-//         bank conflicts. Two __syncthreads() per slab: after the tiles are written,
-//         and after they are used. kTransA is the mirror image: consecutive tx read
-//         consecutive m of row k0 + ty of the stored A (m = tile_m * 32 + tx) and store
-//         As[tx][ty]; As has the padding column in that case (see its declaration).
-// Hint 3: the loop body, for kTransA == false and kTransB == false:
-//           As[ty][tx] = (row < M && k0 + tx < K) ? a[row * lda + k0 + tx] : 0.f;
-//           Bs[ty][tx] = (k0 + ty < K && col < N) ? b[(k0 + ty) * ldb + col] : 0.f;
-//           __syncthreads();
-//           for (int k = 0; k < 32; ++k) acc += As[ty][k] * Bs[k][tx];
-//           __syncthreads();
+// Hints, one at a time: bash scripts/course.sh hint batched_gemm/smem_tiled
 // ----------------------------------------------------------------------------
 constexpr int kSmemTile = 32;
 
@@ -112,8 +88,6 @@ void launch_smem_tiled(const OpA& A, const OpB& B, const OpC& C, const Problem& 
   //   bgemm_smem_tiled_kernel<kTransA, kTransB> (from p.trans_a, p.trans_b) with
   //   dim3(g.x, g.y, g.z) blocks of dim3(32, 32) threads on p.stream, passing
   //   static_cast<int>(g.tiles_n); then COURSE_CHECK_LAUNCH("bgemm_smem_tiled_kernel").
-  // Hint: with_transposes(p, [&](auto ta, auto tb) {
-  //         bgemm_smem_tiled_kernel<decltype(ta)::value, decltype(tb)::value><<<...>>>(...); });
   (void)A, (void)B, (void)C, (void)p;
   throw NotImplemented("batched_gemm step smem_tiled (exercise 2)", __FILE__);
 }

@@ -35,10 +35,7 @@ using m02::BgemmStep;
 
 /// Matrix (b, h) of a strided operand.
 /// TODO(exercise 2a): return the address of element (0, 0) of matrix (b, h).
-/// Hint 1: strides are in elements, and `base` is a typed pointer: plain pointer
-///         arithmetic is already in elements.
-/// Hint 2: offsets can pass 2^31 - 1: the fp32 scores of B = 16, H = 32, N = 2048
-///         are 2^31 elements. int * int64_t is computed in 64 bits; int * int is not.
+/// Hints, one at a time: `bash scripts/course.sh hint batched_gemm/smem_tiled`
 template <class T>
 struct StridedOperand {
   T* base;
@@ -51,8 +48,6 @@ struct StridedOperand {
 
 /// Matrix (b, h) of a pointer-array operand: entry b * num_heads + h of `ptrs`.
 /// TODO(exercise 3a): return that entry.
-/// Hint: the array lives in device memory, so the kernel can read it like any other
-///       global array: one load per operand per block.
 template <class T>
 struct PointerArrayOperand {
   T* const* ptrs;
@@ -86,7 +81,7 @@ inline dim3 to_dim3(const m02::BgemmGrid& g) { return dim3(g.x, g.y, g.z); }
 
 /// Turns the run-time flags into compile-time ones: calls
 /// f(std::bool_constant<trans_a>{}, std::bool_constant<trans_b>{}); inside f,
-/// decltype(trans_a)::value is a constant usable as a template argument.
+/// the member `value` of decltype(trans_a) is a constant usable as a template argument.
 template <class F>
 void with_transposes(const Problem& p, F&& f) {
   if (p.trans_a) {

@@ -38,10 +38,7 @@ using m03::AttentionStrides;
 // Step 0: the stride arithmetic.
 // Element (b, h, n, c) of a tensor with strides s lives at  b*s.batch + h*s.head + n*s.seq + c.
 // TODO(step 0): return the offset of row n of head h of batch b (the c = 0 element).
-// Hint 1: one multiply-add per index; the same formula serves [B,H,N,d] and [B,N,H,d]:
-//         only the strides differ (see attention_strides() in the header).
-// Hint 2: do it in 64-bit: 16 batches x 32 heads x 32768 rows x 128 floats = 2^31 already.
-// Hint 3: return b * s.batch + h * s.head + n * s.seq;   (all std::int64_t)
+// Hints, one at a time: bash scripts/course.sh hint attention/row_offset
 // Until written it returns -1, which attention_row_offset() reports as NotImplemented.
 // ----------------------------------------------------------------------------
 __host__ __device__ __forceinline__ std::int64_t row_offset(const AttentionStrides& s, std::int64_t b, std::int64_t h,
@@ -60,13 +57,7 @@ __host__ __device__ __forceinline__ std::int64_t row_offset(const AttentionStrid
 // its accumulator by the returned factor alpha, then adds exp(s_j - m) (new m) to l and
 // exp(s_j - m) * v_j to the accumulator.
 // TODO(step 2a): update m and l, return alpha.
-// Hint 1: when the max grows, every term already in l was computed against the OLD max
-//         and must be multiplied by exp(m_old - m_new).
-// Hint 2: the order is everything: m_new = max(m, block_max); alpha = exp(m - m_new);
-//         l *= alpha; and only THEN m = m_new. Assigning the max first multiplies by
-//         exp(m_new - m_new) = 1, so l is never rescaled: try blocks [0] then [10] by hand.
-// Hint 3: a row that has seen only masked scores has m = -inf; if m_new is -inf too,
-//         exp(-inf - (-inf)) is NaN: return 1 in that case. (__expf is the fast exp.)
+// Hints, one at a time: bash scripts/course.sh hint attention/online_softmax_rescale
 // ----------------------------------------------------------------------------
 // TODO(step 2a): set to true once online_softmax_rescale is written.
 constexpr bool kOnlineUpdateWritten = false;
@@ -150,14 +141,7 @@ Params make_params(const AttentionArgs& a) {
 //   causal, N_q > N_k   : the first N_q - N_k rows see no key; softmax made them NaN,
 //                         so set those rows of O to 0 (zero_dead_rows_kernel below).
 // TODO(step 1): write the two small kernels and launch_naive.
-// Hint 1: module 2's StridedBatchedGemmArgs takes a batch stride, a head stride and a row
-//         stride per operand: for Q they are q_strides.batch/.head/.seq; for S they are
-//         H*N_q*N_k, N_q*N_k and N_k. Sizes: M = N_q, N = N_k, K = d for Q*K^T;
-//         M = N_q, N = d, K = N_k for P*V.
-// Hint 2: causal_mask_kernel: one block per score row r (grid-stride over rows), i = r % N_q;
-//         its threads stride over j from max(0, i + N_k - N_q + 1) to N_k.
-// Hint 3: m01::contiguous_softmax_args(s, s, rows, N_k, 1, a.stream) builds the softmax
-//         arguments; every call goes on a.stream, so no synchronization is needed between them.
+// Hints, one at a time: bash scripts/course.sh hint attention/naive
 // ----------------------------------------------------------------------------
 __global__ void causal_mask_kernel(float* s, long long rows, int seq_q, int seq_k, int causal_offset) {
   // TODO(step 1)
@@ -184,34 +168,17 @@ void launch_naive(const AttentionArgs& a) {
 //     acc = acc * alpha;  then for each j: p = exp(s_j - m), l += p, acc += p * v_j
 // and at the end O = acc / l, lse = m + log(l) (if p.lse is not null).
 // TODO(step 2b): write the kernel body (kCausal = false); then set kTiledWritten to true.
-// Hint 1: K/V head: kv head hk = h / p.group; the head's first row is
-//         p.k + row_offset(p.ks, b, hk, 0); row j is j * p.ks.seq floats further.
-// Hint 2: two __syncthreads() per tile: one before overwriting the tile (others may still
-//         read the previous one), one after filling it. Threads whose query row is
-//         >= N_q must still take part in both: no early return before the end.
-//         Keys >= N_k: store zeros in the tile (garbage V could be NaN, and NaN*0 = NaN)
-//         and give their scores -INFINITY.
-// Hint 3: compute all kTiledKV scores in a float s[kTiledKV] with the loop over d OUTSIDE
-//         and the loop over keys inside (#pragma unroll both): 32 independent sums instead
-//         of one long dependency chain. A row with l == 0 saw no key: O = 0, lse = -inf.
+// Hints, one at a time: bash scripts/course.sh hint attention/tiled_online
 //
 // Step 3: causal (kCausal = true). Query i sees key j iff j <= i + p.causal_offset.
 // TODO(step 3): skip the tiles no row of the block can see, mask only where needed;
 //               then set kCausalWritten to true.
-// Hint 1: the block's LAST row sees the most keys: loop kv0 only up to
-//         min(N_k, last_row + causal_offset + 1) (and not at all if that is <= 0).
-// Hint 2: a tile whose last key is <= q0 + causal_offset (the FIRST row's limit) needs no
-//         mask; only the others (and the tail tile) test each key.
-// Hint 3: launch the heaviest tiles first. Blocks start roughly in the order
-//         L = blockIdx.y * gridDim.x + blockIdx.x; take q_tile = gridDim.x - 1 - L / gridDim.y
-//         and pair = L % gridDim.y: the last q tiles of ALL heads then start first.
+// Hints, one at a time: bash scripts/course.sh hint attention/causal
 //
 // Step 5 (ALiBi only): if p.alibi, add  slope_h * (j - (i + causal_offset))  to each scaled
 // score before masking, with slope_h = 2^(-8 (h + 1) / H).
 // TODO(step 5): add the bias; then set kAlibiWritten to true.
-// Hint 1: compute the slope once per block (exp2f or exp2); h is the QUERY head.
-// Hint 2: the bias is a float of (long long)j - i - causal_offset: mind the sign.
-// Hint 3: lse must include the bias too: it is added to s before the max.
+// Hints, one at a time: bash scripts/course.sh hint attention/fused_options
 // ----------------------------------------------------------------------------
 constexpr int kTiledRows = 128;
 constexpr int kTiledKV = 32;
