@@ -8,6 +8,7 @@
 # usage: scripts/gpu_check.sh [options]
 #   --out DIR          where logs go (default: $OUT, else ./gpu-check-out)
 #   --no-tests | --no-sanitizer | --no-bench | --no-demo
+#   --compare          also run scripts/compare_torch.py (needs PyTorch)
 #   --tests REGEX      ctest -R filter
 #   --bench REGEX      --benchmark_filter for every module's benchmark binary
 #   --bench-time T     --benchmark_min_time (default 0.2s)
@@ -25,7 +26,7 @@ root=$PWD
 usage() { sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"; }
 
 out=${OUT:-$root/gpu-check-out}
-run_tests=1 run_sanitizer=1 run_bench=1 run_demo=1
+run_tests=1 run_sanitizer=1 run_bench=1 run_demo=1 run_compare=0
 test_filter="" bench_filter="." bench_time="0.2s" sanitize_filter="_(solution|exercise)$"
 while (($#)); do
   case "$1" in
@@ -34,6 +35,7 @@ while (($#)); do
     --no-sanitizer) run_sanitizer=0 ;;
     --no-bench) run_bench=0 ;;
     --no-demo) run_demo=0 ;;
+    --compare) run_compare=1 ;;
     --tests) test_filter=$2; shift ;;
     --bench) bench_filter=$2; shift ;;
     --bench-time) bench_time=$2; shift ;;
@@ -160,6 +162,19 @@ if ((run_sanitizer)); then
       sed -n 's/.*RACECHECK SUMMARY: \([0-9]*\) hazard.*/\1/p' | tail -1)
     [[ -n "$hazards" && "$hazards" != 0 ]] && note "  racecheck on planted bugs of $(basename "$bin"): $hazards hazards found (expected: they are deliberate)"
   done
+fi
+
+# ---- the PyTorch bridge: its GPU tests (every op against float64 PyTorch references) and,
+# with --compare, every op beside PyTorch / FlashAttention-2 / cuDNN (scripts/compare_torch.py)
+if ((run_tests)) && python3 -c 'import torch, pytest' 2>/dev/null; then
+  t0=$SECONDS
+  python3 -m pytest "$root/bindings/python/tests" -q -rs -p no:cacheprovider >"$out/bridge.txt" 2>&1
+  note "bridge pytest: rc=$? in $((SECONDS - t0)) s: $(tail -1 "$out/bridge.txt")"
+fi
+if ((run_compare)); then
+  t0=$SECONDS
+  timeout 1200 python3 "$root/scripts/compare_torch.py" --out "$out/compare_torch.json" >"$out/compare.txt" 2>&1
+  note "compare_torch: rc=$? in $((SECONDS - t0)) s (table in compare.txt)"
 fi
 
 # ---- the training demo: it must learn, pass its gradient check and reproduce its bits
