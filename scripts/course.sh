@@ -71,13 +71,26 @@ build() {
 
 have_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
 
+# The course's no-GPU wording (as in the tests, demos and benchmarks): the plain headline,
+# then what the system said, for those who want it.
+no_gpu_note() {
+  local raw
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    raw="nvidia-smi: $(nvidia-smi -L 2>&1 | head -1)"
+  else
+    raw="nvidia-smi: command not found"
+  fi
+  echo "[course] no NVIDIA GPU found: $1"
+  echo "[course]   ($raw)"
+}
+
 # `<command> --help`: the command's own help (scripts/course.py has one for each).
 if [[ "${2:-}" == -h || "${2:-}" == --help ]]; then exec python3 scripts/course.py "$cmd" --help; fi
 
 case "$cmd" in
   demo)
     install_packages; check_cuda; build
-    have_gpu || echo "[course] no GPU found: the demos print the CPU reference results only."
+    have_gpu || no_gpu_note "the demos print the CPU reference results only"
     for d in "$build_dir"/module0*/m0*_*; do
       [[ -x "$d" && -f "$d" ]] || continue
       case "$(basename "$d")" in *_bench|*_solution|*_exercise|*_planted|*_cpu_*) continue ;; esac

@@ -52,9 +52,9 @@ void set_flops(benchmark::State& state, double flops, double ceiling_tflops) {
 }
 
 bool require_device(benchmark::State& state) {
-  std::string why;
-  if (cuda_device_available(&why)) return true;
-  state.SkipWithError(why.c_str());
+  const std::optional<NoGpuReason> reason = no_gpu_reason();
+  if (!reason) return true;
+  state.SkipWithError(reason->headline.c_str());
   return false;
 }
 
@@ -240,9 +240,8 @@ class SummaryReporter : public benchmark::ConsoleReporter {
 int run_with_summary(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  std::string why;
-  if (!cuda_device_available(&why)) {
-    std::cerr << "[course] " << why << ": benchmarks need a GPU; nothing to run.\n";
+  if (const std::optional<NoGpuReason> reason = no_gpu_reason()) {
+    std::cerr << "[course] " << reason->text("the benchmarks need one; nothing to run", "[course]   ") << "\n";
     return 0;
   }
   std::cout << "[course] device: " << device_summary() << "\n"

@@ -13,18 +13,14 @@
 namespace course::demo {
 
 std::optional<std::string> no_device_reason() {
-  std::string why;
-  if (cuda_device_available(&why)) return std::nullopt;
-  const std::string prefix = "no usable CUDA device: ";  // device.cpp's wording; the banner says it already
-  if (why.rfind(prefix, 0) == 0) why.erase(0, prefix.size());
-  return why;
+  const std::optional<NoGpuReason> reason = no_gpu_reason();
+  if (!reason) return std::nullopt;
+  return reason->text("showing the CPU reference results only");
 }
 
 bool device_or_explain() {
   if (const auto why = no_device_reason()) {
-    std::printf("no CUDA device: %s\n"
-                "Showing the CPU reference results only; the kernels need an NVIDIA GPU (sm_80 or newer).\n",
-                why->c_str());
+    std::printf("%s\n", why->c_str());
     return false;
   }
   std::printf("device: %s\n", device_summary().c_str());

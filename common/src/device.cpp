@@ -1,38 +1,60 @@
 #include "course/device.hpp"
 
+#include <fstream>
 #include <sstream>
 #include <string>
 
 namespace course {
 
-bool cuda_device_available(std::string* why) {
+namespace {
+
+/// True when an NVIDIA kernel driver is loaded (Linux: /proc/driver/nvidia/version). It
+/// tells "this machine has no NVIDIA GPU" from "its driver is older than the runtime"
+/// when the runtime answers cudaErrorInsufficientDriver, which it does in both cases.
+bool nvidia_driver_loaded() { return static_cast<bool>(std::ifstream("/proc/driver/nvidia/version")); }
+
+std::string runtime_error_text(const char* call, cudaError_t code) {
+  return std::string(call) + " returned " + cudaGetErrorName(code) + " (" + cudaGetErrorString(code) + ")";
+}
+
+}  // namespace
+
+std::string NoGpuReason::text(const std::string& consequence, const std::string& indent) const {
+  return headline + (consequence.empty() ? "" : ": " + consequence) + "\n" + indent + "(CUDA runtime: " + detail + ")";
+}
+
+std::optional<NoGpuReason> no_gpu_reason() {
   int count = 0;
   const cudaError_t code = cudaGetDeviceCount(&count);
   if (code != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky-free error so later calls start clean
-    if (why) *why = std::string("no usable CUDA device: cudaGetDeviceCount returned ") +
-                    cudaGetErrorName(code) + " (" + cudaGetErrorString(code) + ")";
-    return false;
+    cudaGetLastError();  // clear the (non-sticky) error so later calls start clean
+    const bool old_driver = code == cudaErrorInsufficientDriver && nvidia_driver_loaded();
+    return NoGpuReason{old_driver ? "no usable NVIDIA GPU: its driver is older than this CUDA runtime needs "
+                                    "(update the NVIDIA driver)"
+                                  : "no NVIDIA GPU found",
+                       runtime_error_text("cudaGetDeviceCount", code)};
   }
-  if (count == 0) {
-    if (why) *why = "no usable CUDA device: the driver reports 0 devices";
-    return false;
-  }
+  if (count == 0) return NoGpuReason{"no NVIDIA GPU found", "cudaGetDeviceCount found 0 devices"};
   int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  if (err != cudaSuccess) {
     cudaGetLastError();
-    if (why) *why = "no usable CUDA device: its compute capability could not be read";
-    return false;
+    return NoGpuReason{"no usable NVIDIA GPU: its compute capability could not be read",
+                       runtime_error_text("cudaDeviceGetAttribute", err)};
   }
-  if (major < 8) {  // cp.async, ldmatrix, bf16 mma.sync: every module needs sm_80+
-    if (why)
-      *why = "no usable CUDA device: device " + std::to_string(dev) + " is sm_" + std::to_string(major) +
-             std::to_string(minor) + ", the course's kernels need sm_80 or newer";
-    return false;
-  }
-  return true;
+  if (major < 8)  // cp.async, ldmatrix, bf16 mma.sync: every module needs sm_80+
+    return NoGpuReason{"no usable NVIDIA GPU: device " + std::to_string(dev) + " is sm_" + std::to_string(major) +
+                           std::to_string(minor) + "; the course's kernels need sm_80 (Ampere) or newer",
+                       "compute capability " + std::to_string(major) + "." + std::to_string(minor)};
+  return std::nullopt;
+}
+
+bool cuda_device_available(std::string* why) {
+  const std::optional<NoGpuReason> reason = no_gpu_reason();
+  if (reason && why) *why = reason->text();
+  return !reason;
 }
 
 const cudaDeviceProp& device_properties() {
@@ -47,8 +69,8 @@ const cudaDeviceProp& device_properties() {
 }
 
 std::string device_summary() {
-  std::string why;
-  if (!cuda_device_available(&why)) return why;
+  if (const std::optional<NoGpuReason> reason = no_gpu_reason())
+    return reason->headline + " (CUDA runtime: " + reason->detail + ")";
   const cudaDeviceProp& p = device_properties();
   int driver = 0, runtime = 0;
   cudaDriverGetVersion(&driver);

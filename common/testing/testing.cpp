@@ -22,8 +22,7 @@ std::uint64_t test_seed() {
 }
 
 void GpuTest::SetUp() {
-  std::string why;
-  if (!cuda_device_available(&why)) GTEST_SKIP() << why << " -- GPU tests need an NVIDIA GPU (sm_80 or newer).";
+  if (const auto reason = no_gpu_reason()) GTEST_SKIP() << reason->text("this GPU test skips");
   seed_ = test_seed();
 }
 

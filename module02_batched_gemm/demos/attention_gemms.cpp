@@ -274,8 +274,7 @@ int main(int argc, char** argv) {
     course::fill_random(pr.v, seed + 2, -1.0, 1.0);
 
     if (const auto why = course::demo::no_device_reason()) {
-      std::printf("\nno CUDA device: %s\nThe GPU steps cannot run; above and below are the CPU references.\n",
-                  why->c_str());
+      std::printf("\n%s\n", why->c_str());
       if (ref_cost > (std::int64_t{1} << 30)) {
         std::printf("(attention reference skipped: B*H*N*N*d = %lld is slow on one CPU core; pass smaller sizes)\n",
                     static_cast<long long>(ref_cost));

@@ -6,7 +6,7 @@
 /// lesson's worked example and then at a realistic size, and prints each step's result,
 /// its error against the CPU reference and its time. This header holds the shared parts:
 ///
-/// - run(): the "device: ..." or "no CUDA device: ..." banner, then the demo, with errors
+/// - run(): the "device: ..." or "no NVIDIA GPU found: ..." banner, then the demo, with errors
 ///   turned into one line and exit code 1;
 /// - Ladder: every selected step x {solution, exercise}, each run once on poisoned output,
 ///   an exercise that is not written yet (course::NotImplemented) shown as such; as
@@ -50,13 +50,13 @@ namespace course::demo {
 // ---------------------------------------------------------------------------------------
 // Device banner and error handling
 
-/// Why no kernel can run here ("cudaGetDeviceCount returned ..."), or nullopt when a CUDA
-/// device is usable.
+/// The demos' no-GPU banner, nullopt when a CUDA device is usable: the course's wording
+/// (course::NoGpuReason) in two lines, "no NVIDIA GPU found: showing the CPU reference
+/// results only", then the CUDA runtime's words.
 std::optional<std::string> no_device_reason();
 
 /// With a device: prints "device: " and device_summary(), returns true. Without: prints
-/// "no CUDA device: " and no_device_reason(), then that only the CPU reference results
-/// follow, and returns false.
+/// no_device_reason() and returns false.
 bool device_or_explain();
 
 /// The frame of a demo's main(): device_or_explain(), then `body(gpu)`. Returns the exit

@@ -7,16 +7,37 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace course {
 
-/// True when a CUDA device can run kernels. When false, `why` (if given) says why
-/// (no driver, no device, ...), so tests can skip with a clear message.
+/// Why the course's kernels cannot run here, said the same way by every test, demo,
+/// benchmark and script: a plain headline first, the CUDA runtime's own words second.
+struct NoGpuReason {
+  /// "no NVIDIA GPU found" (also when the runtime's error sounds like a driver problem but
+  /// no NVIDIA driver is loaded: a machine without a GPU), or "no usable NVIDIA GPU: ..."
+  /// naming what is wrong with the one found (its driver, its compute capability).
+  std::string headline;
+  /// What the CUDA runtime reported, e.g. "cudaGetDeviceCount returned
+  /// cudaErrorInsufficientDriver (CUDA driver version is insufficient for CUDA runtime version)".
+  std::string detail;
+
+  /// The two lines every program prints: `headline` + ": " + `consequence` (when not
+  /// empty), then `indent` + "(CUDA runtime: " + `detail` + ")".
+  std::string text(const std::string& consequence = "", const std::string& indent = "  ") const;
+};
+
+/// nullopt when a CUDA device the course can use (sm_80 or newer) is present, else why not.
+std::optional<NoGpuReason> no_gpu_reason();
+
+/// True when a CUDA device can run kernels. When false, `why` (if given) gets
+/// no_gpu_reason()->text(): the headline, then the runtime's words on a second line.
 bool cuda_device_available(std::string* why = nullptr);
 
-/// One line naming the current device: "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, driver 13.0)".
+/// One line naming the current device: "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, driver 13.0)";
+/// without one, the no-GPU headline and the runtime's words on one line.
 std::string device_summary();
 
 /// Properties of the current device (cached after the first call).

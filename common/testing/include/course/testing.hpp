@@ -26,8 +26,9 @@ namespace impl = ::course::COURSE_IMPL;
 namespace course::testing {
 
 /// Fixture for tests that launch kernels: skips (not fails) when no CUDA device is
-/// usable, with the reason, e.g. "no CUDA device: cudaGetDeviceCount returned
-/// 'no CUDA-capable device is detected'". Also exposes a per-test seed.
+/// usable, with the course's no-GPU wording (course::NoGpuReason): "no NVIDIA GPU found:
+/// this GPU test skips", then the CUDA runtime's words on a second line. Also exposes a
+/// per-test seed.
 class GpuTest : public ::testing::Test {
  protected:
   void SetUp() override;
