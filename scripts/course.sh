@@ -21,6 +21,36 @@ esac
 packages=(cmake ninja-build g++ libgtest-dev libbenchmark-dev libcli11-dev python3)
 doc_packages=(doxygen graphviz doxygen-awesome-css)
 
+# True while another process (apt-get, dpkg, unattended-upgrades at boot) holds one of the
+# apt/dpkg locks: their inodes in /proc/locks (no fuser, no root needed).
+apt_lock_held() {
+  local f ino
+  for f in /var/lib/dpkg/lock-frontend /var/lib/dpkg/lock /var/lib/apt/lists/lock /var/cache/apt/archives/lock; do
+    ino=$(stat -c %i "$f" 2>/dev/null) || continue
+    grep -qE "^[0-9]+: .* [0-9a-f]+:[0-9a-f]+:${ino} " /proc/locks 2>/dev/null && return 0
+  done
+  return 1
+}
+
+# Waits (up to 10 minutes, saying so) until no one holds the apt/dpkg locks. apt-get itself
+# also waits (DPkg::Lock::Timeout, apt 1.9+); this covers older apt and `apt-get update`.
+wait_for_apt_lock() {
+  local waited=0
+  apt_lock_held || return 0
+  echo "[course] another package manager is running (apt-get, dpkg or unattended upgrades after boot):"
+  echo "[course] waiting for it to release its lock before installing (up to 10 minutes)..."
+  while apt_lock_held; do
+    if ((waited >= 600)); then
+      echo "[course] the apt/dpkg lock is still held after 10 minutes; try again later, or see" \
+        "'ps aux | grep -E \"apt|dpkg\"'" >&2
+      return 1
+    fi
+    sleep 5
+    waited=$((waited + 5))
+  done
+  echo "[course] the lock is free after ${waited} s."
+}
+
 install_packages() {
   [[ "${COURSE_SKIP_INSTALL:-0}" == 1 ]] && return 0
   local missing=()
@@ -34,15 +64,23 @@ install_packages() {
   ((${#missing[@]} + ${#missing_docs[@]} == 0)) && return 0
   local sudo=""
   [[ $(id -u) -ne 0 ]] && sudo=sudo
-  $sudo apt-get update -qq
+  # apt-get waits up to 10 minutes for a dpkg lock itself (apt 1.9+); `env` keeps
+  # DEBIAN_FRONTEND through sudo.
+  local apt=($sudo env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600)
+  if ! { wait_for_apt_lock && "${apt[@]}" update -qq; }; then
+    # Only the course's own packages make this fatal; the docs ones are best-effort.
+    ((${#missing[@]})) && { echo "[course] apt-get update failed; missing: ${missing[*]}" >&2; exit 1; }
+    echo "[course] could not update the package lists: the 'docs' target will be unavailable"
+    return 0
+  fi
   if ((${#missing[@]})); then
     echo "[course] installing: ${missing[*]}"
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    wait_for_apt_lock || exit 1
+    "${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}"
   fi
   if ((${#missing_docs[@]})); then
     echo "[course] installing (for the docs): ${missing_docs[*]}"
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing_docs[@]}" ||
-      echo "[course] could not install ${missing_docs[*]}: the 'docs' target will be unavailable"
+    { wait_for_apt_lock && "${apt[@]}" install -y -qq --no-install-recommends "${missing_docs[@]}"; } || echo "[course] could not install ${missing_docs[*]}: the 'docs' target will be unavailable"
   fi
 }
 
