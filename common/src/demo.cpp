@@ -88,6 +88,23 @@ void print_side_by_side(const std::vector<std::string>& titles, const std::vecto
   }
 }
 
+void print_wrapped(const std::string& text, const std::string& indent, std::size_t width) {
+  std::string line;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find(' ', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string word = text.substr(start, end - start);
+    if (!line.empty() && indent.size() + line.size() + 1 + word.size() > width) {
+      std::printf("%s%s\n", indent.c_str(), line.c_str());
+      line.clear();
+    }
+    if (!word.empty()) line += (line.empty() ? "" : " ") + word;
+    start = end + 1;
+  }
+  if (!line.empty()) std::printf("%s%s\n", indent.c_str(), line.c_str());
+}
+
 std::string preview(const std::vector<double>& values, std::size_t count) {
   std::string s = "[";
   for (std::size_t i = 0; i < std::min(count, values.size()); ++i) s += format(" %.6g", values[i]);

@@ -22,7 +22,8 @@ const course::demo::VectorReduction<course::m01::ReduceStep, course::m01::Reduce
     [](const std::vector<const float*>& in, std::int64_t n, float* result, float* ws, std::size_t ws_bytes) {
       return course::m01::ReduceArgs{in[0], in[1], n, result, ws, ws_bytes};
     },
-    course::m01::reduce_workspace_bytes};
+    course::m01::reduce_workspace_bytes,
+    course::m01::reduce_step_numerics};
 
 }  // namespace
 

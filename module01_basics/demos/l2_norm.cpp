@@ -25,7 +25,8 @@ const course::demo::VectorReduction<ReduceStep, ReduceArgs> kL2Norm{
     [](const std::vector<const float*>& in, std::int64_t n, float* result, float* ws, std::size_t ws_bytes) {
       return ReduceArgs{in[0], nullptr, n, result, ws, ws_bytes};
     },
-    course::m01::reduce_workspace_bytes};
+    course::m01::reduce_workspace_bytes,
+    course::m01::reduce_step_numerics};
 
 }  // namespace
 

@@ -87,6 +87,10 @@ std::vector<std::string> matrix_lines(const std::vector<double>& values, std::in
 /// Prints blocks of lines (e.g. matrix_lines()) side by side, each under its title.
 void print_side_by_side(const std::vector<std::string>& titles, const std::vector<std::vector<std::string>>& blocks);
 
+/// Prints `text` wrapped to lines of at most `width` characters, each starting with
+/// `indent` (a word longer than a line gets a line of its own).
+void print_wrapped(const std::string& text, const std::string& indent, std::size_t width = 92);
+
 /// The first `count` values as "[ 0.1 0.2 0.3 0.4 ]" (%.6g each).
 std::string preview(const std::vector<double>& values, std::size_t count = 4);
 
@@ -174,6 +178,9 @@ struct TableOptions {
   bool show_value = false;                   ///< a "result" column with the first output value
   std::function<Timing(Step)> timing;        ///< per step; unset: Timing{}
   std::optional<Ceiling> ceiling;            ///< a reference row and ratio column
+  /// Set: the lesson's word on a step whose result may miss the tolerance by design
+  /// ("" for the others), printed right under the first of its rows marked NO.
+  std::function<std::string(Step)> why_off;
 };
 
 /// One implementation's run of one step (see Ladder::for_each_step).
@@ -284,6 +291,7 @@ class Ladder {
                   "-", "-", c.ms, options.work->decimals, options.work->rate(c.ms), 1.0);
     }
     for_each_step(args, out, [&](const std::array<Run<Step, Args>, 2>& runs) {
+      bool explained = false;  // the step's note is printed once, under its first NO
       for (const auto& r : runs) {
         std::printf("   %-*s", w, r.label.c_str());
         if (!r.output) {
@@ -302,6 +310,11 @@ class Ladder {
           if (options.ceiling) std::printf(" %8.2f", options.ceiling->ms / t.median_ms);
         }
         std::printf("\n");
+        if (!cmp.ok() && !explained && options.why_off) {
+          const std::string why = options.why_off(r.step.step);
+          if (!why.empty()) print_wrapped("why NO: " + why, "      ");
+          explained = true;
+        }
       }
     });
   }
@@ -420,6 +433,8 @@ struct VectorReduction {
   std::function<Args(const std::vector<const float*>&, std::int64_t, float*, float*, std::size_t)> args;
   /// Workspace bytes for length n.
   std::function<std::size_t(std::int64_t)> workspace_bytes;
+  /// The lesson's word on a step that may miss the tolerance by design (TableOptions::why_off).
+  std::function<std::string(Step)> why_off;
 };
 
 /// One part of a vector-reduction demo: prints the CPU reference of `inputs`, then (with
@@ -442,6 +457,7 @@ void reduction_table(const VectorReduction<Step, Args>& op, const Ladder<Step, A
   const Tolerance tol = tolerance_for(DType::f32, std::max<std::int64_t>(n, 1));
   TableOptions<Step> options;
   options.show_value = true;
+  options.why_off = op.why_off;
   if (timed) options.work = Work::bytes(4.0 * static_cast<double>(op.inputs) * static_cast<double>(n));
   ladder.table(args, result, [&](const std::vector<float>& got) { return compare_scalar(got.at(0), ref, tol); },
                options);
