@@ -37,8 +37,12 @@ ROOT = Path(__file__).resolve().parent.parent
 TTY = sys.stdout.isatty()
 
 
+# Where messages go: stdout, or stderr while stdout carries JSON (list --json).
+MESSAGES = sys.stdout
+
+
 def say(msg: str = "") -> None:
-    print(msg, flush=True)
+    print(msg, file=MESSAGES, flush=True)
 
 
 def rel(path) -> str:
@@ -602,6 +606,9 @@ def modules_of(course: Course, steps: List[Step]) -> List[Module]:
 
 
 def cmd_list(args) -> int:
+    global MESSAGES
+    if args.json:
+        MESSAGES = sys.stderr
     course = Course(args)
     steps = course.steps
     if args.module:
@@ -628,7 +635,7 @@ def cmd_list(args) -> int:
                     "state": states[s.id].state, "detail": states[s.id].detail, "file": states[s.id].file,
                     "tests": len(states[s.id].results), "passed": states[s.id].count("passed")}
                    for s in steps], sys.stdout, indent=1)
-        say()
+        print()
         return 0
     width = max(len(s.id) for s in steps) + 2
     first_open = None
@@ -651,7 +658,7 @@ def cmd_list(args) -> int:
                 note = f"  edit {st.file}"
             elif st.state in ("unsupported", "skipped"):
                 note = "  " + st.detail.splitlines()[0][:100]
-            say(f"  {s.number:3d}  {s.id:<{width}}{STATE_LABEL[st.state]:<15}{note}")
+            say(f"  {s.number:3d}  {s.id:<{width}}{STATE_LABEL[st.state]:<15}{note}".rstrip())
             if first_open is None and st.state != "done":
                 first_open = s
     done = totals.get("done", 0)
@@ -659,6 +666,9 @@ def cmd_list(args) -> int:
         f"{v} {STATE_LABEL[k]}" for k, v in totals.items() if k != "done"))
     if totals.get("needs_gpu"):
         say("Steps marked 'needs a GPU' build, but their tests skip here: they run on an NVIDIA GPU (sm_80+).")
+        here = [s.id for s in steps if states[s.id].state not in ("needs_gpu", "done")]
+        if here:
+            say("Checkable here, without a GPU: " + ", ".join(here))
     if first_open:
         say(f"Next: bash scripts/course.sh check {first_open.id}    (hints: bash scripts/course.sh hint {first_open.id})")
     return 0
@@ -683,7 +693,7 @@ def report_step(step: Step, st: StepState, verbose: bool) -> None:
         if r.kind not in ("passed", "failed", "crashed"):
             key = (r.kind, r.message.split("\n")[0])
             skips[key] = skips.get(key, 0) + 1
-    say(f"\n{len(res)} tests: {len(by_kind.get('passed', []))} passed, "
+    say(f"\n{len(res)} test{'' if len(res) == 1 else 's'}: {len(by_kind.get('passed', []))} passed, "
         f"{len(by_kind.get('failed', [])) + len(by_kind.get('crashed', []))} failed, "
         f"{sum(skips.values())} skipped")
     for (kind, msg), n in sorted(skips.items(), key=lambda kv: -kv[1]):
@@ -700,7 +710,8 @@ def say_what_next(course: Course, step: Step, st: StepState) -> None:
         nxt = next_step_after(course, step)
         say(f"\n[course] {step.id}: DONE." + (f" Next: {nxt.id} -- bash scripts/course.sh check {nxt.id}" if nxt
                                              else " That was the last step of the course."))
-        say(f"[course] see it beside the solution and the library: bash scripts/course.sh bench {step.id}")
+        if step.in_table:
+            say(f"[course] see it beside the solution and the library: bash scripts/course.sh bench {step.id}")
     elif s == "failing":
         say(f"\n[course] {step.id}: FAILING (first failure above). "
             f"A hint: bash scripts/course.sh hint {step.id}")
@@ -847,7 +858,8 @@ def check_hint_store(course: Course, args) -> int:
                     problems.append(f"{rel(path)}: '## {s.step}' has no '### Hint 1'")
                 if s.step not in names and not s.tests:
                     problems.append(f"{rel(path)}: '## {s.step}' is not a step of {op}: it needs a 'Tests:' line")
-        for stub in sorted((ROOT / "exercises" / mod.dir).glob("*.cu")):
+        stubs = [p for p in (ROOT / "exercises" / mod.dir).iterdir() if p.suffix in (".cu", ".cuh", ".hpp")]
+        for stub in sorted(stubs):
             text = stub.read_text()
             for i, line in enumerate(text.splitlines(), 1):
                 if re.match(r"\s*//+\s*Hint( \d+)?:", line):

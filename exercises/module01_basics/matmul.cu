@@ -4,6 +4,8 @@
 /// Read module01_basics/README.md, "Matrix multiply", then fill in one step at a time.
 /// Run its tests with:   ctest --preset default -L exercise -R MatmulTest
 /// A step you have not written throws NotImplemented and its tests show SKIPPED.
+/// Hints, one at a time: `bash scripts/course.sh hint matmul/<step>`
+/// (all of them: exercises/module01_basics/hints/matmul.md).
 /// Compare with the solution and cuBLAS:  ./build/module01_basics/m01_bench --benchmark_filter=sgemm
 ///
 /// Conventions for every step (the tests check all of them):

@@ -13,6 +13,8 @@
 ///   tensor_core, wgmma             batched_gemm_tensor_core.cu
 /// Run the tests with:   ctest --preset default -L exercise -R Bgemm
 /// and the benchmark:    ./build/module02_batched_gemm/m02_bench --benchmark_filter='smem_tiled'
+/// Hints, one at a time: `bash scripts/course.sh hint batched_gemm/<step>`
+/// (all of them: exercises/module02_batched_gemm/hints/batched_gemm.md).
 
 #include "batched_gemm_device.cuh"
 

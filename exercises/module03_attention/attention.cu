@@ -12,6 +12,8 @@
 ///   5. fused_options (ALiBi only)  a per-head linear bias on the scores
 /// Run the tests with:   ctest --preset default -L exercise -R Attention
 /// A step you have not written throws NotImplemented and its tests show SKIPPED.
+/// Hints, one at a time: `bash scripts/course.sh hint attention/<step>`
+/// (all of them: exercises/module03_attention/hints/attention.md).
 
 #include "module01/softmax.hpp"
 #include "module02/batched_gemm.hpp"
