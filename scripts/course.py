@@ -646,8 +646,9 @@ def cmd_list(args) -> int:
         for s in ms:
             counts[states[s.id].state] = counts.get(states[s.id].state, 0) + 1
             totals[states[s.id].state] = totals.get(states[s.id].state, 0) + 1
-        summary = ", ".join(f"{v} {STATE_LABEL[k]}" for k, v in sorted(counts.items(), key=lambda kv: list(STATE_LABEL).index(kv[0])))
-        say(f"\n{m.title}  [{counts.get('done', 0)}/{len(ms)} done: {summary}]")
+        summary = ", ".join(f"{v} {STATE_LABEL[k]}" for k, v in sorted(counts.items(), key=lambda kv: list(STATE_LABEL).index(kv[0]))
+                            if k != "done")
+        say(f"\n{m.title}  [{counts.get('done', 0)}/{len(ms)} done" + (f"; {summary}]" if summary else "]"))
         for s in ms:
             st = states[s.id]
             note = ""
