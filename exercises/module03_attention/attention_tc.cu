@@ -1,14 +1,816 @@
 /// @file attention_tc.cu
-/// @brief YOUR tensor-core attention steps (module 3, bf16 Q/K/V/O, fp32 accumulation).
-/// (Placeholder while the exercises are written: every step throws NotImplemented.)
+/// @brief YOUR tensor-core attention steps (module 3): bf16 Q, K, V, O; fp32 accumulation,
+/// softmax statistics and lse.
+///
+/// Read module03_attention/README.md, section 11 (the mma fragment layouts, swizzling, the
+/// pipeline) and include/module03/attention.hpp (AttentionArgsBf16) first. Then, in order:
+///   6. tc_mma                 the two GEMMs of a tile with mma.sync and ldmatrix (6a, 6b)
+///   7. tc_swizzled_pipelined  the XOR swizzle that removes ldmatrix's bank conflicts (7)
+///   8. tc_register_softmax    the online softmax on the accumulator fragments (8a) and P
+///                             re-packed as the A operand of P V (8b)
+///   9. tc_flash2              FlashAttention-2's tile shapes for your step-8 kernel (9)
+/// Everything else is given: tile loads (synchronous, then a cp.async ring), the shared-
+/// memory softmax of steps 6-7, the masks, the epilogues, the launches. The PTX wrappers
+/// (ldmatrix_x4, ldmatrix_x4_trans, mma_m16n8k16_bf16_f32, cp.async, ex2_approx) are in
+/// common/include/course/cuda/mma_ptx.cuh: read their comments, they give the layouts.
+/// Run the tests with:   ctest --preset default -L exercise -R attention_tc
+/// A step you have not written throws NotImplemented and its tests show SKIPPED.
 
 #include "module03/attention.hpp"
 
+#include "course/cuda/mma_ptx.cuh"
+#include "course/cuda/warp_reduce.cuh"
+#include "course/error.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
 namespace course::exercise {
+namespace {
+
+using bf16 = __nv_bfloat16;
+using m03::AttentionArgsBf16;
+using m03::AttentionStep;
+using m03::AttentionStrides;
+
+// ============================================================================ given ====
+
+/// Everything a kernel needs, by value.
+struct TcParams {
+  const bf16* q;
+  const bf16* k;
+  const bf16* v;
+  bf16* o;
+  float* lse;  ///< may be null
+  AttentionStrides qs, ks, vs, os;
+  int heads, group, seq_q, seq_k;
+  int causal_offset;  ///< N_k - N_q: query i sees key j iff j <= i + causal_offset
+  float scale;        ///< natural units
+  float scale_log2;   ///< scale * log2(e)
+};
+
+TcParams make_tc_params(const AttentionArgsBf16& a) {
+  TcParams p{};
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.o = a.o;
+  p.lse = a.lse;
+  p.qs = a.q_strides;
+  p.ks = a.k_strides;
+  p.vs = a.v_strides;
+  p.os = a.o_strides;
+  p.heads = static_cast<int>(a.heads);
+  p.group = static_cast<int>(a.heads / a.kv_heads);
+  p.seq_q = static_cast<int>(a.seq_q);
+  p.seq_k = static_cast<int>(a.seq_k);
+  p.causal_offset = static_cast<int>(a.seq_k - a.seq_q);
+  p.scale = m03::effective_scale(a);
+  p.scale_log2 = p.scale * 1.4426950408889634f;
+  return p;
+}
+
+__host__ __device__ __forceinline__ std::int64_t row_offset(const AttentionStrides& s, std::int64_t b, std::int64_t h,
+                                                            std::int64_t n) {
+  return b * s.batch + h * s.head + n * s.seq;
+}
+
+/// Heaviest query tiles of all heads first when causal (step 3's order).
+__device__ __forceinline__ void block_coordinates(bool causal, int& q_tile, int& bh) {
+  if (!causal) {
+    q_tile = static_cast<int>(blockIdx.x);
+    bh = static_cast<int>(blockIdx.y);
+    return;
+  }
+  const long long linear = static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x;
+  q_tile = static_cast<int>(gridDim.x - 1 - linear / gridDim.y);
+  bh = static_cast<int>(linear % gridDim.y);
+}
+
+template <bool kCausal>
+__device__ __forceinline__ int kv_end(const TcParams& p, int q0, int rows) {
+  if (!kCausal) return p.seq_k;
+  const long long last_row = min(static_cast<long long>(q0) + rows, static_cast<long long>(p.seq_q)) - 1;
+  const long long end = last_row + p.causal_offset + 1;
+  return static_cast<int>(end < 0 ? 0 : (end > p.seq_k ? p.seq_k : end));
+}
+
+template <bool kCausal, int kKeys>
+__device__ __forceinline__ bool tile_needs_mask(const TcParams& p, int first_row, int kv0) {
+  const long long last_key = static_cast<long long>(kv0) + kKeys - 1;
+  return last_key >= p.seq_k || (kCausal && last_key > static_cast<long long>(first_row) + p.causal_offset);
+}
+
+template <bool kCausal>
+__device__ __forceinline__ bool key_hidden(const TcParams& p, int row, int key) {
+  return key >= p.seq_k || (kCausal && static_cast<long long>(key) > static_cast<long long>(row) + p.causal_offset);
+}
+
+__device__ __forceinline__ std::uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const std::uint32_t*>(&v);
+}
+
+/// The online update of steps 2-5 (your online_softmax_rescale of attention.cu, repeated
+/// here so that this file stands alone): returns alpha, updates m (scaled scores) and l.
+__device__ __forceinline__ float online_rescale(float& m, float& l, float block_max) {
+  const float m_new = fmaxf(m, block_max);
+  const float alpha = m_new == -INFINITY ? 1.f : __expf(m - m_new);
+  l *= alpha;
+  m = m_new;
+  return alpha;
+}
+
+template <auto kKernel>
+void opt_in_shared_memory(int bytes) {
+  static std::atomic<unsigned long long> done{0};
+  int device = 0;
+  COURSE_CUDA_CHECK(cudaGetDevice(&device));
+  const unsigned long long bit = device < 64 ? 1ull << device : 0ull;
+  if (bit != 0 && (done.load() & bit) != 0) return;
+  COURSE_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  COURSE_CUDA_CHECK(
+      cudaFuncSetAttribute(kKernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  done.fetch_or(bit);
+}
+
+// ============================================================================ step 7 ====
+// Step 7 (the idea): a swizzle. A tile row of d bf16 is kChunks 16-byte chunks; an
+// ldmatrix phase reads the SAME chunk of 8 consecutive rows. Stored as is (rows of 128 or
+// 256 bytes), those 8 addresses fall into the same 4 banks: an 8-way conflict. Store chunk
+// `chunk` of row `row` at another chunk of the same row so that the 8 rows of every phase
+// land in 8 different 16-byte bank groups -- a bijection on the chunks of each row, used
+// by the writer (cp.async) and the readers (ldmatrix) alike.
+// TODO(step 7): return the physical chunk of logical chunk `chunk` in row `row` of a tile
+// whose rows hold kRowChunks chunks (a power of two: 4, 8 or 16); then set kSwizzleWritten.
+// Hints, one at a time: bash scripts/course.sh hint attention/tc_swizzled_pipelined
+constexpr bool kSwizzleWritten = false;
+
+template <int kRowChunks>
+__device__ __forceinline__ int my_swizzle_chunk(int row, int chunk) {
+  // TODO(step 7)
+  (void)row;
+  return chunk;
+}
+
+/// Geometry of a [rows][D] bf16 tile in shared memory (see the solution's TileGeom).
+/// kSwizzle = false: the global layout (step 6). kSwizzle = true: rows padded to a power
+/// of two of chunks, chunks placed by YOUR my_swizzle_chunk (step 7) or by the course's
+/// cuda::swizzle_chunk (steps 8-9, whose address arithmetic relies on its exact form).
+enum class Swizzle { none, yours, course };
+template <int D, Swizzle kSw>
+struct TileGeom {
+  static constexpr int kChunks = D / 8;
+  static constexpr int kRowChunks = kSw == Swizzle::none ? kChunks : (kChunks <= 4 ? 4 : (kChunks <= 8 ? 8 : 16));
+  static constexpr int kRowBytes = 16 * kRowChunks;
+  __device__ __forceinline__ static std::uint32_t offset(int row, int chunk) {
+    int c = chunk;
+    if constexpr (kSw == Swizzle::yours) c = my_swizzle_chunk<kRowChunks>(row, chunk);
+    if constexpr (kSw == Swizzle::course) c = cuda::swizzle_chunk<kRowChunks>(row, chunk);
+    return static_cast<std::uint32_t>(row * kRowBytes + 16 * c);
+  }
+};
+
+/// cp.async copies of rows row0.. of one head into a [kRows][D] tile (zeros past `valid_rows`).
+template <int D, int kRows, int kThreads, Swizzle kSw>
+__device__ __forceinline__ void copy_tile_async(std::uint32_t smem_tile, const bf16* head, std::int64_t seq_stride,
+                                                int row0, int valid_rows) {
+  using Geom = TileGeom<D, kSw>;
+  for (int idx = threadIdx.x; idx < kRows * Geom::kChunks; idx += kThreads) {
+    const int r = idx / Geom::kChunks, c = idx % Geom::kChunks;
+    const bool valid = static_cast<long long>(row0) + r < valid_rows;
+    const bf16* src = valid ? head + (static_cast<std::int64_t>(row0) + r) * seq_stride + 8 * c : head;
+    cuda::cp_async_16_zfill(smem_tile + Geom::offset(r, c), src, valid ? 16 : 0);
+  }
+}
+
+/// The same with ordinary 16-byte loads and stores (step 6).
+template <int D, int kRows, int kThreads>
+__device__ __forceinline__ void load_tile_sync(unsigned char* tile, const bf16* head, std::int64_t seq_stride,
+                                               int row0, int valid_rows) {
+  using Geom = TileGeom<D, Swizzle::none>;
+  for (int idx = threadIdx.x; idx < kRows * Geom::kChunks; idx += kThreads) {
+    const int r = idx / Geom::kChunks, c = idx % Geom::kChunks;
+    uint4 x = make_uint4(0u, 0u, 0u, 0u);
+    if (static_cast<long long>(row0) + r < valid_rows)
+      x = *reinterpret_cast<const uint4*>(head + (static_cast<std::int64_t>(row0) + r) * seq_stride + 8 * c);
+    *reinterpret_cast<uint4*>(tile + Geom::offset(r, c)) = x;
+  }
+}
+
+/// Consecutive K or V tiles of one head, streamed in order with cp.async into tiles laid
+/// out by the course's swizzle (the solution's TileStream): the source pointer, the rows
+/// left and one offset are all a thread keeps between tiles.
+template <int D, int kRows, int kThreads>
+struct TileStream {
+  using Geom = TileGeom<D, Swizzle::course>;
+  static constexpr int kChunks = Geom::kChunks;
+  static constexpr int kRowStep = kThreads / kChunks;
+  static constexpr int kPasses = (kRows + kRowStep - 1) / kRowStep;
+  static constexpr bool kAllActive = kRowStep * kChunks == kThreads;
+  const bf16* src;
+  std::int64_t stride;
+  std::uint32_t dst;
+  int rows_left;
+  bool active;
+  __device__ __forceinline__ TileStream(const bf16* head, std::int64_t seq_stride, int rows) {
+    const int row = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
+    src = head + static_cast<std::int64_t>(row) * seq_stride + 8 * chunk;
+    stride = seq_stride;
+    dst = Geom::offset(row, chunk);
+    rows_left = rows - row;
+    active = kAllActive || row < kRowStep;
+  }
+  __device__ __forceinline__ void copy_next(std::uint32_t smem_tile, const void* any) {
+    if (active) {
+      const int row = static_cast<int>(threadIdx.x) / kChunks;
+#pragma unroll
+      for (int i = 0; i < kPasses; ++i) {
+        if (kRows % kRowStep == 0 || row + i * kRowStep < kRows) {
+          const bool valid = i * kRowStep < rows_left;
+          std::uint32_t off;
+          if constexpr (kRowStep % 8 == 0)
+            off = dst + i * kRowStep * Geom::kRowBytes;
+          else
+            off = Geom::offset(row + i * kRowStep, static_cast<int>(threadIdx.x) % kChunks);
+          cuda::cp_async_16_zfill(smem_tile + off, valid ? static_cast<const void*>(src) : any, valid ? 16 : 0);
+        }
+        src += kRowStep * stride;
+      }
+      if constexpr (kRows % kRowStep != 0) src += (kRows - kPasses * kRowStep) * stride;
+    }
+    rows_left -= kRows;
+  }
+};
+
+/// Rounds the dynamic shared-memory base up to 1024 bytes (the kernel asks for 1 KB more):
+/// the XOR address arithmetic of steps 8-9 needs tiles aligned to their row length.
+constexpr int kSmemAlign = 1024;
+__device__ __forceinline__ unsigned char* align_smem(unsigned char* p) {
+  const std::uint32_t a = cuda::smem_u32(p);
+  return p + ((kSmemAlign - a % kSmemAlign) % kSmemAlign);
+}
+
+// ====================================================================== steps 6 and 7 ====
+// Step 6: tc_mma. 4 warps, each owns 16 query rows of a 64-row Q tile; K/V tiles of 64
+// keys. Per tile, each warp computes its 16 x 64 block of S = Q K^T with mma.sync, writes
+// it to shared memory (given), runs the online softmax there (given: two lanes per row)
+// and writes P as bf16 (given); then O += P V with mma.sync, O staying in registers.
+// Fragment layouts (lane l, g = l/4, t = l%4; see mma_ptx.cuh):
+//   A 16x16 (row):  a[0] = A[g][2t..2t+1]  a[1] = A[g+8][2t..]  a[2] = A[g][2t+8..]  a[3] = A[g+8][2t+8..]
+//   B 16x8 (col):   b[0] = B[2t..2t+1][g]  b[1] = B[2t+8..2t+9][g]
+//   C 16x8:         c[0..1] = C[g][2t..2t+1]   c[2..3] = C[g+8][2t..2t+1]
+// ldmatrix_x4 loads four 8x8 matrices; lanes 8i..8i+7 give the row addresses of matrix i
+// and register r[i] receives matrix i in exactly these fragment layouts. The lane row
+// addresses (given below, for row block 0 and k step 0):
+//   q_row/q_c: Q as A: row lane%16 of the warp's 16, chunk 2*ks + lane/16
+//   k_row/k_c: K as B (keys are the n of S): key 16*np + lane%8 + 8*(lane/16), chunk 2*ks + (lane/8)%2
+//              -> r[0], r[1] = b of n8 tile 2np (keys 16np..+7); r[2], r[3] = b of n8 tile 2np+1
+//   p_row/p_c: P as A: row lane%16, key chunk 2*kk + lane/16 (kLdP bf16 per row, see p_addr)
+//   v_row/v_c: V as B of P V (keys are the k): key 16*kk + lane%8 + 8*((lane/8)%2), chunk 2*dp + lane/16,
+//              loaded with ldmatrix_x4_TRANS -> r[0], r[1] = b of n8 tile 2dp (dims 16dp..+7); r[2], r[3] = 2dp+1
+// TODO(step 6a): S = Q K^T for the warp's 16 rows into s[8][4] (n8 tile j = keys 8j..8j+7).
+// TODO(step 6b): O += P V into o[D/8][4] (n8 tile dt = dims 8dt..8dt+7).
+// TODO(step 6c): set kTcMmaWritten to true.
+// Hints, one at a time: bash scripts/course.sh hint attention/tc_mma
+//
+// Step 7: tc_swizzled_pipelined, the same kernel with kTuned = true: swizzled tiles (your
+// my_swizzle_chunk above), a 2-stage cp.async K/V ring and Q fragments in registers --
+// all given but the swizzle.
+constexpr bool kTcMmaWritten = false;
+
+template <int D, bool kTuned>
+struct SmemSoftmaxTile {
+  static constexpr int kThreads = 128, kBlockM = 64, kBlockN = 64;
+  static constexpr int kStages = kTuned ? 2 : 1;
+  using Geom = TileGeom<D, kTuned ? Swizzle::yours : Swizzle::none>;
+  static constexpr int kDSteps = D / 16, kOTiles = D / 8, kSTiles = kBlockN / 8;
+  static constexpr int kLdS = kBlockN + 8, kLdP = kBlockN + 8;
+  static constexpr int kQBytes = kBlockM * Geom::kRowBytes;
+  static constexpr int kKVBytes = kBlockN * Geom::kRowBytes;
+  static constexpr int kStageBytes = 2 * kKVBytes;
+  static constexpr int kSBytes = kBlockM * kLdS * 4;
+  static constexpr int kPBytes = kBlockM * kLdP * 2;
+  static constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + kSBytes + kPBytes;
+};
+
+template <int D, bool kCausal, bool kTuned>
+__global__ void __launch_bounds__(128, 2) smem_softmax_kernel(const TcParams p) {
+  using T = SmemSoftmaxTile<D, kTuned>;
+  using Geom = typename T::Geom;
+  constexpr int kBM = T::kBlockM, kBN = T::kBlockN;
+  constexpr Swizzle kSw = kTuned ? Swizzle::yours : Swizzle::none;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  unsigned char* q_tile = smem_raw;
+  unsigned char* kv_tiles = q_tile + T::kQBytes;
+  float* s_tile = reinterpret_cast<float*>(kv_tiles + T::kStages * T::kStageBytes);
+  bf16* p_tile = reinterpret_cast<bf16*>(reinterpret_cast<unsigned char*>(s_tile) + T::kSBytes);
+  const std::uint32_t s_q = cuda::smem_u32(q_tile), s_kv = cuda::smem_u32(kv_tiles), s_p = cuda::smem_u32(p_tile);
+
+  int q_tile_idx, bh;
+  block_coordinates(kCausal, q_tile_idx, bh);
+  const int b = bh / p.heads, h = bh % p.heads, hk = h / p.group;
+  const int q0 = q_tile_idx * kBM;
+  const bf16* q_head = p.q + row_offset(p.qs, b, h, 0);
+  const bf16* k_head = p.k + row_offset(p.ks, b, hk, 0);
+  const bf16* v_head = p.v + row_offset(p.vs, b, hk, 0);
+  const int num_tiles = (kv_end<kCausal>(p, q0, kBM) + kBN - 1) / kBN;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int warp_row0 = warp * 16;
+  const int sm_row = lane >> 1, sm_half = lane & 1;  // softmax: two lanes per row
+  const int sm_i = q0 + warp_row0 + sm_row;
+
+  // ldmatrix lane rows and chunks (see the step-6 comment above).
+  const int q_row = warp_row0 + (lane & 15), q_c = lane >> 4;
+  const int k_row = (lane & 7) + 8 * (lane >> 4), k_c = (lane >> 3) & 1;
+  const int v_row = (lane & 7) + 8 * ((lane >> 3) & 1), v_c = lane >> 4;
+  const int p_row = warp_row0 + (lane & 15), p_c = lane >> 4;
+  // Byte address of chunk c (8 keys) of row r of the P tile.
+  const auto p_addr = [&](int r, int c) { return s_p + 2u * static_cast<std::uint32_t>(r * T::kLdP + 8 * c); };
+  (void)p_row;
+  (void)p_c;
+  (void)p_addr;
+  (void)k_row;
+  (void)k_c;
+  (void)v_row;
+  (void)v_c;
+
+  auto load_kv_async = [&](int tile) {
+    const std::uint32_t stage = s_kv + (tile % T::kStages) * T::kStageBytes;
+    copy_tile_async<D, kBN, T::kThreads, kSw>(stage, k_head, p.ks.seq, tile * kBN, p.seq_k);
+    copy_tile_async<D, kBN, T::kThreads, kSw>(stage + T::kKVBytes, v_head, p.vs.seq, tile * kBN, p.seq_k);
+  };
+
+  float o[T::kOTiles][4];
+#pragma unroll
+  for (int dt = 0; dt < T::kOTiles; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[dt][e] = 0.f;
+  float m = -INFINITY, l = 0.f;
+  std::uint32_t qf[T::kDSteps][4];  // step 7: Q fragments, loaded once
+
+  if constexpr (kTuned) {
+    copy_tile_async<D, kBM, T::kThreads, kSw>(s_q, q_head, p.qs.seq, q0, p.seq_q);
+    if (num_tiles > 0) load_kv_async(0);
+    cuda::cp_async_commit();
+  } else {
+    load_tile_sync<D, kBM, T::kThreads>(q_tile, q_head, p.qs.seq, q0, p.seq_q);
+  }
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int kv0 = tile * kBN;
+    if constexpr (kTuned) {
+      cuda::cp_async_wait<0>();
+      __syncthreads();
+      if (tile + 1 < num_tiles) load_kv_async(tile + 1);
+      cuda::cp_async_commit();
+    } else {
+      __syncthreads();
+      load_tile_sync<D, kBN, T::kThreads>(kv_tiles, k_head, p.ks.seq, kv0, p.seq_k);
+      load_tile_sync<D, kBN, T::kThreads>(kv_tiles + T::kKVBytes, v_head, p.vs.seq, kv0, p.seq_k);
+      __syncthreads();
+    }
+    if (tile == 0) {
+#pragma unroll
+      for (int ks = 0; ks < T::kDSteps; ++ks) cuda::ldmatrix_x4(qf[ks], s_q + Geom::offset(q_row, 2 * ks + q_c));
+    }
+    const std::uint32_t s_k = s_kv + (tile % T::kStages) * T::kStageBytes;  // this tile's K ...
+    const std::uint32_t s_v = s_k + T::kKVBytes;                             // ... and V
+    (void)s_v;
+
+    float s[T::kSTiles][4];
+#pragma unroll
+    for (int j = 0; j < T::kSTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] = 0.f;
+    // TODO(step 6a): for each k16 step ks < kDSteps: the A fragment is qf[ks] (given: the
+    // Q fragments, loaded at tile 0); for each pair np < kSTiles/2 of n8 tiles, one
+    // ldmatrix_x4 of K at s_k + Geom::offset(16 * np + k_row, 2 * ks + k_c), then two
+    // mma_m16n8k16_bf16_f32 into s[2np] and s[2np+1].
+
+    // ---- given: S to shared memory, the softmax of steps 2-5, P as bf16.
+    float* s_warp = s_tile + warp_row0 * T::kLdS;
+#pragma unroll
+    for (int j = 0; j < T::kSTiles; ++j) {
+      *reinterpret_cast<float2*>(s_warp + g * T::kLdS + 8 * j + 2 * t) = make_float2(s[j][0], s[j][1]);
+      *reinterpret_cast<float2*>(s_warp + (g + 8) * T::kLdS + 8 * j + 2 * t) = make_float2(s[j][2], s[j][3]);
+    }
+    __syncwarp();
+    float x[32];
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const float4 v4 = *reinterpret_cast<const float4*>(s_warp + sm_row * T::kLdS + 4 * (2 * c + sm_half));
+      x[4 * c + 0] = v4.x * p.scale;
+      x[4 * c + 1] = v4.y * p.scale;
+      x[4 * c + 2] = v4.z * p.scale;
+      x[4 * c + 3] = v4.w * p.scale;
+    }
+    if (tile_needs_mask<kCausal, kBN>(p, q0 + warp_row0, kv0)) {
+#pragma unroll
+      for (int c = 0; c < 8; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (key_hidden<kCausal>(p, sm_i, kv0 + 4 * (2 * c + sm_half) + e)) x[4 * c + e] = -INFINITY;
+    }
+    float mx = -INFINITY;
+#pragma unroll
+    for (int e = 0; e < 32; ++e) mx = fmaxf(mx, x[e]);
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    const float alpha = online_rescale(m, l, mx);
+    const float m_ref = m == -INFINITY ? 0.f : m;
+    bf16* p_row_ptr = p_tile + (warp_row0 + sm_row) * T::kLdP;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      float pr[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        pr[e] = __expf(x[4 * c + e] - m_ref);
+        l += pr[e];
+      }
+      *reinterpret_cast<uint2*>(p_row_ptr + 4 * (2 * c + sm_half)) =
+          make_uint2(pack_bf16x2(pr[0], pr[1]), pack_bf16x2(pr[2], pr[3]));
+    }
+    const float alpha_lo = __shfl_sync(0xffffffffu, alpha, 2 * g);
+    const float alpha_hi = __shfl_sync(0xffffffffu, alpha, 2 * g + 16);
+#pragma unroll
+    for (int dt = 0; dt < T::kOTiles; ++dt) {
+      o[dt][0] *= alpha_lo;
+      o[dt][1] *= alpha_lo;
+      o[dt][2] *= alpha_hi;
+      o[dt][3] *= alpha_hi;
+    }
+    __syncwarp();  // P complete
+
+    // TODO(step 6b): for each k16 step kk < kBN/16 of the keys: the A fragment of P with
+    // one ldmatrix_x4 at p_addr(p_row, 2 * kk + p_c); for each pair dp < kDSteps of n8
+    // tiles of O, one ldmatrix_x4_trans of V at s_v + Geom::offset(16 * kk + v_row,
+    // 2 * dp + v_c), then two mma into o[2dp] and o[2dp+1].
+  }
+  if constexpr (kTuned) cuda::cp_async_wait<0>();
+
+  // ---- given: O = acc / l from the fragments, lse = m + ln l.
+  const float l_row = l + __shfl_xor_sync(0xffffffffu, l, 1);
+  const float l_lo = __shfl_sync(0xffffffffu, l_row, 2 * g), l_hi = __shfl_sync(0xffffffffu, l_row, 2 * g + 16);
+  const float inv_lo = l_lo > 0.f ? 1.f / l_lo : 0.f, inv_hi = l_hi > 0.f ? 1.f / l_hi : 0.f;
+  const int i_lo = q0 + warp_row0 + g, i_hi = i_lo + 8;
+  bf16* o_head = p.o + row_offset(p.os, b, h, 0);
+#pragma unroll
+  for (int dt = 0; dt < T::kOTiles; ++dt) {
+    if (i_lo < p.seq_q)
+      *reinterpret_cast<std::uint32_t*>(o_head + static_cast<std::int64_t>(i_lo) * p.os.seq + 8 * dt + 2 * t) =
+          pack_bf16x2(o[dt][0] * inv_lo, o[dt][1] * inv_lo);
+    if (i_hi < p.seq_q)
+      *reinterpret_cast<std::uint32_t*>(o_head + static_cast<std::int64_t>(i_hi) * p.os.seq + 8 * dt + 2 * t) =
+          pack_bf16x2(o[dt][2] * inv_hi, o[dt][3] * inv_hi);
+  }
+  if (p.lse != nullptr && sm_half == 0 && sm_i < p.seq_q)
+    p.lse[static_cast<long long>(bh) * p.seq_q + sm_i] = l_row > 0.f ? m + logf(l_row) : -INFINITY;
+}
+
+template <int D, bool kTuned>
+void launch_smem_softmax_d(const TcParams& p, std::int64_t batch_heads, bool causal, cudaStream_t stream) {
+  using T = SmemSoftmaxTile<D, kTuned>;
+  const dim3 grid(static_cast<unsigned>((static_cast<long long>(p.seq_q) + T::kBlockM - 1) / T::kBlockM),
+                  static_cast<unsigned>(batch_heads));
+  if (causal) {
+    opt_in_shared_memory<smem_softmax_kernel<D, true, kTuned>>(T::kSmemBytes);
+    smem_softmax_kernel<D, true, kTuned><<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
+  } else {
+    opt_in_shared_memory<smem_softmax_kernel<D, false, kTuned>>(T::kSmemBytes);
+    smem_softmax_kernel<D, false, kTuned><<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
+  }
+  COURSE_CHECK_LAUNCH("smem_softmax_kernel");
+}
+
+template <bool kTuned>
+void launch_smem_softmax(const AttentionArgsBf16& a) {
+  const TcParams p = make_tc_params(a);
+  const std::int64_t bh = a.batch * a.heads;
+  switch (a.head_dim) {
+    case 32: return launch_smem_softmax_d<32, kTuned>(p, bh, a.causal, a.stream);
+    case 64: return launch_smem_softmax_d<64, kTuned>(p, bh, a.causal, a.stream);
+    case 96: return launch_smem_softmax_d<96, kTuned>(p, bh, a.causal, a.stream);
+    case 128: return launch_smem_softmax_d<128, kTuned>(p, bh, a.causal, a.stream);
+  }
+}
+
+// ====================================================================== steps 8 and 9 ====
+// Step 8: tc_register_softmax. S never leaves the registers: lane (g, t) holds, for each
+// n8 tile j of S, s[j][0..1] = S[g][8j+2t, +1] and s[j][2..3] = S[g+8][8j+2t, +1]; a row
+// lives in the 4 lanes of a quad (same g). The kernel below is given; you write the two
+// device functions it calls for each m16 tile of a warp:
+//
+// TODO(step 8a): softmax_on_fragments -- one online-softmax step on the fragments of one
+// m16 tile: for each of the thread's two rows (hr = 0: row g, elements 0 and 1 of every
+// n8 tile; hr = 1: row g+8, elements 2 and 3):
+//   the new running max over row_max[hr] and the row's scores (cuda::warp_max<4> over the quad),
+//   alpha = 2^(scale_log2 * (old max - new max)), row_sum[hr] *= alpha, o's row *= alpha,
+//   p = 2^(scale_log2 * s - scale_log2 * new max) for each score (cuda::ex2_approx),
+//   row_sum[hr] += the lane's p's (reduced over the quad only at the end: given),
+//   pk[j][hr] = pack_bf16x2(p of element 2hr, p of element 2hr+1) of n8 tile j.
+// row_max stays in raw score units (scale applied only inside the exponent). A row that
+// has seen only masked scores (-INFINITY) must come out with p = 0 and alpha finite.
+// TODO(step 8b): a_fragment -- the A operand of the P V mma for k16 step kk (keys 16kk ..
+// 16kk+15), from pk. Then set kFragmentSoftmaxWritten to true (8c).
+// Hints, one at a time: bash scripts/course.sh hint attention/tc_register_softmax
+constexpr bool kFragmentSoftmaxWritten = false;
+
+template <int kSTiles, int kOTiles>
+__device__ __forceinline__ void softmax_on_fragments(float (&s)[kSTiles][4], float (&row_max)[2], float (&row_sum)[2],
+                                                     float (&o)[kOTiles][4], std::uint32_t (&pk)[kSTiles][2],
+                                                     float scale_log2) {
+  // TODO(step 8a)
+  (void)s;
+  (void)row_max;
+  (void)row_sum;
+  (void)o;
+  (void)scale_log2;
+#pragma unroll
+  for (int j = 0; j < kSTiles; ++j) pk[j][0] = pk[j][1] = 0u;
+}
+
+template <int kSTiles>
+__device__ __forceinline__ void a_fragment(const std::uint32_t (&pk)[kSTiles][2], int kk, std::uint32_t (&a)[4]) {
+  // TODO(step 8b)
+  (void)pk;
+  (void)kk;
+  a[0] = a[1] = a[2] = a[3] = 0u;
+}
+
+// Step 9: tc_flash2 -- the same kernel with other tile shapes.
+// TODO(step 9): choose Flash2Choice below for each head dim (rows per warp through
+// kMTiles, keys per tile, keys per softmax step, Q in registers or not); then set
+// kFlash2Written to true. Check your choice for spills: the lesson shows how.
+// Hints, one at a time: bash scripts/course.sh hint attention/tc_flash2
+constexpr bool kFlash2Written = false;
+
+/// The tile configuration of the register-softmax kernel (the solution's FlashConfig).
+template <int D_, int kMTiles_, int kBlockN_, int kSubN_, int kStages_, bool kQInRegs_>
+struct FlashConfig {
+  static constexpr int D = D_;
+  static constexpr int kThreads = 128;
+  static constexpr int kMTiles = kMTiles_;       ///< m16 tiles (16 query rows) per warp
+  static constexpr int kWarpRows = 16 * kMTiles;
+  static constexpr int kBlockM = 4 * kWarpRows;
+  static constexpr int kBlockN = kBlockN_;       ///< keys per K/V tile (one barrier each)
+  static constexpr int kSubN = kSubN_;           ///< keys per online-softmax step
+  static constexpr int kSubTiles = kBlockN / kSubN;
+  static constexpr int kStages = kStages_;
+  static constexpr bool kQInRegs = kQInRegs_;
+  using Geom = TileGeom<D, Swizzle::course>;
+  static constexpr int kSTiles = kSubN / 8, kDSteps = D / 16, kOTiles = D / 8, kKeySteps = kSubN / 16;
+  static constexpr int kQBytes = kBlockM * Geom::kRowBytes;
+  static constexpr int kKVBytes = kBlockN * Geom::kRowBytes;
+  static constexpr int kStageBytes = 2 * kKVBytes;
+  static constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + kSmemAlign;
+  static_assert(kSubN % 16 == 0 && kBlockN % kSubN == 0 && kStages >= 2, "whole k16 steps and sub-tiles");
+};
+
+template <int D>
+using RegisterSoftmaxConfig = FlashConfig<D, 1, 64, 64, 2, true>;
+
+template <int D>
+struct Flash2Choice {
+  // TODO(step 9): FlashConfig<D, kMTiles, kBlockN, kSubN, kStages, kQInRegs> for this D
+  // (a specialization per head dim if they differ). Step 8's shapes until then.
+  using type = FlashConfig<D, 1, 64, 64, 2, true>;
+};
+
+template <class Cfg, bool kCausal>
+__global__ void __launch_bounds__(Cfg::kThreads, 2) register_softmax_kernel(const TcParams p) {
+  constexpr int kMT = Cfg::kMTiles, kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kRB = Cfg::Geom::kRowBytes;
+  constexpr int kRowChunks = Cfg::Geom::kRowChunks;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = align_smem(smem_raw);
+  const std::uint32_t s_q = cuda::smem_u32(smem);  // [kBlockM][D] Q, at the end O
+  const std::uint32_t s_kv = s_q + Cfg::kQBytes;   // kStages x (K tile, V tile)
+
+  int q_tile, bh;
+  block_coordinates(kCausal, q_tile, bh);
+  const int q0 = q_tile * kBM;
+  const bf16* k_head;
+  const bf16* v_head;
+  {
+    const int b = bh / p.heads, h = bh % p.heads, hk = h / p.group;
+    k_head = p.k + row_offset(p.ks, b, hk, 0);
+    v_head = p.v + row_offset(p.vs, b, hk, 0);
+    copy_tile_async<Cfg::D, kBM, Cfg::kThreads, Swizzle::course>(s_q, p.q + row_offset(p.qs, b, h, 0), p.qs.seq, q0,
+                                                                 p.seq_q);
+  }
+  const int num_tiles = (kv_end<kCausal>(p, q0, kBM) + kBN - 1) / kBN;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int warp_row0 = warp * Cfg::kWarpRows;
+
+  TileStream<Cfg::D, kBN, Cfg::kThreads> k_stream(k_head, p.ks.seq, p.seq_k), v_stream(v_head, p.vs.seq, p.seq_k);
+  auto load_kv = [&](int tile) {  // in order 0, 1, 2, ...
+    const std::uint32_t stage = s_kv + (tile % Cfg::kStages) * Cfg::kStageBytes;
+    k_stream.copy_next(stage, p.k);
+    v_stream.copy_next(stage + Cfg::kKVBytes, p.v);
+  };
+#pragma unroll
+  for (int s = 0; s < Cfg::kStages - 1; ++s) {
+    if (s < num_tiles) load_kv(s);
+    cuda::cp_async_commit();
+  }
+
+  // ldmatrix lane addresses for k step 0 of row block 0; with the course's XOR swizzle,
+  // k step st is `addr ^ (32 * st)` and row block rb is `+ 16 * rb * kRB` (see the
+  // solution's comment in attention_tc_flash.cu).
+  const int q_row = warp_row0 + (lane & 15);
+  const int k_row = (lane & 7) + 8 * (lane >> 4);
+  const int v_row = (lane & 7) + 8 * ((lane >> 3) & 1);
+  const std::uint32_t q_lane = s_q + q_row * kRB + 16 * cuda::swizzle_chunk<kRowChunks>(q_row, lane >> 4);
+  const std::uint32_t k_lane = k_row * kRB + 16 * cuda::swizzle_chunk<kRowChunks>(k_row, (lane >> 3) & 1);
+  const std::uint32_t v_lane = v_row * kRB + 16 * cuda::swizzle_chunk<kRowChunks>(v_row, lane >> 4);
+
+  float o[kMT][Cfg::kOTiles][4];
+  float row_max[kMT][2], row_sum[kMT][2];
+#pragma unroll
+  for (int mi = 0; mi < kMT; ++mi) {
+#pragma unroll
+    for (int dt = 0; dt < Cfg::kOTiles; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mi][dt][e] = 0.f;
+    row_max[mi][0] = row_max[mi][1] = -INFINITY;
+    row_sum[mi][0] = row_sum[mi][1] = 0.f;
+  }
+  std::uint32_t qf[Cfg::kQInRegs ? kMT : 1][Cfg::kQInRegs ? Cfg::kDSteps : 1][4];
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    cuda::cp_async_wait<Cfg::kStages - 2>();
+    __syncthreads();
+    if (tile + Cfg::kStages - 1 < num_tiles) load_kv(tile + Cfg::kStages - 1);
+    cuda::cp_async_commit();
+    if constexpr (Cfg::kQInRegs) {
+      if (tile == 0) {
+#pragma unroll
+        for (int mi = 0; mi < kMT; ++mi)
+#pragma unroll
+          for (int ks = 0; ks < Cfg::kDSteps; ++ks)
+            cuda::ldmatrix_x4(qf[mi][ks], (q_lane ^ (32 * ks)) + mi * 16 * kRB);
+      }
+    }
+    const std::uint32_t k_tile = s_kv + (tile % Cfg::kStages) * Cfg::kStageBytes + k_lane;
+    const std::uint32_t v_tile = k_tile - k_lane + Cfg::kKVBytes + v_lane;
+
+#pragma unroll 1
+    for (int sub = 0; sub < Cfg::kSubTiles; ++sub) {
+      const int kv0 = tile * kBN + sub * Cfg::kSubN;
+      const std::uint32_t k_addr = k_tile + sub * Cfg::kSubN * kRB, v_addr = v_tile + sub * Cfg::kSubN * kRB;
+      float s[kMT][Cfg::kSTiles][4];
+#pragma unroll
+      for (int mi = 0; mi < kMT; ++mi)
+#pragma unroll
+        for (int j = 0; j < Cfg::kSTiles; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mi][j][e] = 0.f;
+#pragma unroll(Cfg::kQInRegs ? Cfg::kDSteps : 1)  // Q from smem: a loop (fewer registers)
+      for (int ks = 0; ks < Cfg::kDSteps; ++ks) {
+        std::uint32_t a[kMT][4];
+#pragma unroll
+        for (int mi = 0; mi < kMT; ++mi) {
+          if constexpr (Cfg::kQInRegs) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) a[mi][r] = qf[mi][ks][r];
+          } else {
+            cuda::ldmatrix_x4(a[mi], (q_lane ^ (32 * ks)) + mi * 16 * kRB);
+          }
+        }
+#pragma unroll
+        for (int np = 0; np < Cfg::kSTiles / 2; ++np) {
+          std::uint32_t kb[4];
+          cuda::ldmatrix_x4(kb, (k_addr ^ (32 * ks)) + 16 * np * kRB);
+          const std::uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+#pragma unroll
+          for (int mi = 0; mi < kMT; ++mi) {
+            cuda::mma_m16n8k16_bf16_f32(s[mi][2 * np], a[mi], b0);
+            cuda::mma_m16n8k16_bf16_f32(s[mi][2 * np + 1], a[mi], b1);
+          }
+        }
+      }
+      if (tile_needs_mask<kCausal, Cfg::kSubN>(p, q0 + warp_row0, kv0)) {
+#pragma unroll
+        for (int mi = 0; mi < kMT; ++mi)
+#pragma unroll
+          for (int j = 0; j < Cfg::kSTiles; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              if (key_hidden<kCausal>(p, q0 + warp_row0 + 16 * mi + g + 8 * (e >> 1), kv0 + 8 * j + 2 * t + (e & 1)))
+                s[mi][j][e] = -INFINITY;
+      }
+      // YOUR step 8: the softmax on the fragments, then P as the A operand.
+      std::uint32_t pk[kMT][Cfg::kSTiles][2];
+#pragma unroll
+      for (int mi = 0; mi < kMT; ++mi) softmax_on_fragments(s[mi], row_max[mi], row_sum[mi], o[mi], pk[mi], p.scale_log2);
+#pragma unroll
+      for (int kk = 0; kk < Cfg::kKeySteps; ++kk) {
+        std::uint32_t a[kMT][4];
+#pragma unroll
+        for (int mi = 0; mi < kMT; ++mi) a_fragment(pk[mi], kk, a[mi]);
+#pragma unroll
+        for (int dp = 0; dp < Cfg::kDSteps; ++dp) {
+          std::uint32_t vb[4];
+          cuda::ldmatrix_x4_trans(vb, (v_addr ^ (32 * dp)) + 16 * kk * kRB);
+          const std::uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
+#pragma unroll
+          for (int mi = 0; mi < kMT; ++mi) {
+            cuda::mma_m16n8k16_bf16_f32(o[mi][2 * dp], a[mi], b0);
+            cuda::mma_m16n8k16_bf16_f32(o[mi][2 * dp + 1], a[mi], b1);
+          }
+        }
+      }
+    }
+  }
+
+  // ---- given: O = acc / l through shared memory (the Q tile), lse.
+  cuda::cp_async_wait<0>();
+  __syncthreads();
+  block_coordinates(kCausal, q_tile, bh);  // recomputed: fewer registers live through the loop
+  using Geom = typename Cfg::Geom;
+#pragma unroll
+  for (int mi = 0; mi < kMT; ++mi)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const float l = cuda::warp_sum<4>(row_sum[mi][hr]);
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const int r = warp_row0 + 16 * mi + g + 8 * hr;
+#pragma unroll
+      for (int dt = 0; dt < Cfg::kOTiles; ++dt)
+        *reinterpret_cast<std::uint32_t*>(smem + Geom::offset(r, dt) + 4 * t) =
+            pack_bf16x2(o[mi][dt][2 * hr] * inv, o[mi][dt][2 * hr + 1] * inv);
+      if (p.lse != nullptr && t == 0 && q0 + r < p.seq_q)
+        p.lse[static_cast<long long>(bh) * p.seq_q + q0 + r] =
+            l > 0.f ? (row_max[mi][hr] * p.scale_log2 + __log2f(l)) * 0.6931471805599453f : -INFINITY;
+    }
+  __syncthreads();
+  bf16* o_head = p.o + row_offset(p.os, bh / p.heads, bh % p.heads, 0);
+  const int valid = min(kBM, p.seq_q - q0);
+  for (int idx = threadIdx.x; idx < kBM * Geom::kChunks; idx += Cfg::kThreads) {
+    const int r = idx / Geom::kChunks, c = idx % Geom::kChunks;
+    if (r >= valid) break;
+    *reinterpret_cast<uint4*>(o_head + (static_cast<std::int64_t>(q0) + r) * p.os.seq + 8 * c) =
+        *reinterpret_cast<const uint4*>(smem + Geom::offset(r, c));
+  }
+}
+
+template <class Cfg, bool kCausal>
+void launch_cfg(const TcParams& p, std::int64_t batch_heads, cudaStream_t stream) {
+  constexpr auto kernel = register_softmax_kernel<Cfg, kCausal>;
+  opt_in_shared_memory<kernel>(Cfg::kSmemBytes);
+  const dim3 grid(static_cast<unsigned>((static_cast<long long>(p.seq_q) + Cfg::kBlockM - 1) / Cfg::kBlockM),
+                  static_cast<unsigned>(batch_heads));
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+  COURSE_CHECK_LAUNCH("register_softmax_kernel");
+}
+
+template <template <int> class ConfigOf>
+void launch_by_head_dim(const AttentionArgsBf16& a) {
+  const TcParams p = make_tc_params(a);
+  const std::int64_t bh = a.batch * a.heads;
+  const auto go = [&](auto cfg) {
+    using Cfg = decltype(cfg);
+    if (a.causal) launch_cfg<Cfg, true>(p, bh, a.stream);
+    else launch_cfg<Cfg, false>(p, bh, a.stream);
+  };
+  switch (a.head_dim) {
+    case 32: return go(ConfigOf<32>{});
+    case 64: return go(ConfigOf<64>{});
+    case 96: return go(ConfigOf<96>{});
+    case 128: return go(ConfigOf<128>{});
+  }
+}
+
+template <int D>
+using Flash2Config = typename Flash2Choice<D>::type;
+
+}  // namespace
 
 void attention(m03::AttentionStep step, const m03::AttentionArgsBf16& args) {
   m03::validate_attention_args(args, step, "attention");
-  throw NotImplemented(std::string("attention step ") + m03::step_name(step), __FILE__);
+  const std::string name = std::string("attention step ") + m03::step_name(step);
+  switch (step) {
+    case AttentionStep::tc_mma:
+      if (!kTcMmaWritten) throw NotImplemented(name + " (TODO 6a-6c)", __FILE__);
+      return launch_smem_softmax<false>(args);
+    case AttentionStep::tc_swizzled_pipelined:
+      if (!kTcMmaWritten || !kSwizzleWritten) throw NotImplemented(name + " (TODO 6 and 7)", __FILE__);
+      return launch_smem_softmax<true>(args);
+    case AttentionStep::tc_register_softmax:
+      if (!kFragmentSoftmaxWritten) throw NotImplemented(name + " (TODO 8a-8c)", __FILE__);
+      return launch_by_head_dim<RegisterSoftmaxConfig>(args);
+    case AttentionStep::tc_flash2:
+      if (!kFragmentSoftmaxWritten || !kFlash2Written) throw NotImplemented(name + " (TODO 8 and 9)", __FILE__);
+      return launch_by_head_dim<Flash2Config>(args);
+    default: break;  // fp32 steps: validate_attention_args rejected them
+  }
 }
 
 }  // namespace course::exercise
