@@ -884,6 +884,33 @@ def check_hint_store(course: Course, args) -> int:
     return 1 if problems else 0
 
 
+def bench_rows_of(rows: List[str], step: str, op_steps: List[str]) -> Tuple[List[str], List[str]]:
+    """The benchmark ops ("sgemm", "l2_norm", ...) of a step's op and the rows "op/impl/step/shape"
+    of the step: its solution and exercise rows, and the library rows of those ops. A benchmark
+    op belongs to the step's op when every step its solution rows name is one of the op's."""
+    row_ops: Dict[str, set] = {}
+    for row in rows:
+        bop, impl, rstep = row.split("/")[:3]
+        if impl == "solution":
+            row_ops.setdefault(bop, set()).add(step_of_param(rstep, op_steps))
+    bench_ops = sorted(b for b, names in row_ops.items() if None not in names and step in names)
+    picked = []
+    for row in rows:
+        bop, impl, rstep, shape = row.split("/")[:4]
+        if bop in bench_ops and (impl == "library" or (impl in ("solution", "exercise")
+                                                       and step_of_param(rstep, op_steps) == step)):
+            name = "/".join((bop, impl, rstep, shape))
+            if name not in picked:
+                picked.append(name)
+    return bench_ops, picked
+
+
+def bench_filter(names: List[str]) -> str:
+    """A --benchmark_filter matching exactly these rows (with or without a /manual_time suffix)."""
+    esc = lambda n: re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", n)
+    return "^(" + "|".join(esc(n) for n in names) + ")(/|$)"
+
+
 def cmd_bench(args) -> int:
     if not args.step:
         raise CourseError("every benchmark: bash scripts/course.sh bench (no STEP)", 2)
@@ -901,23 +928,12 @@ def cmd_bench(args) -> int:
             "On a GPU machine this command prints your row beside the solution's and the library's.")
         return 0
     op_steps = [s.name for s in course.steps if s.op == step.op and s.in_table]
-    # A benchmark op belongs to this step's op when every step its solution rows name is one of the op's.
-    row_ops: Dict[str, set] = {}
-    for row in rows:
-        bop, impl, rstep = row.split("/")[:3]
-        if impl == "solution":
-            row_ops.setdefault(bop, set()).add(step_of_param(rstep, op_steps))
-    bench_ops = {b for b, names in row_ops.items() if None not in names and step.name in names}
+    bench_ops, picked = bench_rows_of(rows, step.name, op_steps)
     if not bench_ops:
         say(f"[course] {step.id} has no benchmark rows of its own"
             + (" (it is checked by its tests only)" if not step.in_table else "") + ".")
         return 0
-    picked = []
-    for row in rows:
-        bop, impl, rstep, shape = row.split("/")[:4]
-        if bop in bench_ops and (impl == "library" or step_of_param(rstep, op_steps) == step.name):
-            picked.append("/".join((bop, impl, rstep, shape)))
-    pattern = "^(" + "|".join(re.escape(p) for p in sorted(set(picked))) + ")(/|$)"
+    pattern = bench_filter(picked)
     say(f"[course] {binary.name}: {len(set(picked))} rows of {step.id} ({', '.join(sorted(bench_ops))}), "
         "yours (exercise) beside the solution and the library")
     cmd = [str(binary), f"--benchmark_filter={pattern}", *args.extra]
