@@ -10,6 +10,7 @@
 #include "course/fuzz.hpp"
 #include "course/testing.hpp"
 #include "attention_check.hpp"
+#include "attention_tc_check.hpp"
 #include "module03/attention.hpp"
 
 #include <algorithm>
@@ -149,6 +150,93 @@ INSTANTIATE_TEST_SUITE_P(Steps, FuzzAttentionLarge,
                          ::testing::Combine(::testing::ValuesIn(fp32_steps()), ::testing::Values(kParts)),
                          attn_param_name);
 
+// ------------------------------------------------ tensor-core (bf16) steps -----
+
+using TcCase = course::m03::tc_checks::Case;
+
+/// The steps that take bf16 AttentionArgsBf16.
+std::vector<StepInfo<AttentionStep>> bf16_steps() {
+  return course::m03::attention_steps(course::m03::AttentionDType::bf16);
+}
+
+/// The tensor-core contract: head dims 32..128, strides in multiples of 8 elements (padding
+/// 8..32), grouped-query heads in every step, causal, lse on or off; sizes, layouts,
+/// broadcasts and data ranges as for the fp32 steps. Checked by FlashAttention's rule
+/// (attention_tc_check.hpp).
+TcCase draw_attention_tc(Rng& rng, AttentionStep step, bool large) {
+  const auto sup = course::m03::step_support(step);
+  TcCase c;
+  c.d = rng.pick({32, 64, 96, 128});
+  if (large) {
+    switch (rng.uniform(0, 2)) {
+      case 0: c.N_q = rng.uniform(1500, 2048), c.N_k = rng.uniform(1500, 2048); break;
+      case 1: c.B = 4, c.H = 16, c.N_q = c.N_k = rng.uniform(200, 300); break;
+      default: c.N_q = rng.uniform(1, 64), c.N_k = rng.uniform(3000, 6000), c.H = 4; break;  // decoding
+    }
+  } else if (rng.chance(0.04)) {
+    c.B = rng.uniform(20, 60), c.H = rng.uniform(20, 60);
+    c.N_q = rng.size(1, 20), c.N_k = rng.size(1, 20);
+    c.d = 32;
+  } else {
+    c.N_q = rng.size(1, 300, {16, 32, 64, 128});
+    c.N_k = rng.chance(0.33) ? c.N_q : rng.size(1, 300, {16, 32, 64, 128});
+    const std::int64_t per_pair = c.N_q * c.N_k * c.d, rows = std::max(c.N_q, c.N_k) * c.d;
+    const std::int64_t pairs = std::max<std::int64_t>(
+        1, std::min((std::int64_t{1} << 24) / per_pair, (std::int64_t{1} << 19) / rows));
+    c.B = rng.size(1, std::min<std::int64_t>(3, pairs));
+    c.H = rng.size(1, std::max<std::int64_t>(1, std::min<std::int64_t>(8, pairs / c.B)));
+    if (rng.chance(0.3) && c.B * c.H < 4 && per_pair <= (std::int64_t{1} << 22)) {
+      c.B = 1;  // enough heads for a group size strictly between 1 and H
+      c.H = rng.pick({4, 6, 8});
+    }
+  }
+  c.H_kv = rng.chance(0.5) ? draw_divisor(rng, c.H) : c.H;
+  c.layout = rng.pick({BHND, BNHD});
+  c.o_layout = rng.chance(0.5) ? c.layout : rng.pick({BHND, BNHD});
+  c.pad = rng.chance(0.3) ? 8 * rng.uniform(1, 4) : 0;
+  c.o_pad = rng.chance(0.25) ? 8 * rng.uniform(1, 3) : 0;
+  c.kv_batch_broadcast = c.B > 1 && rng.chance(0.1);
+  c.causal = sup.causal && rng.chance(0.5);
+  c.lse = !sup.lse || rng.chance(0.8);
+  c.input_range = rng.chance(0.5) ? 1.0 : std::exp(rng.real(std::log(0.05), std::log(30.0)));
+  const ValueRange v = course::fuzz::draw_values(rng, 100.0);
+  c.v_lo = v.lo;
+  c.v_hi = v.hi;
+  c.scale = rng.chance(0.8) ? 0.f : static_cast<float>(rng.real(0.05, 1.0));
+  return c;
+}
+
+class FuzzAttentionTc : public GpuTest, public ::testing::WithParamInterface<AttnParam> {
+ protected:
+  void run(bool large) {
+    const auto& [info, part_index] = GetParam();
+    const AttentionStep step = info.step;
+    const Part part{"attention_bf16", info.name, large ? kParts : part_index, large ? large_cases() : cases_per_part(),
+                    seed()};
+    COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(course::fuzz::run_cases(
+        part, [&](Rng& rng) { return draw_attention_tc(rng, step, large); },
+        [&](const TcCase& c, std::uint64_t s) {
+          const auto r = course::m03::tc_checks::check_case(&impl::attention, step, c, s);
+          Verdict v;
+          v.ratio = r.worst_ratio;
+          if (!r.report.empty()) v.fail(r.report);
+          return v;
+        })));
+  }
+};
+
+class FuzzAttentionTcLarge : public FuzzAttentionTc {};
+
+TEST_P(FuzzAttentionTc, RandomCases) { run(false); }
+TEST_P(FuzzAttentionTcLarge, RandomCases) { run(true); }
+
+INSTANTIATE_TEST_SUITE_P(Steps, FuzzAttentionTc,
+                         ::testing::Combine(::testing::ValuesIn(bf16_steps()), ::testing::Range(0, kParts)),
+                         attn_param_name);
+INSTANTIATE_TEST_SUITE_P(Steps, FuzzAttentionTcLarge,
+                         ::testing::Combine(::testing::ValuesIn(bf16_steps()), ::testing::Values(kParts)),
+                         attn_param_name);
+
 // ------------------------------------------------------------------ bad inputs -----
 
 class FuzzAttentionBadInputs : public GpuTest, public ::testing::WithParamInterface<StepInfo<AttentionStep>> {};
@@ -238,7 +326,6 @@ INSTANTIATE_TEST_SUITE_P(Steps, FuzzAttentionBadInputs, ::testing::ValuesIn(fp32
 
 // The tensor-core steps (bf16 tensors): the same sweep through AttentionArgsBf16, whose
 // contract differs in head dims (32..128), stride granularity (8 elements) and options.
-// (Their random-case tests need the bf16 checking helper of their module tests.)
 using AttentionArgsBf16 = course::m03::AttentionArgsBf16;
 
 class FuzzAttentionBf16BadInputs : public GpuTest, public ::testing::WithParamInterface<StepInfo<AttentionStep>> {};
@@ -304,7 +391,7 @@ TEST_P(FuzzAttentionBf16BadInputs, RejectedByNameContextHealthy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, FuzzAttentionBf16BadInputs,
-                         ::testing::ValuesIn(course::m03::attention_steps(course::m03::AttentionDType::bf16)),
+                         ::testing::ValuesIn(bf16_steps()),
                          [](const ::testing::TestParamInfo<StepInfo<AttentionStep>>& i) { return std::string(i.param.name); });
 
 // ======================================= the generator itself (CPU only) =====
@@ -378,5 +465,56 @@ TEST(FuzzGenerators, AttentionCasesAreValidAndCoverTheContract) {
     EXPECT_TRUE(cov.all_hit());
   }
 }
+
+TEST(FuzzGenerators, AttentionTcCasesAreValidAndCoverTheContract) {
+  const std::uint64_t seed = course::testing::test_seed();
+  using course::m03::tc_checks::make_tensor;
+  using course::m03::tc_checks::strides_of;
+  for (const auto& info : bf16_steps()) {
+    course::fuzz::Coverage cov(std::string("attention_bf16/") + info.name);
+    for (int i = 0; i < kParts * kCasesPerPart + kLargeCases; ++i) {
+      Rng rng(course::fuzz::case_seed(seed, i));
+      const TcCase c = draw_attention_tc(rng, info.step, i >= kParts * kCasesPerPart);
+      course::m03::AttentionArgsBf16 a;  // the strides run_device gives the kernel
+      a.q = fake<__nv_bfloat16>(1);
+      a.k = fake<__nv_bfloat16>(2);
+      a.v = fake<__nv_bfloat16>(3);
+      a.o = fake<__nv_bfloat16>(4);
+      a.lse = c.lse ? fake<float>(5) : nullptr;
+      a.batch = c.B, a.heads = c.H, a.kv_heads = c.H_kv, a.seq_q = c.N_q, a.seq_k = c.N_k, a.head_dim = c.d;
+      a.q_strides = strides_of(make_tensor(c.B, c.H, c.N_q, c.d, c.layout, c.pad));
+      a.k_strides = a.v_strides = strides_of(make_tensor(c.B, c.H_kv, c.N_k, c.d, c.layout, c.pad, c.kv_batch_broadcast));
+      a.o_strides = strides_of(make_tensor(c.B, c.H, c.N_q, c.d, c.o_layout, c.o_pad));
+      a.scale = c.scale;
+      a.causal = c.causal;
+      EXPECT_NO_THROW(course::m03::validate_attention_args(a, info.step, "fuzz")) << c.str();
+      cov.next_case();
+      cov.count("N=1", c.N_q == 1 || c.N_k == 1);
+      cov.count("prime N_k", course::fuzz::is_prime(c.N_k));
+      cov.count("N_k=k*tile+-1", c.N_k % 16 != 0 && course::fuzz::near_tile(c.N_k, {16, 32, 64, 128}));
+      cov.count("N_q>N_k", c.N_q > c.N_k);
+      cov.count("N_q<N_k", c.N_q < c.N_k);
+      cov.count("B*H>=400", c.B * c.H >= 400);
+      cov.count("d=32", c.d == 32);
+      cov.count("d=96", c.d == 96);
+      cov.count("BNHD", c.layout == BNHD);
+      cov.count("O layout differs", c.o_layout != c.layout);
+      cov.count("padded rows", c.pad > 0);
+      cov.count("padded O", c.o_pad > 0);
+      cov.count("kv batch broadcast", c.kv_batch_broadcast);
+      cov.count("grouped-query", c.H_kv < c.H && c.H_kv > 1);
+      cov.count("multi-query", c.H_kv == 1 && c.H > 1);
+      cov.count("causal", c.causal);
+      cov.count("causal, N_q>N_k", c.causal && c.N_q > c.N_k);
+      cov.count("no lse", !c.lse);
+      cov.count("|q|>=10", c.input_range >= 10);
+      cov.count("one-signed V", c.v_lo >= 0 || c.v_hi <= 0);
+      cov.count("explicit scale", c.scale != 0.f);
+    }
+    std::cout << cov.str() << "\n";
+    EXPECT_TRUE(cov.all_hit());
+  }
+}
+
 
 }  // namespace

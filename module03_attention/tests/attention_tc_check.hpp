@@ -1,0 +1,269 @@
+#pragma once
+/// @file attention_tc_check.hpp
+/// @brief The checking helper of the tensor-core (bf16) attention steps: cases, bf16 inputs,
+/// device run, and FlashAttention's accuracy rule against course::ref::attention_forward and
+/// the plain bf16 computation (course::ref::attention_forward_bf16). Shared by the module's
+/// tests (test_attention_tc.cpp) and its random-case tests (fuzz_attention.cpp).
+
+#include "course/bf16.hpp"
+#include "course/device.hpp"
+#include "course/random.hpp"
+#include "course/reference.hpp"
+#include "course/tensor.hpp"
+#include "module03/attention.hpp"
+
+#include <cuda_bf16.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace course::m03::tc_checks {
+
+using bf16 = __nv_bfloat16;
+/// The signature of impl::attention (bf16) and of the planted tensor-core bugs.
+using AttnTcFn = void (*)(AttentionStep, const AttentionArgsBf16&);
+constexpr AttentionLayout BHND = AttentionLayout::BHND;
+constexpr AttentionLayout BNHD = AttentionLayout::BNHD;
+
+// ------------------------------------------------------------------- cases -----
+
+struct Case {
+  std::int64_t B = 1, H = 1, H_kv = 1, N_q = 1, N_k = 1, d = 64;
+  AttentionLayout layout = BHND;    ///< storage of Q, K, V
+  AttentionLayout o_layout = BHND;  ///< storage of O
+  std::int64_t pad = 0;             ///< extra elements after each row of Q, K, V (multiple of 8)
+  std::int64_t o_pad = 0;           ///< extra elements after each row of O (must keep the poison)
+  bool kv_batch_broadcast = false;  ///< K and V batch stride 0
+  bool causal = false;
+  bool lse = true;           ///< pass an lse buffer
+  double input_range = 1.0;  ///< Q and K uniform in [-r, r)
+  float scale = 0.f;
+  double v_lo = -1.0, v_hi = 1.0;  ///< V uniform in [v_lo, v_hi) (the rule's floor scales with max|V|)
+
+  std::string name() const {
+    std::ostringstream os;
+    os << "B" << B << "_H" << H;
+    if (H_kv != H) os << "_Hkv" << H_kv;
+    os << "_Nq" << N_q << "_Nk" << N_k << "_d" << d << "_" << course::to_string(layout);
+    if (o_layout != layout) os << "_o" << course::to_string(o_layout);
+    if (pad) os << "_pad" << pad;
+    if (o_pad) os << "_opad" << o_pad;
+    if (kv_batch_broadcast) os << "_kvbcast";
+    if (causal) os << "_causal";
+    if (!lse) os << "_nolse";
+    if (input_range != 1.0) os << "_x" << input_range;
+    if (scale != 0.f) os << "_scale" << scale;
+    if (v_lo != -1.0 || v_hi != 1.0) os << "_v[" << v_lo << "," << v_hi << ")";
+    return os.str();
+  }
+  std::string str() const { return name(); }
+};
+
+inline Case make_case(std::int64_t B, std::int64_t H, std::int64_t N_q, std::int64_t N_k, std::int64_t d,
+               AttentionLayout layout = BHND, bool causal = false) {
+  Case c;
+  c.B = B;
+  c.H = H;
+  c.H_kv = H;
+  c.N_q = N_q;
+  c.N_k = N_k;
+  c.d = d;
+  c.layout = layout;
+  c.o_layout = layout;
+  c.causal = causal;
+  return c;
+}
+
+// ------------------------------------------------------------------ running -----
+
+/// A [B, H, N, d] tensor stored in `layout` with `pad` elements after each row.
+inline HostTensor<float> make_tensor(std::int64_t B, std::int64_t H, std::int64_t N, std::int64_t d, AttentionLayout layout,
+                              std::int64_t pad, bool batch_broadcast = false) {
+  const std::int64_t row = (layout == BHND ? d : H * d) + pad;  // seq stride
+  course::Shape strides = layout == BHND ? course::Shape{H * N * row, N * row, row, 1}
+                                         : course::Shape{N * row, d, row, 1};
+  if (batch_broadcast) strides[0] = 0;
+  return HostTensor<float>({B, H, N, d}, strides);
+}
+
+inline AttentionStrides strides_of(const HostTensor<float>& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
+
+/// Q, K, V holding bf16 values (random, rounded), as floats: exactly what the kernel reads.
+struct Inputs {
+  HostTensor<float> q, k, v;
+};
+
+inline void round_in_place(HostTensor<float>& t) { t.storage() = course::round_to_bf16(t.storage()); }
+
+inline Inputs make_inputs(const Case& c, std::uint64_t seed) {
+  Inputs in;
+  in.q = make_tensor(c.B, c.H, c.N_q, c.d, c.layout, c.pad);
+  in.k = make_tensor(c.B, c.H_kv, c.N_k, c.d, c.layout, c.pad, c.kv_batch_broadcast);
+  in.v = make_tensor(c.B, c.H_kv, c.N_k, c.d, c.layout, c.pad, c.kv_batch_broadcast);
+  course::fill_random(in.q, seed, -c.input_range, c.input_range);
+  course::fill_random(in.k, seed + 1, -c.input_range, c.input_range);
+  course::fill_random(in.v, seed + 2, c.v_lo, c.v_hi);
+  round_in_place(in.q);
+  round_in_place(in.k);
+  round_in_place(in.v);
+  return in;
+}
+
+struct DeviceResult {
+  HostTensor<float> o;     ///< in c.o_layout (+ o_pad), bf16 values widened
+  std::vector<float> lse;  ///< B*H*N_q, empty when the case passes no lse
+};
+
+/// Uploads the inputs as bf16, poisons O and lse, runs `fn`, downloads. NotImplemented
+/// and Unsupported propagate.
+inline DeviceResult run_device(AttnTcFn fn, AttentionStep step, const Case& c, const Inputs& in) {
+  DeviceBuffer<bf16> dq(course::to_bf16(in.q.storage())), dk(course::to_bf16(in.k.storage())),
+      dv(course::to_bf16(in.v.storage()));
+  DeviceResult r{make_tensor(c.B, c.H, c.N_q, c.d, c.o_layout, c.o_pad), {}};
+  DeviceBuffer<bf16> d_o(r.o.storage().size());
+  d_o.poison();
+  DeviceBuffer<float> d_lse(c.lse ? static_cast<std::size_t>(c.B * c.H * c.N_q) : 0);
+  d_lse.poison();
+
+  AttentionArgsBf16 a;
+  a.q = dq.data();
+  a.k = dk.data();
+  a.v = dv.data();
+  a.o = d_o.data();
+  a.lse = c.lse ? d_lse.data() : nullptr;
+  a.batch = c.B;
+  a.heads = c.H;
+  a.kv_heads = c.H_kv;
+  a.seq_q = c.N_q;
+  a.seq_k = c.N_k;
+  a.head_dim = c.d;
+  a.q_strides = strides_of(in.q);
+  a.k_strides = strides_of(in.k);
+  a.v_strides = strides_of(in.v);
+  a.o_strides = strides_of(r.o);
+  a.scale = c.scale;
+  a.causal = c.causal;
+  fn(step, a);
+  COURSE_CUDA_CHECK(cudaDeviceSynchronize());
+  r.o.storage() = course::from_bf16(d_o.download());
+  if (c.lse) r.lse = d_lse.download();
+  return r;
+}
+
+/// Max |got - ref| over the logical elements of O ([B, H, N_q, d]); NaN or Inf -> inf.
+inline double max_error(const HostTensor<float>& got, const HostTensor<float>& ref) {
+  double err = 0;
+  for (std::int64_t b = 0; b < got.dim(0); ++b)
+    for (std::int64_t h = 0; h < got.dim(1); ++h)
+      for (std::int64_t i = 0; i < got.dim(2); ++i)
+        for (std::int64_t c = 0; c < got.dim(3); ++c) {
+          const double g = got({b, h, i, c}), w = ref({b, h, i, c});
+          const double e = std::isfinite(g) ? std::fabs(g - w) : std::numeric_limits<double>::infinity();
+          err = std::max(err, e);
+        }
+  return err;
+}
+
+/// Max |got - ref| over lse values; -inf matches only -inf (a row without keys).
+inline double max_lse_error(const std::vector<float>& got, const std::vector<float>& ref) {
+  double err = 0;
+  for (std::size_t n = 0; n < ref.size(); ++n) {
+    const double g = got[n], w = ref[n];
+    double e;
+    if (std::isinf(w) && w < 0) e = (std::isinf(g) && g < 0) ? 0.0 : std::numeric_limits<double>::infinity();
+    else e = std::isfinite(g) ? std::fabs(g - w) : std::numeric_limits<double>::infinity();
+    err = std::max(err, e);
+  }
+  return err;
+}
+
+/// Elements of O's storage that no (b, h, i, c) maps to must still be NaN (the poison).
+inline std::int64_t padding_overwritten(const HostTensor<float>& o) {
+  std::vector<char> defined(o.storage().size(), 0);
+  for (std::int64_t b = 0; b < o.dim(0); ++b)
+    for (std::int64_t h = 0; h < o.dim(1); ++h)
+      for (std::int64_t i = 0; i < o.dim(2); ++i)
+        for (std::int64_t c = 0; c < o.dim(3); ++c) defined[static_cast<std::size_t>(o.offset({b, h, i, c}))] = 1;
+  std::int64_t bad = 0;
+  for (std::size_t e = 0; e < defined.size(); ++e)
+    if (!defined[e] && !std::isnan(o.storage()[e])) ++bad;
+  return bad;
+}
+
+/// The floors of the rule: O's errors are absolute on values <= max|V| (kOutFloor for
+/// max|V| = 1, scaled with it); lse's grow with |lse| (an fp32 ulp of 300 is 3e-5).
+constexpr double kOutFloor = 1e-5;
+inline double lse_floor(const std::vector<float>& lse_ref) {
+  double m = 0;
+  for (float x : lse_ref)
+    if (std::isfinite(x)) m = std::max(m, static_cast<double>(std::fabs(x)));
+  return 1e-5 + 8.0 * 0x1p-24 * m;
+}
+
+/// One case checked: "" when right, else a report; and the worst ratio of an error to what
+/// the rule allows (O and lse).
+struct CaseCheck {
+  std::string report;
+  double worst_ratio = 0.0;
+};
+
+/// THE per-case check: fresh bf16 data for `c` (seeded), O and lse under FlashAttention's
+/// rule (max error vs the double reference <= 2 x the plain bf16 computation's + a floor),
+/// O's padding untouched. NotImplemented propagates.
+inline CaseCheck check_case(AttnTcFn fn, AttentionStep step, const Case& c, std::uint64_t seed) {
+  const Inputs in = make_inputs(c, seed);
+  const DeviceResult got = run_device(fn, step, c, in);
+  course::ref::AttentionOptions opts;
+  opts.scale = c.scale;
+  opts.causal = c.causal;
+  const auto exact = course::ref::attention_forward(in.q, in.k, in.v, opts);  // double accumulation
+  const auto plain = course::ref::attention_forward_bf16(in.q, in.k, in.v, opts);
+  CaseCheck out;
+  std::ostringstream report;
+  const double v_max = std::max(std::fabs(c.v_lo), std::fabs(c.v_hi));
+  const double err = max_error(got.o, exact.out), err_plain = max_error(plain.out, exact.out);
+  const double allowed = 2.0 * err_plain + kOutFloor * v_max;
+  out.worst_ratio = err / allowed;
+  if (!(err <= allowed))
+    report << "\n    O: max error " << err << " > 2 x " << err_plain << " (plain bf16) + " << kOutFloor * v_max;
+  if (c.lse) {
+    const double e = max_lse_error(got.lse, exact.lse.storage());
+    const double e_plain = max_lse_error(plain.lse.storage(), exact.lse.storage());
+    const double floor = lse_floor(exact.lse.storage());
+    out.worst_ratio = std::max(out.worst_ratio, e / (2.0 * e_plain + floor));
+    if (!(e <= 2.0 * e_plain + floor))
+      report << "\n    lse: max error " << e << " > 2 x " << e_plain << " (plain bf16) + " << floor;
+  }
+  if (const std::int64_t bad = padding_overwritten(got.o); bad > 0)
+    report << "\n    " << bad << " padding elements of O were overwritten";
+  out.report = report.str();
+  if (std::isnan(out.worst_ratio)) out.worst_ratio = INFINITY;
+  return out;
+}
+
+/// THE check, shared by the real tests and the planted-bug tests: every case through
+/// check_case on fresh data. NotImplemented propagates: callers wrap it in
+/// COURSE_SKIP_IF_NOT_IMPLEMENTED.
+inline ::testing::AssertionResult check_cases(AttnTcFn fn, AttentionStep step, const std::vector<Case>& cases,
+                                              std::uint64_t seed) {
+  std::ostringstream failures;
+  int failed = 0;
+  for (std::size_t n = 0; n < cases.size(); ++n) {
+    const CaseCheck r = check_case(fn, step, cases[n], seed + 1009 * n);
+    if (!r.report.empty()) {
+      ++failed;
+      failures << "\n  " << cases[n].name() << ":" << r.report;
+    }
+  }
+  if (failed == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << course::m03::step_name(step) << ": " << failed << " of " << cases.size()
+                                       << " cases failed (seed " << seed << "):" << failures.str();
+}
+
+}  // namespace course::m03::tc_checks
