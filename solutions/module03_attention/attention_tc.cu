@@ -55,8 +55,9 @@ namespace {
 // the SM's shared-memory pipe), i.e. ~4.5 cycles of smem per 4096 FLOPs, a bound of
 // ~58 TFLOP/s for the whole SM at either head dim, before the exposed load latency.
 // Expect ~40-50 TFLOP/s: already above step 5, and far from the tensor cores' ~600.
-// Registers ~100 (d = 64) / ~130 (d = 128); shared memory: Q, K, V + S (18 KB) + P (9 KB):
-// 51 / 75 KB.
+// Registers (ptxas, sm_90a, non-causal / causal): d = 64: 152/155, d = 128: 198/190
+// (32: 114/117, 96: 178/182); shared memory Q, K, V + S (18 KB) + P (9 KB): 51 / 75 KB;
+// 3 / 2 blocks per SM.
 // Measured: pending.
 //
 // ============================================================================
@@ -76,7 +77,8 @@ namespace {
 // serialized write-sync-read of each warp: ~300 cycles of smem per 64 mma, a bound near
 // 230 TFLOP/s; the softmax's instructions and the round trip's latency land it at
 // ~120-170 TFLOP/s (d = 64), ~150-200 (d = 128).
-// Registers ~110 / ~160; shared memory Q + 2 x (K + V) + S + P: 67 / 107 KB.
+// Registers (ptxas, non-causal / causal): d = 64: 153/155, d = 128: 204/206 (32: 115/117,
+// 96: 202/204); shared memory Q + 2 x (K + V) + S + P: 67 / 107 KB; 3 / 2 blocks per SM.
 // Measured: pending.
 // ============================================================================
 

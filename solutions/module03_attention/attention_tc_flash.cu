@@ -52,8 +52,10 @@ namespace {
 // 512 B each): 256 B of shared memory per mma, 2 cycles at 128 B/clk, which caps the SM
 // near 2048 FLOP/clk (~535 TFLOP/s) before the softmax's ~5 instructions per score. With
 // the round trip of step 7 gone: ~220-260 TFLOP/s at d = 64, ~250-300 at d = 128.
-// Registers (d = 64 / 128): S 32 + O 32 / 64 + Q 16 / 32 + statistics ~8: ~110 / ~170.
-// Shared memory: Q + 2 x (K + V) = 40 / 80 KB (d = 64 / 128).
+// Registers: S 32 + O 32 / 64 + Q 16 / 32 + ~45 of addresses, statistics and copies;
+// ptxas (sm_90a, non-causal / causal): d = 32: 106/111, 64: 143/142, 96: 176/179,
+// 128: 206/209, no spills: 4, 3, 2, 2 blocks per SM. Shared memory: Q + 2 x (K + V)
+// + 1 KB of alignment = 21, 41, 81, 81 KB.
 // Measured: pending.
 //
 // ============================================================================
@@ -73,8 +75,10 @@ namespace {
 // so d = 64 is bound by exp and issue, d = 128 by the tensor cores: ~290-330 TFLOP/s at
 // d = 64 and ~320-360 at d = 128, i.e. ~0.95-1.05x FlashAttention-2 (same tiles, one
 // barrier per tile instead of two, heaviest-first causal order). 2 blocks (8 warps) per
-// SM, registers <= 255 (checked: no spills). Shared memory (Q + 2 stages of K and V):
-// 40, 80, 96, 96 KB for d = 32, 64, 96, 128.
+// SM. Registers (ptxas, sm_90a, non-causal / causal; no spills): d = 32: 241/240,
+// 64: 255/255, 96: 248/250, 128: 238/240 (64-key tiles in one softmax step spill 8-16
+// bytes at d = 128, hence the two 32-key steps). Shared memory (Q + 2 stages of K and V
+// + 1 KB of alignment): 41, 81, 97, 97 KB for d = 32, 64, 96, 128.
 // Measured: pending.
 // ============================================================================
 
