@@ -192,7 +192,7 @@ std::string step_name(const ::testing::TestParamInfo<StepInfo<AttentionStep>>& i
 
 /// "The cat sat" of the fp32 tests in d = 32 (zero columns change no dot product), scale 1:
 /// q = [1,0], [0,2], [1,1]; k = v = [1,0], [0,1], [1,1]. Scores [1,0,1], [0,2,2], [1,1,2].
-/// O is bf16: within 2^-8 relative (+ the bf16 rounding of P).
+/// O is bf16: P and O each rounded to 8 significant bits, so within 2 x 2^-8 (< 1e-2).
 TEST_P(AttentionTcTest, WorkedExampleThreeTokens) {
   const std::int64_t n = 3, d = 32;
   std::vector<float> q(n * d, 0.f), k(n * d, 0.f), v(n * d, 0.f);
@@ -219,7 +219,7 @@ TEST_P(AttentionTcTest, WorkedExampleThreeTokens) {
   for (int i = 0; i < 3; ++i) {
     for (int c = 0; c < d; ++c) {
       const double want = c < 2 ? want_o[i][c] : 0.0;
-      EXPECT_NEAR(o[i * d + c], want, 8e-3) << "O[" << i << "][" << c << "]";
+      EXPECT_NEAR(o[i * d + c], want, 1e-2) << "O[" << i << "][" << c << "]";
     }
     EXPECT_NEAR(l[i], want_lse[i], 1e-5) << "lse[" << i << "]";
   }
