@@ -653,8 +653,10 @@ def cmd_list(args) -> int:
             st = states[s.id]
             note = ""
             if st.state == "failing":
-                note = "  " + st.detail.splitlines()[1] if len(st.detail.splitlines()) > 1 else ""
-                note = "  " + st.detail.splitlines()[0] + ("\n" + " " * (width + 22) + note.strip() if note else "")
+                lines = st.detail.splitlines()
+                why = " ".join(l.strip() for l in lines[1:4])
+                why = re.sub(r"\S*/([\w.]+:\d+)", r"\1:", why)  # path:line -> file:line:
+                note = "  " + lines[0] + ("\n" + " " * (7 + width + 15) + "  " + why[:110] if why else "")
             elif st.state in ("not_started", "in_progress") and st.file:
                 note = f"  edit {st.file}"
             elif st.state in ("unsupported", "skipped"):
