@@ -139,7 +139,7 @@ case "$cmd" in
   test)
     install_packages; check_cuda; build
     # ctest with short output, then a summary: passed, skipped (no GPU), not implemented, failed.
-    python3 scripts/course.py test --preset "$preset"
+    python3 scripts/course.py test --preset "$preset" "${@:2}"
     ;;
   list|progress|check|next|watch)
     install_packages; check_cuda
@@ -154,7 +154,11 @@ case "$cmd" in
       exec python3 scripts/course.py "$@"
     fi
     install_packages; check_cuda; build
-    for b in "$build_dir"/module0*/m0*_bench; do "$b" "${@:2}"; done
+    # Each binary's rows also go to $build_dir/bench_<module>.json: scripts/make_results.py
+    # shows them in the results page's "yours" column.
+    for b in "$build_dir"/module0*/m0*_bench; do
+      "$b" --benchmark_out="$build_dir/bench_$(basename "$b" _bench).json" --benchmark_out_format=json "${@:2}"
+    done
     ;;
   *)  # no command, --help, or an unknown one: the usage (exit 2 for an unknown command)
     exec python3 scripts/course.py "$@" ;;
