@@ -6,7 +6,7 @@
 /// Subtracting the max changes nothing mathematically (it cancels) but keeps every
 /// exp() argument <= 0, so [1000, 1001, 1002] gives the same finite answer as [-2, -1, 0].
 ///
-/// ## Which slices? `dim` names the index that varies inside one slice
+/// ## Which slices? dim names the index that varies inside one slice
 ///
 ///     x = [[1, 2, 3],
 ///          [4, 5, 6]]          rows = 2, cols = 3

@@ -12,7 +12,7 @@
 /// the n x n Jacobian is never formed, one dot product per slice replaces it. Only y is
 /// needed, not x (the forward's output is what attention keeps around as P).
 ///
-/// ## Which slices? `dim` as in module 1
+/// ## Which slices? dim as in module 1
 ///   dim = 1: each ROW is a slice (attention's dS = P * (dP - D) is this, row by row);
 ///   dim = 0: each COLUMN is a slice.
 ///

@@ -10,7 +10,9 @@
 ///
 /// Reproducible: case i of a test draws only from Rng(case_seed(seed, i)), where `seed` is
 /// the test's printed seed, so one failing case replays alone:
+///
 ///     COURSE_SEED=<seed> COURSE_FUZZ_ONLY=<i> ./m01_fuzz_basics_solution --gtest_filter=<test>
+///
 /// Environment:
 ///   COURSE_FUZZ_CASES  cases per test instead of the test's own count (a sanitizer run lowers it)
 ///   COURSE_FUZZ_ONLY   run only case i
@@ -137,6 +139,7 @@ bool is_prime(std::int64_t n);
 bool near_tile(std::int64_t n, std::initializer_list<std::int64_t> tiles);
 
 // ----------------------------------------------------------------- details -----
+/// @cond FUZZ_DETAILS
 
 std::int64_t only_case();  ///< $COURSE_FUZZ_ONLY, or -1
 std::string format_ratio(double r);
@@ -188,6 +191,8 @@ template <class Gen, class Check>
 }
 
 // ------------------------------------------------------- bad-input sweeps -----
+
+/// @endcond
 
 /// Runs `call`, which must throw course::InvalidArgument (or course::Unsupported) whose
 /// message contains `needle` (the argument's name, quoted as the message quotes it), and
