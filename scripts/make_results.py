@@ -6,6 +6,10 @@ RUN_DIR holds bench_<module>.json files and env.txt, as scripts/gpu_check.sh wri
 Rows are named op/impl/step/shape (impl: solution, exercise, library); each op+shape
 becomes one table (steps in ladder order) and one bar chart. compare_torch.json
 (scripts/compare_torch.py --out) in RUN_DIR adds the PyTorch comparison section.
+Tables come in course order (module 1's ops as its lesson teaches them, then modules 2-4).
+The "yours" column comes from the learner's own benchmark JSON when there is one
+(--yours DIR, default build/: bench_*.json, as `bash scripts/course.sh bench` writes them),
+else from RUN_DIR's exercise rows, else "-".
 """
 import argparse
 import csv
@@ -24,28 +28,83 @@ def load_rows(run_dir):
     groups = OrderedDict()  # (module, op, shape) -> OrderedDict(step -> {impl: row})
     contexts = {}
     for path in sorted(run_dir.glob("bench_*.json")):
-        module = path.stem.removeprefix("bench_")
-        data = json.loads(path.read_text())
-        contexts[module] = data.get("context", {})
-        for b in data.get("benchmarks", []):
-            if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
-                continue
-            parts = b["name"].split("/")
-            if len(parts) < 4:
-                continue
-            op, impl, step, shape = parts[:4]
-            skipped = b.get("error_occurred") or b.get("skipped") or b.get("error_message")
-            if "TFLOP/s" in b:
-                value, unit = b["TFLOP/s"], "TFLOP/s"
-            elif "GB/s" in b:
-                value, unit = b["GB/s"], "GB/s"
-            else:  # a row that only has a time (e.g. building pointer arrays): report microseconds
-                scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}.get(b.get("time_unit", "ns"), 1.0)
-                value, unit = b.get("real_time", 0.0) * scale, "us"
-            row = {"value": None if skipped else value, "unit": unit,
-                   "copy": b.get("copy_GB/s"), "time_ms": b.get("real_time")}
-            groups.setdefault((module, op, shape), OrderedDict()).setdefault(step, {})[impl] = row
+        load_rows_from(path, path.stem.removeprefix("bench_"), groups, contexts)
+    return in_course_order(groups), contexts
+
+
+def load_rows_from(path, module, groups=None, contexts=None):
+    """Adds the rows of one benchmark JSON file to groups (module, op, shape) -> steps."""
+    groups = OrderedDict() if groups is None else groups
+    contexts = {} if contexts is None else contexts
+    data = json.loads(path.read_text())
+    contexts[module] = data.get("context", {})
+    for b in data.get("benchmarks", []):
+        if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
+            continue
+        parts = b["name"].split("/")
+        if len(parts) < 4:
+            continue
+        op, impl, step, shape = parts[:4]
+        skipped = b.get("error_occurred") or b.get("skipped") or b.get("error_message")
+        if "TFLOP/s" in b:
+            value, unit = b["TFLOP/s"], "TFLOP/s"
+        elif "GB/s" in b:
+            value, unit = b["GB/s"], "GB/s"
+        else:  # a row that only has a time (e.g. building pointer arrays): report microseconds
+            scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}.get(b.get("time_unit", "ns"), 1.0)
+            value, unit = b.get("real_time", 0.0) * scale, "us"
+        row = {"value": None if skipped else value, "unit": unit,
+               "copy": b.get("copy_GB/s"), "time_ms": b.get("real_time")}
+        groups.setdefault((module, op, shape), OrderedDict()).setdefault(step, {})[impl] = row
     return groups, contexts
+
+
+# Course order: each module's ops as its lesson teaches them; ops not listed follow in run order.
+COURSE_OP_ORDER = {
+    "m01": ["l2_norm", "dot", "softmax", "sgemm", "hgemm_bf16"],
+    "m02": ["bgemm_qk_f32", "bgemm_pv_f32", "bgemm_qk_bf16", "bgemm_pv_bf16", "bgemm_ptr_build"],
+    "m03": ["attn_f32", "attn_bf16"],
+    "m04": ["softmax_backward", "linear_backward", "bias_grad", "attn_bwd_f32"],
+}
+
+
+def in_course_order(groups):
+    """groups (module, op, shape) -> ..., reordered: modules in order, ops in lesson order,
+    shapes as they were run."""
+    keys = list(groups)
+    def rank(key):
+        module, op, _ = key
+        order = COURSE_OP_ORDER.get(module, [])
+        return (module, order.index(op) if op in order else len(order), keys.index(key))
+    return OrderedDict((k, groups[k]) for k in sorted(keys, key=rank))
+
+
+def load_yours(yours_dir):
+    """The learner's exercise rows from yours_dir/bench_*.json (newest file wins per row):
+    {(module, op, shape, step): value}, and the files and GPUs they came from."""
+    values, sources = {}, []
+    if yours_dir is None or not yours_dir.is_dir():
+        return values, sources
+    for path in sorted(yours_dir.glob("bench_*.json"), key=lambda p: p.stat().st_mtime):
+        module = path.stem.removeprefix("bench_").split("_")[0]
+        try:
+            groups, contexts = load_rows_from(path, module)
+        except (OSError, ValueError, KeyError):
+            continue
+        found = 0
+        for (mod, op, shape), steps in groups.items():
+            for step, impls in steps.items():
+                value = impls.get("exercise", {}).get("value")
+                if value is not None:
+                    values[(mod, op, shape, step)] = value
+                    found += 1
+        if found:
+            ctx = contexts.get(module, {})
+            shown = path.resolve()
+            root = pathlib.Path(__file__).resolve().parent.parent
+            shown = shown.relative_to(root) if root in shown.parents else shown
+            sources.append(f"`{shown}` ({ctx.get('date', '?')}, {ctx.get('host_name', 'this machine')})")
+    return values, sources
 
 
 def fmt(v, digits=1):
@@ -215,12 +274,52 @@ def compare_torch_section(run_dir, docs, images):
     return out
 
 
+def bar_chart(path, title, unit, labels, values, mine, library):
+    """Horizontal bars, first step on top: the solution's value per step (and yours beside it
+    when there is one), each labelled with its number; the library as a dashed line. A log
+    axis when the values span more than 50x (module 1's atomic_naive beside 4 TB/s); the
+    legend sits right of the axes, never on a bar."""
+    has_mine = any(v is not None for v in mine)
+    n = len(labels)
+    fig, ax = plt.subplots(figsize=(7.5, 0.5 * n * (1.6 if has_mine else 1) + 1.6))
+    pos = list(range(n))[::-1]  # first step on top
+    h = 0.38 if has_mine else 0.7
+    sol_y = [p + (h / 2 if has_mine else 0) for p in pos]
+    bars = [(ax.barh(sol_y, values, height=h, color="#4c72b0", label="solution"), values)]
+    if has_mine:
+        mine_v = [v or 0.0 for v in mine]
+        bars.append((ax.barh([p - h / 2 for p in pos], mine_v, height=h, color="#dd8452", label="yours"), mine_v))
+    positive = [v for v in values + [v for v in mine if v] + ([library[1]] if library else []) if v and v > 0]
+    log = bool(positive) and max(positive) / min(positive) > 50
+    if log:
+        ax.set_xscale("log")
+        ax.set_xlim(min(positive) / 2, max(positive) * 2.5)
+    else:
+        ax.set_xlim(0, max(positive or [1.0]) * 1.18)
+    for container, vals in bars:
+        for rect, v in zip(container, vals):
+            if v:
+                ax.annotate(f"{v:.0f}" if v >= 100 else f"{v:.3g}", (rect.get_width(), rect.get_y() + rect.get_height() / 2),
+                            xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
+    if library:
+        ax.axvline(library[1], color="#c44e52", ls="--", label=f"library ({library[0]})")
+    ax.set_yticks(pos, labels)
+    ax.set_xlabel(unit + (" (log scale)" if log else ""))
+    ax.set_title(title)
+    ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False, fontsize=8)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("run_dir", type=pathlib.Path)
     ap.add_argument("--docs", type=pathlib.Path, default=pathlib.Path("docs"))
+    ap.add_argument("--yours", type=pathlib.Path, default=pathlib.Path(__file__).resolve().parent.parent / "build",
+                    help="folder of your own benchmark JSON (bench_*.json; default: build/)")
     args = ap.parse_args()
     groups, contexts = load_rows(args.run_dir)
+    yours, yours_sources = load_yours(args.yours)
     env = (args.run_dir / "env.txt").read_text() if (args.run_dir / "env.txt").exists() else ""
     # Keep the facts (date, commit, GPU, driver, CUDA, CMake); drop any git-status noise.
     env = "\n".join(l for l in env.splitlines() if l.strip() and not l.startswith(("??", " M", "HEAD", "(no git)")))
@@ -231,6 +330,13 @@ def main():
            "Generated by `scripts/make_results.py` from one run of `scripts/gpu_check.sh` on the GPU machine.",
            "Ratios are measured in the same run; absolute numbers hold for the GPU named here only.",
            "", "```", env.strip(), "```", ""]
+    if yours_sources:
+        out += ["The **yours** column: your exercise rows from " + ", ".join(yours_sources)
+                + " -- your GPU, not necessarily the one above.", ""]
+    else:
+        out += ["The **yours** column shows `-` until you have benchmarked your own kernels: "
+                "`bash scripts/course.sh bench` writes `build/bench_<module>.json`; run this script again "
+                "and your numbers appear beside the solution's.", ""]
     for (module, op, shape), steps in groups.items():
         # The fastest library row is the reference (as in the benchmark's own summary).
         libs = [(s, r["library"]) for s, r in steps.items() if "library" in r and r["library"]["value"]]
@@ -239,31 +345,24 @@ def main():
         out += [f"## {module}: {op} ({shape})", ""]
         out += [f"| step | solution {unit} | yours {unit} | library | sol / lib | sol / copy |",
                 "| --- | ---: | ---: | ---: | ---: | ---: |"]
-        labels, values = [], []
+        labels, values, mine = [], [], []
         for step, impls in steps.items():
             if "library" in impls:
                 continue
             sol = impls.get("solution", {}).get("value")
-            ex = impls.get("exercise", {}).get("value")
+            ex = yours.get((module, op, shape, step), impls.get("exercise", {}).get("value"))
             copy = impls.get("solution", {}).get("copy")
             out.append(f"| {step} | {fmt(sol)} | {fmt(ex)} | {fmt(lib['value'] if lib else None)} | "
                        f"{ratio(sol, lib['value'] if lib else None)} | {ratio(sol, copy) if unit == 'GB/s' else '-'} |")
             labels.append(step)
             values.append(sol or 0.0)
+            mine.append(ex)
         if libs:
             out += ["", "Library rows: " + ", ".join(f"`{n}` = {fmt(r['value'])} {unit}" for n, r in libs)
                     + f" (the table compares with `{lib_name}`)."]
         slug = re.sub(r"[^A-Za-z0-9]+", "_", f"{module}_{op}_{shape}").strip("_")
-        fig, ax = plt.subplots(figsize=(7, 0.45 * len(labels) + 1.2))
-        ax.barh(labels[::-1], values[::-1], color="#4c72b0")
-        if lib:
-            ax.axvline(lib["value"], color="#c44e52", ls="--", label=f"library ({lib_name})")
-            ax.legend(loc="lower right")
-        ax.set_xlabel(unit)
-        ax.set_title(f"{op} {shape}")
-        fig.tight_layout()
-        fig.savefig(images / f"results_{slug}.png", dpi=110)
-        plt.close(fig)
+        bar_chart(images / f"results_{slug}.png", f"{op} {shape}", unit, labels, values, mine,
+                   (lib_name, lib["value"]) if lib else None)
         out += ["", f"![{op} {shape}](images/results_{slug}.png)", ""]
     out += compare_torch_section(args.run_dir, args.docs, images)
     out += training_curve_section(args.run_dir, args.docs, images)
