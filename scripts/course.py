@@ -939,6 +939,12 @@ def cmd_bench(args) -> int:
     say(f"[course] {binary.name}: {len(set(picked))} rows of {step.id} ({', '.join(sorted(bench_ops))}), "
         "yours (exercise) beside the solution and the library")
     cmd = [str(binary), f"--benchmark_filter={pattern}", *args.extra]
+    if not any(a.startswith("--benchmark_out") for a in args.extra):
+        # Like `course.sh bench`: the rows also go to <build>/bench_*.json, where
+        # scripts/make_results.py finds the learner's numbers (newest file wins per row).
+        out = course.build / f"bench_{step.module.short}_{step.op}_{step.name}.json"
+        cmd += [f"--benchmark_out={out}", "--benchmark_out_format=json"]
+        say(f"[course] the rows also go to {rel(out)} (scripts/make_results.py shows them as 'yours')")
     return subprocess.run(cmd, cwd=binary.parent).returncode
 
 
