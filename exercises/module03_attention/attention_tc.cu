@@ -672,7 +672,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) register_softmax_kernel(cons
         for (int j = 0; j < Cfg::kSTiles; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e) s[mi][j][e] = 0.f;
-#pragma unroll(Cfg::kQInRegs ? Cfg::kDSteps : 1)  // Q from smem: a loop (fewer registers)
+#pragma unroll
       for (int ks = 0; ks < Cfg::kDSteps; ++ks) {
         std::uint32_t a[kMT][4];
 #pragma unroll

@@ -69,14 +69,15 @@ namespace {
 //      per row-max shuffle and per rescale of O.
 //  (c) Q stays in shared memory for d >= 64 and is re-read with ldmatrix at every k16
 //      step (a quarter of the S operand traffic): its registers pay for the larger S and
-//      O accumulators (d = 128: O alone is 2 x 16 x 4 = 128 fp32 registers).
+//      O accumulators (d = 128: O alone is 2 x 16 x 4 = 128 fp32 registers). At d = 128
+//      each 64-key tile is two softmax steps of 32 keys (kSubN), so that S and O fit.
 // Prediction: per score ~4.5 instructions (FMNMX, FFMA, MUFU, FADD, half a pack) against
 // 2*d/256 mma; the MUFU pipe (16 ex2 per clk per SM) needs ~2/3 of the mma time at d = 64,
 // so d = 64 is bound by exp and issue, d = 128 by the tensor cores: ~290-330 TFLOP/s at
 // d = 64 and ~320-360 at d = 128, i.e. ~0.95-1.05x FlashAttention-2 (same tiles, one
 // barrier per tile instead of two, heaviest-first causal order). 2 blocks (8 warps) per
 // SM. Registers (ptxas, sm_90a, non-causal / causal; no spills): d = 32: 241/240,
-// 64: 255/255, 96: 248/250, 128: 238/240 (64-key tiles in one softmax step spill 8-16
+// 64: 255/255, 96: 252/250, 128: 248/252 (64-key tiles in one softmax step spill 8-16
 // bytes at d = 128, hence the two 32-key steps). Shared memory (Q + 2 stages of K and V
 // + 1 KB of alignment): 41, 81, 97, 97 KB for d = 32, 64, 96, 128.
 // Measured: pending.
@@ -102,6 +103,8 @@ struct FlashConfig {
   static constexpr int kDSteps = D / 16;         ///< k16 steps of Q K^T = pairs of n8 tiles of O
   static constexpr int kOTiles = D / 8;          ///< n8 tiles of O per m16 tile
   static constexpr int kKeySteps = kSubN / 16;   ///< k16 steps of P V
+  /// Unroll factor of the k16 loop of Q K^T (1 is only possible with Q in shared memory).
+  static constexpr int kQKUnroll = kDSteps;
   static constexpr int kQBytes = kBlockM * Geom::kRowBytes;
   static constexpr int kKVBytes = kBlockN * Geom::kRowBytes;
   static constexpr int kStageBytes = 2 * kKVBytes;  ///< K tile, then V tile
@@ -227,9 +230,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) register_softm
       const std::uint32_t k_addr = k_tile + sub * Cfg::kSubN * kRB;
       const std::uint32_t v_addr = v_tile + sub * Cfg::kSubN * kRB;
 
-      // ---- S = Q K^T: kMT x kSTiles accumulator tiles of 16 x 8. With Q in shared
-      // memory the k16 steps stay a loop (unroll 1): ptxas then cannot hoist the K and Q
-      // loads of later steps, which would cost registers the accumulators need.
+      // ---- S = Q K^T: kMT x kSTiles accumulator tiles of 16 x 8. The k16 steps are
+      // unrolled (kQKUnroll): ptxas may then issue the next steps' ldmatrix early. When a
+      // configuration runs out of registers, kQKUnroll = 1 (Q in shared memory) keeps
+      // those loads out of the accumulators' way.
       float s[kMT][Cfg::kSTiles][4];
 #pragma unroll
       for (int mi = 0; mi < kMT; ++mi)
@@ -237,7 +241,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) register_softm
         for (int j = 0; j < Cfg::kSTiles; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e) s[mi][j][e] = 0.f;
-#pragma unroll(Cfg::kQInRegs ? Cfg::kDSteps : 1)
+#pragma unroll(Cfg::kQKUnroll)
       for (int ks = 0; ks < Cfg::kDSteps; ++ks) {
         std::uint32_t a[kMT][4];
 #pragma unroll
