@@ -665,6 +665,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) register_softmax_kernel(cons
     for (int sub = 0; sub < Cfg::kSubTiles; ++sub) {
       const int kv0 = tile * kBN + sub * Cfg::kSubN;
       const std::uint32_t k_addr = k_tile + sub * Cfg::kSubN * kRB, v_addr = v_tile + sub * Cfg::kSubN * kRB;
+      // Keys no row of this warp may see (past its last row's diagonal, or past N_k):
+      // they would add nothing (alpha = 1, p = 0), so the warp skips them. Warp-uniform;
+      // it happens in the diagonal tiles when a tile is narrower than the Q tile.
+      if (kv0 >= p.seq_k || (kCausal && static_cast<long long>(kv0) > static_cast<long long>(q0) + warp_row0 +
+                                                                          Cfg::kWarpRows - 1 + p.causal_offset))
+        continue;
       float s[kMT][Cfg::kSTiles][4];
 #pragma unroll
       for (int mi = 0; mi < kMT; ++mi)

@@ -53,8 +53,8 @@ namespace {
 // near 2048 FLOP/clk (~535 TFLOP/s) before the softmax's ~5 instructions per score. With
 // the round trip of step 7 gone: ~220-260 TFLOP/s at d = 64, ~250-300 at d = 128.
 // Registers: S 32 + O 32 / 64 + Q 16 / 32 + ~45 of addresses, statistics and copies;
-// ptxas (sm_90a, non-causal / causal): d = 32: 106/111, 64: 143/142, 96: 176/179,
-// 128: 206/209, no spills: 4, 3, 2, 2 blocks per SM. Shared memory: Q + 2 x (K + V)
+// ptxas (sm_90a, non-causal / causal): d = 32: 105/110, 64: 141/147, 96: 175/182,
+// 128: 205/211, no spills: 4, 3, 2, 2 blocks per SM. Shared memory: Q + 2 x (K + V)
 // + 1 KB of alignment = 21, 41, 81, 81 KB.
 // Measured: pending.
 //
@@ -76,8 +76,8 @@ namespace {
 // so d = 64 is bound by exp and issue, d = 128 by the tensor cores: ~290-330 TFLOP/s at
 // d = 64 and ~320-360 at d = 128, i.e. ~0.95-1.05x FlashAttention-2 (same tiles, one
 // barrier per tile instead of two, heaviest-first causal order). 2 blocks (8 warps) per
-// SM. Registers (ptxas, sm_90a, non-causal / causal; no spills): d = 32: 241/240,
-// 64: 255/255, 96: 252/250, 128: 248/252 (64-key tiles in one softmax step spill 8-16
+// SM. Registers (ptxas, sm_90a, non-causal / causal; no spills): d = 32: 233/244,
+// 64: 255/255, 96: 251/250, 128: 242/244 (64-key tiles in one softmax step spill 8-16
 // bytes at d = 128, hence the two 32-key steps). Shared memory (Q + 2 stages of K and V
 // + 1 KB of alignment): 41, 81, 97, 97 KB for d = 32, 64, 96, 128.
 // Measured: pending.
@@ -229,6 +229,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) register_softm
       const int kv0 = tile * kBN + sub * Cfg::kSubN;
       const std::uint32_t k_addr = k_tile + sub * Cfg::kSubN * kRB;
       const std::uint32_t v_addr = v_tile + sub * Cfg::kSubN * kRB;
+      // Keys no row of this warp may see (past its last row's diagonal, or past N_k):
+      // they would add nothing (alpha = 1, p = 0), so the warp skips them. Warp-uniform;
+      // it happens in the diagonal tiles when a tile is narrower than the Q tile.
+      if (kv0 >= p.seq_k || (kCausal && static_cast<long long>(kv0) > static_cast<long long>(q0) + warp_row0 +
+                                                                          Cfg::kWarpRows - 1 + p.causal_offset))
+        continue;
 
       // ---- S = Q K^T: kMT x kSTiles accumulator tiles of 16 x 8. The k16 steps are
       // unrolled (kQKUnroll): ptxas may then issue the next steps' ldmatrix early. When a
