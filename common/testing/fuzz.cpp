@@ -143,6 +143,21 @@ std::string Coverage::str() const {
   return ::testing::AssertionFailure() << name_ << ": no case drawn with " << missing;
 }
 
+std::int64_t draw_row_stride(Rng& rng, std::int64_t cols) {
+  switch (rng.uniform(0, 3)) {
+    case 0: return cols + rng.uniform(1, 9);
+    case 1: return round_up(cols, 4) + 4 * rng.uniform(0, 3);
+    default: return cols;
+  }
+}
+
+std::int64_t draw_divisor(Rng& rng, std::int64_t h) {
+  std::vector<std::int64_t> divisors;
+  for (std::int64_t k = 1; k <= h; ++k)
+    if (h % k == 0) divisors.push_back(k);
+  return rng.pick(divisors);
+}
+
 bool is_prime(std::int64_t n) {
   if (n < 2) return false;
   for (std::int64_t d = 2; d * d <= n; ++d)

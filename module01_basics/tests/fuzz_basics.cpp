@@ -18,8 +18,8 @@
 #include "softmax_check.hpp"
 
 #include <algorithm>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <iostream>
 #include <limits>
@@ -32,8 +32,11 @@ namespace {
 
 using course::DeviceBuffer;
 using course::StepInfo;
+using course::fuzz::draw_row_stride;
+using course::fuzz::fake_address;
 using course::fuzz::Part;
 using course::fuzz::Rng;
+using course::fuzz::round_up;
 using course::fuzz::ValueRange;
 using course::fuzz::Verdict;
 using course::m01::MatmulArgs;
@@ -47,9 +50,9 @@ using course::m01::TcMatmulStep;
 using course::m01::checks::Op;
 using course::testing::GpuTest;
 
-constexpr int kParts = 4;          ///< gtest tests per step: ctest runs them in parallel
+constexpr int kParts = 4;           ///< gtest tests per step: ctest runs them in parallel
 constexpr int kCasesPerPart = 128;  ///< 4 x 128 = 512 random cases per step
-constexpr int kLargeCases = 3;     ///< large cases per step (own test, *Large*)
+constexpr int kLargeCases = 3;      ///< large cases per step (own test, *Large*)
 
 int cases_per_part() { return course::fuzz::case_count(kCasesPerPart); }
 int large_cases() { return std::min(course::fuzz::case_count(kLargeCases), kLargeCases); }
@@ -93,8 +96,9 @@ ReduceCase draw_reduce(Rng& rng, Op op, ReduceStep step, bool large) {
 Verdict check_reduce(ReduceStep step, const ReduceCase& c, std::uint64_t seed) {
   const auto n = static_cast<std::size_t>(c.n);
   const auto hx = course::random_vector(n, seed, static_cast<float>(c.x.lo), static_cast<float>(c.x.hi));
-  const auto hy = c.op == Op::dot ? course::random_vector(n, seed + 1, static_cast<float>(c.y.lo), static_cast<float>(c.y.hi))
-                                  : std::vector<float>{};
+  const auto hy = c.op == Op::dot
+                      ? course::random_vector(n, seed + 1, static_cast<float>(c.y.lo), static_cast<float>(c.y.hi))
+                      : std::vector<float>{};
   // The norm's terms are all positive (no cancellation): relative budget only. The dot's
   // random signs cancel: its budget follows the size of its partial sums.
   const double term_scale = c.op == Op::dot ? course::m01::checks::dot_term_scale(hx, hy) : 0.0;
@@ -179,16 +183,29 @@ TEST_P(FuzzReduceBadInputs, RejectedByNameContextHealthy) {
       {"null result", false, [](ReduceArgs& a, ReduceBuffers&) { a.result = nullptr; }, "'result' = nullptr"},
       {"null x", false, [](ReduceArgs& a, ReduceBuffers&) { a.x = nullptr; }, "'x' = nullptr"},
       {"null y (dot)", true, [](ReduceArgs& a, ReduceBuffers&) { a.y = nullptr; }, "'y' = nullptr"},
-      {"x misaligned by one element", false, [](ReduceArgs& a, ReduceBuffers& h) { a.x = h.x.data() + 1; a.n = 63; }, "'x'"},
-      {"y misaligned by one element (dot)", true, [](ReduceArgs& a, ReduceBuffers& h) { a.y = h.y.data() + 1; a.n = 63; }, "'y'"},
+      {"x misaligned by one element", false,
+       [](ReduceArgs& a, ReduceBuffers& h) {
+         a.x = h.x.data() + 1;
+         a.n = 63;
+       },
+       "'x'"},
+      {"y misaligned by one element (dot)", true,
+       [](ReduceArgs& a, ReduceBuffers& h) {
+         a.y = h.y.data() + 1;
+         a.n = 63;
+       },
+       "'y'"},
       {"y given to l2_norm", false, [](ReduceArgs& a, ReduceBuffers& h) { a.y = h.y.data(); }, "'y'"},
-      {"workspace too small", false, [](ReduceArgs& a, ReduceBuffers&) { a.workspace_bytes -= sizeof(float); }, "'workspace_bytes'"},
+      {"workspace too small", false, [](ReduceArgs& a, ReduceBuffers&) { a.workspace_bytes -= sizeof(float); },
+       "'workspace_bytes'"},
       {"null workspace (dot)", true, [](ReduceArgs& a, ReduceBuffers&) { a.workspace = nullptr; }, "'workspace'"},
       {"result inside x", false, [](ReduceArgs& a, ReduceBuffers& h) { a.result = h.x.data() + 10; }, "'result'"},
       {"result inside x (dot)", true, [](ReduceArgs& a, ReduceBuffers& h) { a.result = h.x.data() + 63; }, "'result'"},
       {"result inside y (dot)", true, [](ReduceArgs& a, ReduceBuffers& h) { a.result = h.y.data(); }, "'result'"},
-      {"result inside the workspace", false, [](ReduceArgs& a, ReduceBuffers& h) { a.result = h.workspace.data() + 3; }, "'workspace'"},
-      {"workspace overlapping x", false, [](ReduceArgs& a, ReduceBuffers& h) { a.workspace = h.x.data(); }, "'workspace'"},
+      {"result inside the workspace", false, [](ReduceArgs& a, ReduceBuffers& h) { a.result = h.workspace.data() + 3; },
+       "'workspace'"},
+      {"workspace overlapping x", false, [](ReduceArgs& a, ReduceBuffers& h) { a.workspace = h.x.data(); },
+       "'workspace'"},
   };
   for (const Bad& c : bad) {
     SCOPED_TRACE(c.what);
@@ -200,23 +217,13 @@ TEST_P(FuzzReduceBadInputs, RejectedByNameContextHealthy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, FuzzReduceBadInputs, ::testing::ValuesIn(course::m01::kReduceSteps),
-                         [](const ::testing::TestParamInfo<StepInfo<ReduceStep>>& i) { return std::string(i.param.name); });
+                         [](const ::testing::TestParamInfo<StepInfo<ReduceStep>>& i) {
+                           return std::string(i.param.name);
+                         });
 
 // ================================================================== softmax =====
 
 using SoftmaxCase = course::m01::checks::Case;
-
-std::int64_t round_up4(std::int64_t v) { return (v + 3) / 4 * 4; }
-
-/// A row stride for rows of `cols` floats: packed, odd padding (no float4 path), or
-/// float4-friendly padding.
-std::int64_t draw_ld(Rng& rng, std::int64_t cols) {
-  switch (rng.uniform(0, 3)) {
-    case 0: return cols + rng.uniform(1, 9);
-    case 1: return round_up4(cols) + 4 * rng.uniform(0, 3);
-    default: return cols;
-  }
-}
 
 /// Slice lengths around every size the steps dispatch on (a float4, a warp, warp_per_row's
 /// 1024 columns, online_vectorized's 32768 on-chip limit), up to 70000; the other extent
@@ -227,9 +234,15 @@ SoftmaxCase draw_softmax(Rng& rng, int dim, bool large) {
   std::int64_t length, slices;
   if (large) {
     switch (rng.uniform(0, 2)) {
-      case 0: length = rng.uniform(2000, 8192), slices = rng.uniform(1000, 2048); break;  // many medium slices
-      case 1: length = rng.size(32769, 1 << 20), slices = rng.uniform(1, 7); break;       // streaming slices
-      default: length = rng.uniform(1, 64), slices = rng.uniform(100000, 250000); break;  // many short slices
+      case 0:
+        length = rng.uniform(2000, 8192), slices = rng.uniform(1000, 2048);
+        break;  // many medium slices
+      case 1:
+        length = rng.size(32769, 1 << 20), slices = rng.uniform(1, 7);
+        break;  // streaming slices
+      default:
+        length = rng.uniform(1, 64), slices = rng.uniform(100000, 250000);
+        break;  // many short slices
     }
   } else {
     length = rng.size(1, 70000, {4, 32, 256, 1024, 4096, 32768});
@@ -238,11 +251,11 @@ SoftmaxCase draw_softmax(Rng& rng, int dim, bool large) {
   c.rows = dim == 1 ? slices : length;
   c.cols = dim == 1 ? length : slices;
   if (rng.chance(0.25)) {  // online_vectorized's float4 path: aligned bases, row strides multiples of 4
-    c.ldx = round_up4(c.cols) + 4 * rng.uniform(0, 2);
-    c.ldy = round_up4(c.cols) + 4 * rng.uniform(0, 2);
+    c.ldx = round_up(c.cols, 4) + 4 * rng.uniform(0, 2);
+    c.ldy = round_up(c.cols, 4) + 4 * rng.uniform(0, 2);
   } else {
-    c.ldx = draw_ld(rng, c.cols);
-    c.ldy = draw_ld(rng, c.cols);
+    c.ldx = draw_row_stride(rng, c.cols);
+    c.ldy = draw_row_stride(rng, c.cols);
     c.offset = rng.chance(0.4) ? rng.uniform(1, 3) : 0;
   }
   c.in_place = rng.chance(0.15);
@@ -255,8 +268,8 @@ SoftmaxCase draw_softmax(Rng& rng, int dim, bool large) {
 }
 
 Verdict check_softmax(SoftmaxStep step, const SoftmaxCase& c, std::uint64_t seed) {
-  const auto o = course::m01::checks::run_case([](SoftmaxStep s, const SoftmaxArgs& a) { impl::softmax(s, a); },
-                                               step, c, seed);
+  const auto o =
+      course::m01::checks::run_case([](SoftmaxStep s, const SoftmaxArgs& a) { impl::softmax(s, a); }, step, c, seed);
   Verdict v;
   v.add(o.cmp, "y");
   if (o.padding_writes) v.fail(std::to_string(o.padding_writes) + " writes into the row padding of y");
@@ -334,7 +347,13 @@ TEST_P(FuzzSoftmaxBadInputs, RejectedByNameContextHealthy) {
       {"null y", [](SoftmaxArgs& a) { a.y = nullptr; }, "'y' = nullptr"},
       {"x misaligned by half an element", [&](SoftmaxArgs& a) { a.x = x_half; }, "'x'"},
       {"y overlapping x (not in place)", [&](SoftmaxArgs& a) { a.y = x.data() + 100; }, "'y'"},
-      {"y == x with another row stride", [&](SoftmaxArgs& a) { a.y = x.data(); a.rows = 8; a.ldy = a.ldx + 4; }, "'y'"},
+      {"y == x with another row stride",
+       [&](SoftmaxArgs& a) {
+         a.y = x.data();
+         a.rows = 8;
+         a.ldy = a.ldx + 4;
+       },
+       "'y'"},
       {"workspace too small", [](SoftmaxArgs& a) { a.workspace_bytes = 2 * sizeof(float); }, "'workspace_bytes'", true},
       {"null workspace", [](SoftmaxArgs& a) { a.workspace = nullptr; }, "'workspace' = nullptr", true},
       {"workspace overlapping x", [&](SoftmaxArgs& a) { a.workspace = x.data(); }, "'workspace'", true},
@@ -356,7 +375,9 @@ TEST_P(FuzzSoftmaxBadInputs, RejectedByNameContextHealthy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, FuzzSoftmaxBadInputs, ::testing::ValuesIn(course::m01::kSoftmaxSteps),
-                         [](const ::testing::TestParamInfo<StepInfo<SoftmaxStep>>& i) { return std::string(i.param.name); });
+                         [](const ::testing::TestParamInfo<StepInfo<SoftmaxStep>>& i) {
+                           return std::string(i.param.name);
+                         });
 
 // =================================================================== matmul =====
 
@@ -370,13 +391,13 @@ MatmulProblem draw_matmul(Rng& rng, bool large) {
   MatmulProblem p{dim(), dim(), dim()};
   if (rng.chance(0.35)) {
     // The vectorized steps' float4 path: aligned bases, every row stride a multiple of 4.
-    p.lda = round_up4(p.k) + 4 * rng.uniform(0, 2);
-    p.ldb = round_up4(p.n) + 4 * rng.uniform(0, 2);
-    p.ldc = round_up4(p.n) + 4 * rng.uniform(0, 2);
+    p.lda = round_up(p.k, 4) + 4 * rng.uniform(0, 2);
+    p.ldb = round_up(p.n, 4) + 4 * rng.uniform(0, 2);
+    p.ldc = round_up(p.n, 4) + 4 * rng.uniform(0, 2);
   } else {
-    p.lda = rng.chance(0.5) ? 0 : draw_ld(rng, p.k);
-    p.ldb = rng.chance(0.5) ? 0 : draw_ld(rng, p.n);
-    p.ldc = rng.chance(0.5) ? 0 : draw_ld(rng, p.n);
+    p.lda = rng.chance(0.5) ? 0 : draw_row_stride(rng, p.k);
+    p.ldb = rng.chance(0.5) ? 0 : draw_row_stride(rng, p.n);
+    p.ldc = rng.chance(0.5) ? 0 : draw_row_stride(rng, p.n);
     p.offset = rng.chance(0.3) ? rng.uniform(1, 3) : 0;
   }
   p.alpha = rng.chance(0.6) ? 1.0f : rng.pick({-1.0f, 0.5f, 2.0f, -0.75f, 0.0f, 1.5f});
@@ -399,8 +420,8 @@ class FuzzMatmul : public GpuTest, public ::testing::WithParamInterface<MatmulPa
         part, [&](Rng& rng) { return draw_matmul(rng, large); },
         [&](const MatmulProblem& p, std::uint64_t s) {
           Verdict v;
-          v.add(course::m01::checks::check_matmul([](MatmulStep st, const MatmulArgs& a) { impl::matmul(st, a); },
-                                                  step, p, s),
+          v.add(course::m01::checks::check_matmul([](MatmulStep st, const MatmulArgs& a) { impl::matmul(st, a); }, step,
+                                                  p, s),
                 "C");
           return v;
         })));
@@ -417,7 +438,8 @@ std::string matmul_param_name(const ::testing::TestParamInfo<MatmulParam>& info)
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, FuzzMatmul,
-                         ::testing::Combine(::testing::ValuesIn(course::m01::kMatmulSteps), ::testing::Range(0, kParts)),
+                         ::testing::Combine(::testing::ValuesIn(course::m01::kMatmulSteps),
+                                            ::testing::Range(0, kParts)),
                          matmul_param_name);
 INSTANTIATE_TEST_SUITE_P(Steps, FuzzMatmulLarge,
                          ::testing::Combine(::testing::ValuesIn(course::m01::kMatmulSteps), ::testing::Values(kParts)),
@@ -440,7 +462,12 @@ TEST_P(FuzzMatmulBadInputs, RejectedByNameContextHealthy) {
   };
   const std::vector<Bad> bad = {
       {"m = 0", [](MatmulArgs& x) { x.m = 0; }, "'m' = 0"},
-      {"negative n", [](MatmulArgs& x) { x.n = -1; x.ldb = x.ldc = 32; }, "'n' = -1"},
+      {"negative n",
+       [](MatmulArgs& x) {
+         x.n = -1;
+         x.ldb = x.ldc = 32;
+       },
+       "'n' = -1"},
       {"k = 0", [](MatmulArgs& x) { x.k = 0; }, "'k' = 0"},
       {"m beyond int", [&](MatmulArgs& x) { x.m = too_big; }, "'m'"},
       {"k beyond int", [&](MatmulArgs& x) { x.k = x.lda = too_big; }, "'k'"},
@@ -463,7 +490,9 @@ TEST_P(FuzzMatmulBadInputs, RejectedByNameContextHealthy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, FuzzMatmulBadInputs, ::testing::ValuesIn(course::m01::kMatmulSteps),
-                         [](const ::testing::TestParamInfo<StepInfo<MatmulStep>>& i) { return std::string(i.param.name); });
+                         [](const ::testing::TestParamInfo<StepInfo<MatmulStep>>& i) {
+                           return std::string(i.param.name);
+                         });
 
 // ================================================================ matmul_tc =====
 
@@ -515,10 +544,12 @@ std::string tc_param_name(const ::testing::TestParamInfo<TcParam>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, FuzzMatmulTc,
-                         ::testing::Combine(::testing::ValuesIn(course::m01::kTcMatmulSteps), ::testing::Range(0, kParts)),
+                         ::testing::Combine(::testing::ValuesIn(course::m01::kTcMatmulSteps),
+                                            ::testing::Range(0, kParts)),
                          tc_param_name);
 INSTANTIATE_TEST_SUITE_P(Steps, FuzzMatmulTcLarge,
-                         ::testing::Combine(::testing::ValuesIn(course::m01::kTcMatmulSteps), ::testing::Values(kParts)),
+                         ::testing::Combine(::testing::ValuesIn(course::m01::kTcMatmulSteps),
+                                            ::testing::Values(kParts)),
                          tc_param_name);
 
 // ------------------------------------------------------- matmul_tc: bad inputs -----
@@ -569,18 +600,14 @@ TEST_P(FuzzMatmulTcBadInputs, RejectedByNameContextHealthy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, FuzzMatmulTcBadInputs, ::testing::ValuesIn(course::m01::kTcMatmulSteps),
-                         [](const ::testing::TestParamInfo<StepInfo<TcMatmulStep>>& i) { return std::string(i.param.name); });
+                         [](const ::testing::TestParamInfo<StepInfo<TcMatmulStep>>& i) {
+                           return std::string(i.param.name);
+                         });
 
 // ======================================= the generators themselves (CPU only) =====
 // Every case a generator draws must pass the op's own validation (a generator that drifts
 // outside the contract would test nothing), and every feature of the contract must occur.
 // This runs without a GPU: validation only looks at addresses, never dereferences them.
-
-/// A never-dereferenced "device" address: slots 1 TiB apart, 256-byte aligned.
-template <class T>
-T* fake(int slot, std::int64_t offset_elems = 0) {
-  return reinterpret_cast<T*>(static_cast<std::uintptr_t>(slot) << 40) + offset_elems;
-}
 
 constexpr int kCasesPerStep = kParts * kCasesPerPart;
 
@@ -593,11 +620,11 @@ TEST(FuzzGenerators, ReduceCasesAreValidAndCoverTheContract) {
         Rng rng(course::fuzz::case_seed(seed, i));
         const ReduceCase c = draw_reduce(rng, op, info.step, i >= kCasesPerStep);
         ReduceArgs a;
-        a.x = fake<float>(1);
-        a.y = op == Op::dot ? fake<float>(2) : nullptr;
+        a.x = fake_address<float>(1);
+        a.y = op == Op::dot ? fake_address<float>(2) : nullptr;
         a.n = c.n;
-        a.result = fake<float>(3);
-        a.workspace = fake<float>(4);
+        a.result = fake_address<float>(3);
+        a.workspace = fake_address<float>(4);
         a.workspace_bytes = course::m01::reduce_workspace_bytes(c.n);
         EXPECT_NO_THROW(course::m01::validate_reduce_args(a, "fuzz", op == Op::dot)) << c.str();
         cov.next_case();
@@ -625,14 +652,14 @@ TEST(FuzzGenerators, SoftmaxCasesAreValidAndCoverTheContract) {
         Rng rng(course::fuzz::case_seed(seed, i));
         const SoftmaxCase c = draw_softmax(rng, dim, i >= kCasesPerStep);
         SoftmaxArgs a;
-        a.x = fake<float>(1, c.offset);
-        a.y = c.in_place ? fake<float>(1, c.offset) : fake<float>(2, c.offset);
+        a.x = fake_address<float>(1, c.offset);
+        a.y = c.in_place ? fake_address<float>(1, c.offset) : fake_address<float>(2, c.offset);
         a.rows = c.rows;
         a.cols = c.cols;
         a.ldx = c.row_stride_x();
         a.ldy = c.row_stride_y();
         a.dim = c.dim;
-        a.workspace = fake<float>(3);
+        a.workspace = fake_address<float>(3);
         a.workspace_bytes = course::m01::softmax_workspace_bytes(info.step, c.rows, c.cols, c.dim);
         EXPECT_NO_THROW(course::m01::validate_softmax_args(a, info.step, "fuzz")) << c.str();
         const std::int64_t length = dim == 1 ? c.cols : c.rows;
@@ -640,7 +667,8 @@ TEST(FuzzGenerators, SoftmaxCasesAreValidAndCoverTheContract) {
         cov.count("length 1", length == 1);
         cov.count("one slice", (dim == 1 ? c.rows : c.cols) == 1);
         cov.count("prime length", course::fuzz::is_prime(length));
-        cov.count("length=k*tile+-1", length > 1 && length % 4 != 0 && course::fuzz::near_tile(length, {32, 1024, 32768}));
+        cov.count("length=k*tile+-1",
+                  length > 1 && length % 4 != 0 && course::fuzz::near_tile(length, {32, 1024, 32768}));
         cov.count("length>1024", length > 1024);
         cov.count("length>32768", length > 32768);
         cov.count("padded rows", c.row_stride_x() > c.cols || c.row_stride_y() > c.cols);
@@ -663,8 +691,8 @@ TEST(FuzzGenerators, MatmulCasesAreValidAndCoverTheContract) {
   for (int i = 0; i < kCasesPerStep + kLargeCases; ++i) {
     Rng rng(course::fuzz::case_seed(seed, i));
     const MatmulProblem p = draw_matmul(rng, i >= kCasesPerStep);
-    MatmulArgs a = course::m01::packed_matmul_args(fake<float>(1, p.offset), fake<float>(2, p.offset),
-                                                   fake<float>(3, p.offset), p.m, p.n, p.k);
+    MatmulArgs a = course::m01::packed_matmul_args(fake_address<float>(1, p.offset), fake_address<float>(2, p.offset),
+                                                   fake_address<float>(3, p.offset), p.m, p.n, p.k);
     if (p.lda) a.lda = p.lda;
     if (p.ldb) a.ldb = p.ldb;
     if (p.ldc) a.ldc = p.ldc;
@@ -692,9 +720,9 @@ TEST(FuzzGenerators, MatmulTcCasesAreValidAndCoverTheContract) {
     Rng rng(course::fuzz::case_seed(seed, i));
     const TcShape s = draw_tc(rng, i >= kCasesPerStep);
     TcMatmulArgs a;
-    a.a = fake<__nv_bfloat16>(1);
-    a.b = fake<__nv_bfloat16>(2);
-    a.c = fake<float>(3);
+    a.a = fake_address<__nv_bfloat16>(1);
+    a.b = fake_address<__nv_bfloat16>(2);
+    a.c = fake_address<float>(3);
     a.m = s.m;
     a.n = s.n;
     a.k = s.k;

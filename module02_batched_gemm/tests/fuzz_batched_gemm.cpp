@@ -7,9 +7,9 @@
 // large cases (*Large*), each checked by the module's own helper (batched_gemm_check.hpp).
 // Then a bad-input sweep per step and API: every bad argument is rejected by name and
 // leaves a healthy CUDA context. Seeds, replay and the "[fuzz]" lines: course/fuzz.hpp.
+#include "batched_gemm_check.hpp"
 #include "course/fuzz.hpp"
 #include "course/testing.hpp"
-#include "batched_gemm_check.hpp"
 #include "module02/batched_gemm.hpp"
 #include "module02/batched_gemm_support.hpp"
 
@@ -30,6 +30,7 @@ namespace {
 using bf16 = __nv_bfloat16;
 using course::DeviceBuffer;
 using course::StepInfo;
+using course::fuzz::fake_address;
 using course::fuzz::Part;
 using course::fuzz::Rng;
 using course::fuzz::ValueRange;
@@ -67,17 +68,26 @@ Case draw_bgemm(Rng& rng, BgemmStep step, bool large) {
   Case c{1, 1, 1, 1, 1, rng.chance(0.5)};
   if (large) {
     switch (rng.uniform(0, 3)) {
-      case 0: c.B = 2, c.H = rng.uniform(2, 4), c.M = c.N = rng.uniform(700, 1100), c.K = rng.pick({64, 128}); break;
-      case 1: c.B = 2, c.H = 4, c.M = c.K = rng.uniform(700, 1100), c.N = rng.pick({64, 128}); break;
-      case 2: c.B = rng.uniform(48, 64), c.H = 12, c.M = c.N = 128, c.K = 64; break;
-      default: c.M = rng.uniform(700, 1100), c.N = rng.uniform(700, 1100), c.K = rng.uniform(700, 1100); break;
+      case 0:
+        c.B = 2, c.H = rng.uniform(2, 4), c.M = c.N = rng.uniform(700, 1100), c.K = rng.pick({64, 128});
+        break;
+      case 1:
+        c.B = 2, c.H = 4, c.M = c.K = rng.uniform(700, 1100), c.N = rng.pick({64, 128});
+        break;
+      case 2:
+        c.B = rng.uniform(48, 64), c.H = 12, c.M = c.N = 128, c.K = 64;
+        break;
+      default:
+        c.M = rng.uniform(700, 1100), c.N = rng.uniform(700, 1100), c.K = rng.uniform(700, 1100);
+        break;
     }
   } else {
     c.M = rng.size(1, 400, {16, 32, 64, 128});
     c.N = rng.size(1, 400, {16, 32, 64, 128});
     c.K = rng.size(1, 400, {16, 32, 64, 128});
     if (rng.chance(0.05)) {
-      c.M = std::min<std::int64_t>(c.M, 24), c.N = std::min<std::int64_t>(c.N, 24), c.K = std::min<std::int64_t>(c.K, 24);
+      c.M = std::min<std::int64_t>(c.M, 24), c.N = std::min<std::int64_t>(c.N, 24),
+      c.K = std::min<std::int64_t>(c.K, 24);
       c.B = rng.uniform(16, 80);
       c.H = rng.uniform(8, 40);
     } else {
@@ -140,7 +150,8 @@ std::string bgemm_param_name(const ::testing::TestParamInfo<BgemmParam>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Steps, FuzzBgemm,
                          ::testing::Combine(::testing::ValuesIn(course::m02::kBgemmSteps),
-                                            ::testing::Values(Api::strided, Api::ptr_array), ::testing::Range(0, kParts)),
+                                            ::testing::Values(Api::strided, Api::ptr_array),
+                                            ::testing::Range(0, kParts)),
                          bgemm_param_name);
 INSTANTIATE_TEST_SUITE_P(Steps, FuzzBgemmLarge,
                          ::testing::Combine(::testing::ValuesIn(course::m02::kBgemmSteps),
@@ -186,7 +197,8 @@ void sweep_strided(BgemmStep step) {
       {"null b", [](S& s) { s.b = nullptr; }, "'b' = nullptr"},
       {"null c", [](S& s) { s.c = nullptr; }, "'c' = nullptr"},
       {"a misaligned by half an element", [&](S& s) { s.a = half_element_off(a.data()); }, "'a'"},
-      {"c misaligned by half an element", [&](S& s) { s.c = const_cast<float*>(half_element_off<float>(c.data())); }, "'c'"},
+      {"c misaligned by half an element", [&](S& s) { s.c = const_cast<float*>(half_element_off<float>(c.data())); },
+       "'c'"},
       {"negative head stride", [](S& s) { s.stride_b_head = -24; }, "'stride_b_head' = -24"},
       {"A row stride < K", [](S& s) { s.stride_a_row = 3; }, "'stride_a_row' = 3"},
       {"C row stride < N", [](S& s) { s.stride_c_row = 5; }, "'stride_c_row' = 5"},
@@ -215,7 +227,8 @@ void sweep_strided(BgemmStep step) {
   using Other = std::conditional_t<std::is_same_v<T, float>, bf16, float>;
   DeviceBuffer<Other> oa(a.size()), ob(b.size());
   const auto o = course::m02::contiguous_strided_args<Other>(oa.data(), ob.data(), c.data(), 2, 3, 5, 6, 4, true);
-  COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(course::fuzz::rejects([&] { impl::batched_gemm_strided(step, o); }, "'step'")));
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(
+      EXPECT_TRUE(course::fuzz::rejects([&] { impl::batched_gemm_strided(step, o); }, "'step'")));
 }
 
 /// Pointer-array API with T inputs: every bad argument named, context healthy.
@@ -244,9 +257,9 @@ void sweep_ptr_array(BgemmStep step) {
       {"lda < K", [](P& p) { p.lda = 3; }, "'lda' = 3"},
       {"ldb < K (B^T)", [](P& p) { p.ldb = 2; }, "'ldb' = 2"},
       {"ldc < N", [](P& p) { p.ldc = 5; }, "'ldc' = 5"},
-      {"a_ptrs misaligned", [&](P& p) {
-         p.a_ptrs = reinterpret_cast<const T* const*>(reinterpret_cast<const char*>(arrays.a.data()) + 4);
-       }, "'a_ptrs'"},
+      {"a_ptrs misaligned",
+       [&](P& p) { p.a_ptrs = reinterpret_cast<const T* const*>(reinterpret_cast<const char*>(arrays.a.data()) + 4); },
+       "'a_ptrs'"},
       {"pointer arrays in host memory", [&](P& p) { p.a_ptrs = arrays.host_a.data(); }, "'a_ptrs'"},
   };
   for (const Bad& x : bad) {
@@ -282,21 +295,19 @@ TEST_P(FuzzBgemmBadInputs, PtrArrayRejectedByNameContextHealthy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, FuzzBgemmBadInputs, ::testing::ValuesIn(course::m02::kBgemmSteps),
-                         [](const ::testing::TestParamInfo<StepInfo<BgemmStep>>& i) { return std::string(i.param.name); });
+                         [](const ::testing::TestParamInfo<StepInfo<BgemmStep>>& i) {
+                           return std::string(i.param.name);
+                         });
 
 // ======================================= the generator itself (CPU only) =====
 // Every drawn case must pass the API's own validation (both APIs: the strided layout and
 // the host copies of the pointer arrays built from it), and every feature must occur.
 
 template <class T>
-T* fake(int slot, std::int64_t offset_elems = 0) {
-  return reinterpret_cast<T*>(static_cast<std::uintptr_t>(slot) << 40) + offset_elems;
-}
-
-template <class T>
 void validate_drawn(const Case& c, BgemmStep step) {
   const auto p = course::m02::checks::layout_problem(c);
-  const auto s = course::m02::checks::args_on<T>(p, fake<T>(1, c.offset), fake<T>(2, c.offset), fake<float>(3, c.offset));
+  const auto s = course::m02::checks::args_on<T>(p, fake_address<T>(1, c.offset), fake_address<T>(2, c.offset),
+                                                 fake_address<float>(3, c.offset));
   course::m02::validate_strided_args(s, step, "fuzz");
   PtrArrayBatchedGemmArgs<T> q;  // checked through host copies of its arrays: nothing is uploaded
   q.M = s.M, q.N = s.N, q.K = s.K, q.batch = s.batch, q.num_heads = s.num_heads;

@@ -7,10 +7,10 @@
 // data; in 4 parts that ctest runs in parallel, plus a few large cases (*Large*), each
 // checked by the module's own helper (attention_check.hpp). Then a bad-input sweep per
 // step, fp32 and bf16 (tensor-core) alike. Seeds, replay and the "[fuzz]" lines: course/fuzz.hpp.
-#include "course/fuzz.hpp"
-#include "course/testing.hpp"
 #include "attention_check.hpp"
 #include "attention_tc_check.hpp"
+#include "course/fuzz.hpp"
+#include "course/testing.hpp"
 #include "module03/attention.hpp"
 
 #include <algorithm>
@@ -28,6 +28,8 @@ namespace {
 using course::AttentionLayout;
 using course::DeviceBuffer;
 using course::StepInfo;
+using course::fuzz::draw_divisor;
+using course::fuzz::fake_address;
 using course::fuzz::Part;
 using course::fuzz::Rng;
 using course::fuzz::ValueRange;
@@ -52,14 +54,6 @@ std::vector<StepInfo<AttentionStep>> fp32_steps() {
   return course::m03::attention_steps(course::m03::AttentionDType::f32);
 }
 
-/// A divisor of h: 1 (multi-query), h (multi-head) or one in between (grouped-query).
-std::int64_t draw_divisor(Rng& rng, std::int64_t h) {
-  std::vector<std::int64_t> divisors;
-  for (std::int64_t k = 1; k <= h; ++k)
-    if (h % k == 0) divisors.push_back(k);
-  return rng.pick(divisors);
-}
-
 /// Everything step_support(step) allows. Sizes: N_q, N_k up to ~300 around the kernels'
 /// tiles (32/64-key K/V tiles, 64- and 128-row Q tiles), equal a third of the time; batch
 /// up to 3 and heads up to 8 within 2^24 multiply-adds per case (the CPU reference stays
@@ -74,9 +68,15 @@ Case draw_attention(Rng& rng, AttentionStep step, bool large) {
   c.d = rng.pick(dims);
   if (large) {
     switch (rng.uniform(0, 2)) {
-      case 0: c.N_q = rng.uniform(1500, 2048), c.N_k = rng.uniform(1500, 2048); break;
-      case 1: c.B = 4, c.H = 16, c.N_q = c.N_k = rng.uniform(200, 300); break;
-      default: c.N_q = rng.uniform(1, 64), c.N_k = rng.uniform(3000, 6000), c.H = 4; break;  // decoding
+      case 0:
+        c.N_q = rng.uniform(1500, 2048), c.N_k = rng.uniform(1500, 2048);
+        break;
+      case 1:
+        c.B = 4, c.H = 16, c.N_q = c.N_k = rng.uniform(200, 300);
+        break;
+      default:
+        c.N_q = rng.uniform(1, 64), c.N_k = rng.uniform(3000, 6000), c.H = 4;
+        break;  // decoding
     }
   } else if (rng.chance(0.04)) {
     c.B = rng.uniform(20, 60), c.H = rng.uniform(20, 60);  // many (batch, head) pairs: blockIdx.y
@@ -86,8 +86,8 @@ Case draw_attention(Rng& rng, AttentionStep step, bool large) {
     c.N_q = rng.size(1, 300, {32, 64, 128});
     c.N_k = rng.chance(0.33) ? c.N_q : rng.size(1, 300, {32, 64, 128});
     const std::int64_t per_pair = c.N_q * c.N_k * c.d, rows = std::max(c.N_q, c.N_k) * c.d;
-    const std::int64_t pairs = std::max<std::int64_t>(
-        1, std::min((std::int64_t{1} << 24) / per_pair, (std::int64_t{1} << 19) / rows));
+    const std::int64_t pairs =
+        std::max<std::int64_t>(1, std::min((std::int64_t{1} << 24) / per_pair, (std::int64_t{1} << 19) / rows));
     c.B = rng.size(1, std::min<std::int64_t>(3, pairs));
     c.H = rng.size(1, std::max<std::int64_t>(1, std::min<std::int64_t>(8, pairs / c.B)));
   }
@@ -169,9 +169,15 @@ TcCase draw_attention_tc(Rng& rng, AttentionStep step, bool large) {
   c.d = rng.pick({32, 64, 96, 128});
   if (large) {
     switch (rng.uniform(0, 2)) {
-      case 0: c.N_q = rng.uniform(1500, 2048), c.N_k = rng.uniform(1500, 2048); break;
-      case 1: c.B = 4, c.H = 16, c.N_q = c.N_k = rng.uniform(200, 300); break;
-      default: c.N_q = rng.uniform(1, 64), c.N_k = rng.uniform(3000, 6000), c.H = 4; break;  // decoding
+      case 0:
+        c.N_q = rng.uniform(1500, 2048), c.N_k = rng.uniform(1500, 2048);
+        break;
+      case 1:
+        c.B = 4, c.H = 16, c.N_q = c.N_k = rng.uniform(200, 300);
+        break;
+      default:
+        c.N_q = rng.uniform(1, 64), c.N_k = rng.uniform(3000, 6000), c.H = 4;
+        break;  // decoding
     }
   } else if (rng.chance(0.04)) {
     c.B = rng.uniform(20, 60), c.H = rng.uniform(20, 60);
@@ -181,8 +187,8 @@ TcCase draw_attention_tc(Rng& rng, AttentionStep step, bool large) {
     c.N_q = rng.size(1, 300, {16, 32, 64, 128});
     c.N_k = rng.chance(0.33) ? c.N_q : rng.size(1, 300, {16, 32, 64, 128});
     const std::int64_t per_pair = c.N_q * c.N_k * c.d, rows = std::max(c.N_q, c.N_k) * c.d;
-    const std::int64_t pairs = std::max<std::int64_t>(
-        1, std::min((std::int64_t{1} << 24) / per_pair, (std::int64_t{1} << 19) / rows));
+    const std::int64_t pairs =
+        std::max<std::int64_t>(1, std::min((std::int64_t{1} << 24) / per_pair, (std::int64_t{1} << 19) / rows));
     c.B = rng.size(1, std::min<std::int64_t>(3, pairs));
     c.H = rng.size(1, std::max<std::int64_t>(1, std::min<std::int64_t>(8, pairs / c.B)));
     if (rng.chance(0.3) && c.B * c.H < 4 && per_pair <= (std::int64_t{1} << 22)) {
@@ -268,8 +274,18 @@ TEST_P(FuzzAttentionBadInputs, RejectedByNameContextHealthy) {
       {"batch = 0", [](AttentionArgs& a) { a.batch = 0; }, "'batch' = 0"},
       {"heads = 0", [](AttentionArgs& a) { a.heads = 0; }, "'heads' = 0"},
       {"kv_heads = 0", [](AttentionArgs& a) { a.kv_heads = 0; }, "'kv_heads' = 0"},
-      {"kv_heads not dividing heads", [](AttentionArgs& a) { a.heads = 2; a.kv_heads = 3; }, "'kv_heads' = 3"},
-      {"batch * heads beyond blockIdx.y", [](AttentionArgs& a) { a.batch = 256; a.heads = a.kv_heads = 256; }, "'batch' = 256"},
+      {"kv_heads not dividing heads",
+       [](AttentionArgs& a) {
+         a.heads = 2;
+         a.kv_heads = 3;
+       },
+       "'kv_heads' = 3"},
+      {"batch * heads beyond blockIdx.y",
+       [](AttentionArgs& a) {
+         a.batch = 256;
+         a.heads = a.kv_heads = 256;
+       },
+       "'batch' = 256"},
       {"head_dim 48 (no kernel for it)", [](AttentionArgs& a) { a.head_dim = 48; }, "'head_dim' = 48"},
       {"head_dim 0", [](AttentionArgs& a) { a.head_dim = 0; }, "'head_dim' = 0"},
       {"head_dim above the step's limit",
@@ -282,8 +298,18 @@ TEST_P(FuzzAttentionBadInputs, RejectedByNameContextHealthy) {
       {"null k", [](AttentionArgs& a) { a.k = nullptr; }, "'k' = nullptr"},
       {"null v", [](AttentionArgs& a) { a.v = nullptr; }, "'v' = nullptr"},
       {"null o", [](AttentionArgs& a) { a.o = nullptr; }, "'o' = nullptr"},
-      {"q misaligned by one element", [&](AttentionArgs& a) { a.q = q.data() + 1; a.seq_q = 7; }, "'q'"},
-      {"o misaligned by one element", [&](AttentionArgs& a) { a.o = o.data() + 1; a.seq_q = 7; }, "'o'"},
+      {"q misaligned by one element",
+       [&](AttentionArgs& a) {
+         a.q = q.data() + 1;
+         a.seq_q = 7;
+       },
+       "'q'"},
+      {"o misaligned by one element",
+       [&](AttentionArgs& a) {
+         a.o = o.data() + 1;
+         a.seq_q = 7;
+       },
+       "'o'"},
       {"lse misaligned by half an element",
        [&](AttentionArgs& a) { a.lse = reinterpret_cast<float*>(reinterpret_cast<char*>(lse.data()) + 2); }, "'lse'",
        sup.lse},
@@ -291,7 +317,13 @@ TEST_P(FuzzAttentionBadInputs, RejectedByNameContextHealthy) {
       {"row stride below head_dim", [](AttentionArgs& a) { a.k_strides.seq = 32; }, "'k_strides.seq' = 32"},
       {"negative head stride", [](AttentionArgs& a) { a.v_strides.head = -4; }, "'v_strides.head' = -4"},
       {"O heads on top of each other", [](AttentionArgs& a) { a.o_strides.head = 0; }, "'o_strides.head' = 0"},
-      {"O rows overlapping", [](AttentionArgs& a) { a.o_strides.seq = 32; a.o_strides.head = 8 * 32; a.o_strides.batch = 2 * 8 * 32; }, "'o_strides.seq' = 32"},
+      {"O rows overlapping",
+       [](AttentionArgs& a) {
+         a.o_strides.seq = 32;
+         a.o_strides.head = 8 * 32;
+         a.o_strides.batch = 2 * 8 * 32;
+       },
+       "'o_strides.seq' = 32"},
       {"O overlapping Q", [&](AttentionArgs& a) { a.o = q.data(); }, "'o'"},
       {"O overlapping V", [&](AttentionArgs& a) { a.o = v.data() + 64; }, "'o'"},
       {"lse overlapping O", [&](AttentionArgs& a) { a.lse = o.data() + 8; }, "'lse'", sup.lse},
@@ -302,9 +334,16 @@ TEST_P(FuzzAttentionBadInputs, RejectedByNameContextHealthy) {
       {"lse on a step without it", [&](AttentionArgs& a) { a.lse = lse.data(); }, "'lse'", !sup.lse},
       {"rope on a step without options", [](AttentionArgs& a) { a.rope = true; }, "'rope'", !sup.options},
       {"alibi on a step without options", [](AttentionArgs& a) { a.alibi = true; }, "'alibi'", !sup.options},
-      {"grouped-query on a step without options", [](AttentionArgs& a) { a.kv_heads = 1; }, "'kv_heads' = 1", !sup.options},
-      {"rope_theta <= 1", [](AttentionArgs& a) { a.rope = true; a.rope_theta = 0.5f; }, "'rope_theta'", sup.options},
-      {"workspace too small", [](AttentionArgs& a) { a.workspace_bytes = 16; }, "'workspace_bytes' = 16", sup.workspace},
+      {"grouped-query on a step without options", [](AttentionArgs& a) { a.kv_heads = 1; }, "'kv_heads' = 1",
+       !sup.options},
+      {"rope_theta <= 1",
+       [](AttentionArgs& a) {
+         a.rope = true;
+         a.rope_theta = 0.5f;
+       },
+       "'rope_theta'", sup.options},
+      {"workspace too small", [](AttentionArgs& a) { a.workspace_bytes = 16; }, "'workspace_bytes' = 16",
+       sup.workspace},
       {"null workspace", [](AttentionArgs& a) { a.workspace = nullptr; }, "'workspace' = nullptr", sup.workspace},
       {"workspace overlapping O", [&](AttentionArgs& a) { a.workspace = o.data(); }, "'workspace'", sup.workspace},
       {"workspace overlapping Q", [&](AttentionArgs& a) { a.workspace = q.data() + 4; }, "'workspace'", sup.workspace},
@@ -322,7 +361,9 @@ TEST_P(FuzzAttentionBadInputs, RejectedByNameContextHealthy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, FuzzAttentionBadInputs, ::testing::ValuesIn(fp32_steps()),
-                         [](const ::testing::TestParamInfo<StepInfo<AttentionStep>>& i) { return std::string(i.param.name); });
+                         [](const ::testing::TestParamInfo<StepInfo<AttentionStep>>& i) {
+                           return std::string(i.param.name);
+                         });
 
 // The tensor-core steps (bf16 tensors): the same sweep through AttentionArgsBf16, whose
 // contract differs in head dims (32..128), stride granularity (8 elements) and options.
@@ -338,8 +379,8 @@ TEST_P(FuzzAttentionBf16BadInputs, RejectedByNameContextHealthy) {
   DeviceBuffer<bf16> q(kElems), k(kElems), v(kElems), o(kElems);
   DeviceBuffer<float> lse(2 * 4 * 8);
   const auto good = [&] {
-    AttentionArgsBf16 a = course::m03::make_attention_args_bf16(q.data(), k.data(), v.data(), o.data(), 2, 4, 2, 8, 8,
-                                                                64, BHND);
+    AttentionArgsBf16 a =
+        course::m03::make_attention_args_bf16(q.data(), k.data(), v.data(), o.data(), 2, 4, 2, 8, 8, 64, BHND);
     a.lse = lse.data();
     return a;
   };
@@ -353,7 +394,12 @@ TEST_P(FuzzAttentionBf16BadInputs, RejectedByNameContextHealthy) {
       {"seq_q = 0", [](A& a) { a.seq_q = 0; }, "'seq_q' = 0"},
       {"negative seq_k", [](A& a) { a.seq_k = -2; }, "'seq_k' = -2"},
       {"kv_heads not dividing heads", [](A& a) { a.kv_heads = 3; }, "'kv_heads' = 3"},
-      {"batch * heads beyond blockIdx.y", [](A& a) { a.batch = 256; a.heads = a.kv_heads = 256; }, "'batch' = 256"},
+      {"batch * heads beyond blockIdx.y",
+       [](A& a) {
+         a.batch = 256;
+         a.heads = a.kv_heads = 256;
+       },
+       "'batch' = 256"},
       {"head_dim 16 (below the mma k depth)",
        [](A& a) {
          a.head_dim = 16;
@@ -365,7 +411,12 @@ TEST_P(FuzzAttentionBf16BadInputs, RejectedByNameContextHealthy) {
       {"head_dim 48", [](A& a) { a.head_dim = 48; }, "'head_dim' = 48"},
       {"null k", [](A& a) { a.k = nullptr; }, "'k' = nullptr"},
       {"null o", [](A& a) { a.o = nullptr; }, "'o' = nullptr"},
-      {"q misaligned by one element", [&](A& a) { a.q = q.data() + 1; a.seq_q = 7; }, "'q'"},
+      {"q misaligned by one element",
+       [&](A& a) {
+         a.q = q.data() + 1;
+         a.seq_q = 7;
+       },
+       "'q'"},
       {"row stride not a multiple of 8", [](A& a) { a.k_strides.seq = 68; }, "'k_strides.seq' = 68"},
       {"row stride below head_dim", [](A& a) { a.v_strides.seq = 32; }, "'v_strides.seq' = 32"},
       {"O heads on top of each other", [](A& a) { a.o_strides.head = 0; }, "'o_strides.head' = 0"},
@@ -381,27 +432,25 @@ TEST_P(FuzzAttentionBf16BadInputs, RejectedByNameContextHealthy) {
   }
   // The other element type than the step's: fp32 arguments for a bf16 step, and the reverse.
   DeviceBuffer<float> qf(kElems), kf(kElems), vf(kElems), of(kElems);
-  const AttentionArgs f = course::m03::make_attention_args(qf.data(), kf.data(), vf.data(), of.data(), 2, 2, 2, 8, 8, 64, BHND);
+  const AttentionArgs f =
+      course::m03::make_attention_args(qf.data(), kf.data(), vf.data(), of.data(), 2, 2, 2, 8, 8, 64, BHND);
   COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(course::fuzz::rejects([&] { impl::attention(step, f); }, "'step'")));
   for (const auto& info : fp32_steps()) {
     SCOPED_TRACE(std::string("bf16 arguments for fp32 step ") + info.name);
     const A a = good();
-    COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(course::fuzz::rejects([&] { impl::attention(info.step, a); }, "'step'")));
+    COURSE_SKIP_IF_NOT_IMPLEMENTED(
+        EXPECT_TRUE(course::fuzz::rejects([&] { impl::attention(info.step, a); }, "'step'")));
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Steps, FuzzAttentionBf16BadInputs,
-                         ::testing::ValuesIn(bf16_steps()),
-                         [](const ::testing::TestParamInfo<StepInfo<AttentionStep>>& i) { return std::string(i.param.name); });
+INSTANTIATE_TEST_SUITE_P(Steps, FuzzAttentionBf16BadInputs, ::testing::ValuesIn(bf16_steps()),
+                         [](const ::testing::TestParamInfo<StepInfo<AttentionStep>>& i) {
+                           return std::string(i.param.name);
+                         });
 
 // ======================================= the generator itself (CPU only) =====
 // Every drawn case must pass validate_attention_args (addresses only, never dereferenced)
 // with the strides the checking helper builds, and every feature the step supports occurs.
-
-template <class T>
-T* fake(int slot) {
-  return reinterpret_cast<T*>(static_cast<std::uintptr_t>(slot) << 40);
-}
 
 TEST(FuzzGenerators, AttentionCasesAreValidAndCoverTheContract) {
   const std::uint64_t seed = course::testing::test_seed();
@@ -415,11 +464,11 @@ TEST(FuzzGenerators, AttentionCasesAreValidAndCoverTheContract) {
       using course::m03::checks::make_tensor;
       using course::m03::checks::strides_of;
       AttentionArgs a;
-      a.q = fake<float>(1);
-      a.k = fake<float>(2);
-      a.v = fake<float>(3);
-      a.o = fake<float>(4);
-      a.lse = sup.lse && !c.no_lse ? fake<float>(5) : nullptr;
+      a.q = fake_address<float>(1);
+      a.k = fake_address<float>(2);
+      a.v = fake_address<float>(3);
+      a.o = fake_address<float>(4);
+      a.lse = sup.lse && !c.no_lse ? fake_address<float>(5) : nullptr;
       a.batch = c.B, a.heads = c.H, a.kv_heads = c.H_kv, a.seq_q = c.N_q, a.seq_k = c.N_k, a.head_dim = c.d;
       a.q_strides = strides_of(make_tensor(c.B, c.H, c.N_q, c.d, c.layout, c.pad));
       a.k_strides = strides_of(make_tensor(c.B, c.H_kv, c.N_k, c.d, c.layout, c.pad, c.kv_batch_broadcast));
@@ -429,7 +478,7 @@ TEST(FuzzGenerators, AttentionCasesAreValidAndCoverTheContract) {
       a.causal = c.causal;
       a.rope = c.rope;
       a.alibi = c.alibi;
-      a.workspace = fake<float>(6);
+      a.workspace = fake_address<float>(6);
       a.workspace_bytes = course::m03::attention_workspace_bytes(info.step, a);
       EXPECT_NO_THROW(course::m03::validate_attention_args(a, info.step, "fuzz")) << c.str();
       EXPECT_TRUE(course::m03::checks::supports(info.step, c)) << c.str();
@@ -476,14 +525,15 @@ TEST(FuzzGenerators, AttentionTcCasesAreValidAndCoverTheContract) {
       Rng rng(course::fuzz::case_seed(seed, i));
       const TcCase c = draw_attention_tc(rng, info.step, i >= kParts * kCasesPerPart);
       course::m03::AttentionArgsBf16 a;  // the strides run_device gives the kernel
-      a.q = fake<__nv_bfloat16>(1);
-      a.k = fake<__nv_bfloat16>(2);
-      a.v = fake<__nv_bfloat16>(3);
-      a.o = fake<__nv_bfloat16>(4);
-      a.lse = c.lse ? fake<float>(5) : nullptr;
+      a.q = fake_address<__nv_bfloat16>(1);
+      a.k = fake_address<__nv_bfloat16>(2);
+      a.v = fake_address<__nv_bfloat16>(3);
+      a.o = fake_address<__nv_bfloat16>(4);
+      a.lse = c.lse ? fake_address<float>(5) : nullptr;
       a.batch = c.B, a.heads = c.H, a.kv_heads = c.H_kv, a.seq_q = c.N_q, a.seq_k = c.N_k, a.head_dim = c.d;
       a.q_strides = strides_of(make_tensor(c.B, c.H, c.N_q, c.d, c.layout, c.pad));
-      a.k_strides = a.v_strides = strides_of(make_tensor(c.B, c.H_kv, c.N_k, c.d, c.layout, c.pad, c.kv_batch_broadcast));
+      a.k_strides = a.v_strides =
+          strides_of(make_tensor(c.B, c.H_kv, c.N_k, c.d, c.layout, c.pad, c.kv_batch_broadcast));
       a.o_strides = strides_of(make_tensor(c.B, c.H, c.N_q, c.d, c.o_layout, c.o_pad));
       a.scale = c.scale;
       a.causal = c.causal;
@@ -515,6 +565,5 @@ TEST(FuzzGenerators, AttentionTcCasesAreValidAndCoverTheContract) {
     EXPECT_TRUE(cov.all_hit());
   }
 }
-
 
 }  // namespace

@@ -5,9 +5,9 @@
 // checked by the module's own helper (tests/*_check.hpp) against the CPU reference; then a
 // bad-input sweep per op and step: every bad argument is rejected by name and leaves a
 // healthy CUDA context. Seeds, replay and the "[fuzz]" lines: course/fuzz.hpp.
+#include "attention_backward_check.hpp"
 #include "course/fuzz.hpp"
 #include "course/testing.hpp"
-#include "attention_backward_check.hpp"
 #include "linear_backward_check.hpp"
 #include "module04/attention_backward.hpp"
 #include "module04/linear_backward.hpp"
@@ -29,8 +29,12 @@ namespace {
 using course::AttentionLayout;
 using course::DeviceBuffer;
 using course::StepInfo;
+using course::fuzz::draw_divisor;
+using course::fuzz::draw_row_stride;
+using course::fuzz::fake_address;
 using course::fuzz::Part;
 using course::fuzz::Rng;
+using course::fuzz::round_up;
 using course::fuzz::ValueRange;
 using course::fuzz::Verdict;
 using course::m04::AttentionBackwardArgs;
@@ -51,31 +55,6 @@ int cases_per_part() { return course::fuzz::case_count(kCasesPerPart); }
 int large_cases() { return std::min(course::fuzz::case_count(kLargeCases), kLargeCases); }
 std::string part_name(int part) { return part < kParts ? "part" + std::to_string(part) : "large"; }
 
-std::int64_t round_up4(std::int64_t v) { return (v + 3) / 4 * 4; }
-
-/// A row stride for rows of `cols` floats: packed, odd padding (no float4 path), or
-/// float4-friendly padding.
-std::int64_t draw_ld(Rng& rng, std::int64_t cols) {
-  switch (rng.uniform(0, 3)) {
-    case 0: return cols + rng.uniform(1, 9);
-    case 1: return round_up4(cols) + 4 * rng.uniform(0, 3);
-    default: return cols;
-  }
-}
-
-/// A divisor of h: 1, h or one in between.
-std::int64_t draw_divisor(Rng& rng, std::int64_t h) {
-  std::vector<std::int64_t> divisors;
-  for (std::int64_t k = 1; k <= h; ++k)
-    if (h % k == 0) divisors.push_back(k);
-  return rng.pick(divisors);
-}
-
-template <class T>
-T* fake(int slot, std::int64_t offset_elems = 0) {
-  return reinterpret_cast<T*>(static_cast<std::uintptr_t>(slot) << 40) + offset_elems;
-}
-
 // ========================================================== softmax backward =====
 
 using SmbCase = course::m04::softmax_checks::Case;
@@ -90,9 +69,15 @@ SmbCase draw_softmax_backward(Rng& rng, int dim, bool large) {
   std::int64_t length, slices;
   if (large) {
     switch (rng.uniform(0, 2)) {
-      case 0: length = rng.uniform(2000, 8192), slices = rng.uniform(1000, 2048); break;
-      case 1: length = rng.size(16385, 1 << 20), slices = rng.uniform(1, 7); break;
-      default: length = rng.uniform(1, 64), slices = rng.uniform(100000, 250000); break;
+      case 0:
+        length = rng.uniform(2000, 8192), slices = rng.uniform(1000, 2048);
+        break;
+      case 1:
+        length = rng.size(16385, 1 << 20), slices = rng.uniform(1, 7);
+        break;
+      default:
+        length = rng.uniform(1, 64), slices = rng.uniform(100000, 250000);
+        break;
     }
   } else {
     length = rng.size(1, 40000, {4, 32, 1024, 16384});
@@ -101,13 +86,13 @@ SmbCase draw_softmax_backward(Rng& rng, int dim, bool large) {
   c.rows = dim == 1 ? slices : length;
   c.cols = dim == 1 ? length : slices;
   if (rng.chance(0.25)) {  // fused_vectorized's float4 path: aligned bases, row strides multiples of 4
-    c.ldy = round_up4(c.cols) + 4 * rng.uniform(0, 2);
-    c.lddy = round_up4(c.cols) + 4 * rng.uniform(0, 2);
-    c.lddx = round_up4(c.cols) + 4 * rng.uniform(0, 2);
+    c.ldy = round_up(c.cols, 4) + 4 * rng.uniform(0, 2);
+    c.lddy = round_up(c.cols, 4) + 4 * rng.uniform(0, 2);
+    c.lddx = round_up(c.cols, 4) + 4 * rng.uniform(0, 2);
   } else {
-    c.ldy = draw_ld(rng, c.cols);
-    c.lddy = draw_ld(rng, c.cols);
-    c.lddx = draw_ld(rng, c.cols);
+    c.ldy = draw_row_stride(rng, c.cols);
+    c.lddy = draw_row_stride(rng, c.cols);
+    c.lddx = draw_row_stride(rng, c.cols);
     c.offset = rng.chance(0.4) ? rng.uniform(1, 3) : 0;
   }
   c.in_place = rng.chance(0.15);
@@ -203,7 +188,13 @@ TEST_P(FuzzSoftmaxBackwardBadInputs, RejectedByNameContextHealthy) {
       {"dx overlapping y", [&](A& a) { a.dx = y.data() + 64; }, "'dx'"},
       {"dx == y", [&](A& a) { a.dx = y.data(); }, "'dx'"},
       {"dx overlapping dy (not in place)", [&](A& a) { a.dx = dy.data() + 3; }, "'dx'"},
-      {"dx == dy with another row stride", [&](A& a) { a.dx = dy.data(); a.rows = 8; a.lddx = a.lddy + 4; }, "'dx'"},
+      {"dx == dy with another row stride",
+       [&](A& a) {
+         a.dx = dy.data();
+         a.rows = 8;
+         a.lddx = a.lddy + 4;
+       },
+       "'dx'"},
       {"workspace too small", [](A& a) { a.workspace_bytes = sizeof(float); }, "'workspace_bytes'", true},
       {"null workspace", [](A& a) { a.workspace = nullptr; }, "'workspace' = nullptr", true},
       {"workspace overlapping y", [&](A& a) { a.workspace = y.data(); }, "'workspace'", true},
@@ -280,8 +271,8 @@ class FuzzLinearBackward : public GpuTest, public ::testing::WithParamInterface<
   void run(bool large) {
     const auto& [info, part_index] = GetParam();
     const BiasGradStep step = info.step;
-    const Part part{"linear_backward", info.name, large ? kParts : part_index,
-                    large ? large_cases() : cases_per_part(), seed()};
+    const Part part{"linear_backward", info.name, large ? kParts : part_index, large ? large_cases() : cases_per_part(),
+                    seed()};
     COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(course::fuzz::run_cases(
         part, [&](Rng& rng) { return draw_linear_backward(rng, large); },
         [&](const LinCase& c, std::uint64_t s) { return check_linear_backward(step, c, s); })));
@@ -313,8 +304,8 @@ TEST_P(FuzzLinearBackwardBadInputs, RejectedByNameContextHealthy) {
   // Valid: M = 16, K = 8, N = 12, dense, every gradient requested.
   DeviceBuffer<float> x(16 * 8), w(8 * 12), dy(16 * 12), dx(16 * 8), dw(8 * 12), db(12);
   const auto good = [&] {
-    return course::m04::make_linear_backward_args(x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(), 16,
-                                                  8, 12);
+    return course::m04::make_linear_backward_args(x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(), 16, 8,
+                                                  12);
   };
   using A = LinearBackwardArgs;
   struct Bad {
@@ -347,7 +338,8 @@ TEST_P(FuzzLinearBackwardBadInputs, RejectedByNameContextHealthy) {
     SCOPED_TRACE(b.what);
     A a = good();
     b.mutate(a);
-    COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(course::fuzz::rejects([&] { impl::linear_backward(step, a); }, b.needle)));
+    COURSE_SKIP_IF_NOT_IMPLEMENTED(
+        EXPECT_TRUE(course::fuzz::rejects([&] { impl::linear_backward(step, a); }, b.needle)));
   }
   A a = good();
   COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(
@@ -355,7 +347,9 @@ TEST_P(FuzzLinearBackwardBadInputs, RejectedByNameContextHealthy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, FuzzLinearBackwardBadInputs, ::testing::ValuesIn(course::m04::kBiasGradSteps),
-                         [](const ::testing::TestParamInfo<StepInfo<BiasGradStep>>& i) { return std::string(i.param.name); });
+                         [](const ::testing::TestParamInfo<StepInfo<BiasGradStep>>& i) {
+                           return std::string(i.param.name);
+                         });
 
 // ======================================================== attention backward =====
 
@@ -376,9 +370,15 @@ AbCase draw_attention_backward(Rng& rng, AttentionBackwardStep step, bool large)
   c.d = rng.pick(dims);
   if (large) {
     switch (rng.uniform(0, 2)) {
-      case 0: c.N_q = rng.uniform(800, 1100), c.N_k = rng.uniform(800, 1100), c.d = std::min<std::int64_t>(c.d, 64); break;
-      case 1: c.B = 2, c.H = 8, c.N_q = c.N_k = rng.uniform(150, 256); break;
-      default: c.N_q = rng.uniform(1, 64), c.N_k = rng.uniform(2000, 4000), c.H = 2; break;
+      case 0:
+        c.N_q = rng.uniform(800, 1100), c.N_k = rng.uniform(800, 1100), c.d = std::min<std::int64_t>(c.d, 64);
+        break;
+      case 1:
+        c.B = 2, c.H = 8, c.N_q = c.N_k = rng.uniform(150, 256);
+        break;
+      default:
+        c.N_q = rng.uniform(1, 64), c.N_k = rng.uniform(2000, 4000), c.H = 2;
+        break;
     }
   } else if (rng.chance(0.04)) {
     c.B = rng.uniform(16, 40), c.H = rng.uniform(16, 40);
@@ -388,8 +388,8 @@ AbCase draw_attention_backward(Rng& rng, AttentionBackwardStep step, bool large)
     c.N_q = rng.size(1, 200, {32, 64, 128});
     c.N_k = rng.chance(0.33) ? c.N_q : rng.size(1, 200, {32, 64, 128});
     const std::int64_t per_pair = c.N_q * c.N_k * c.d, rows = std::max(c.N_q, c.N_k) * c.d;
-    const std::int64_t pairs = std::max<std::int64_t>(
-        1, std::min((std::int64_t{1} << 22) / per_pair, (std::int64_t{1} << 18) / rows));
+    const std::int64_t pairs =
+        std::max<std::int64_t>(1, std::min((std::int64_t{1} << 22) / per_pair, (std::int64_t{1} << 18) / rows));
     c.B = rng.size(1, std::min<std::int64_t>(3, pairs));
     c.H = rng.size(1, std::max<std::int64_t>(1, std::min<std::int64_t>(8, pairs / c.B)));
     if (sup.grouped_query && rng.chance(0.3) && c.B * c.H < 4 && per_pair <= (std::int64_t{1} << 20)) {
@@ -425,7 +425,8 @@ class FuzzAttentionBackward : public GpuTest, public ::testing::WithParamInterfa
         part, [&](Rng& rng) { return draw_attention_backward(rng, step, large); },
         [&](const AbCase& c, std::uint64_t s) {
           Verdict v;
-          const std::string failure = course::m04::attention_checks::check_case(&impl::attention_backward, step, c, s, &v.ratio);
+          const std::string failure =
+              course::m04::attention_checks::check_case(&impl::attention_backward, step, c, s, &v.ratio);
           if (!failure.empty()) v.fail(failure);
           return v;
         })));
@@ -458,13 +459,13 @@ TEST_P(FuzzAttentionBackwardBadInputs, RejectedByNameContextHealthy) {
   const auto sup = course::m04::step_support(step);
   // Valid: B = 2, H = H_kv = 2, N_q = N_k = 8, d = 64, BHND; device buffers.
   constexpr std::int64_t kElems = 2 * 2 * 8 * 64;
-  DeviceBuffer<float> q(kElems), k(kElems), v(kElems), o(kElems), dout(kElems), lse(2 * 2 * 8), dq(kElems),
-      dk(kElems), dv(kElems);
+  DeviceBuffer<float> q(kElems), k(kElems), v(kElems), o(kElems), dout(kElems), lse(2 * 2 * 8), dq(kElems), dk(kElems),
+      dv(kElems);
   DeviceBuffer<float> ws(course::m04::attention_backward_workspace_bytes(step, 2, 2, 8, 8) / sizeof(float) + 64);
   const auto good = [&] {
-    AttentionBackwardArgs a = course::m04::make_attention_backward_args(
-        q.data(), k.data(), v.data(), o.data(), dout.data(), lse.data(), dq.data(), dk.data(), dv.data(), 2, 2, 2, 8,
-        8, 64, BHND);
+    AttentionBackwardArgs a =
+        course::m04::make_attention_backward_args(q.data(), k.data(), v.data(), o.data(), dout.data(), lse.data(),
+                                                  dq.data(), dk.data(), dv.data(), 2, 2, 2, 8, 8, 64, BHND);
     a.workspace = ws.data();
     a.workspace_bytes = ws.bytes();
     return a;
@@ -482,8 +483,18 @@ TEST_P(FuzzAttentionBackwardBadInputs, RejectedByNameContextHealthy) {
       {"seq_k beyond 2^31 - 1", [](A& a) { a.seq_k = std::int64_t{1} << 31; }, "'seq_k'"},
       {"batch = 0", [](A& a) { a.batch = 0; }, "'batch' = 0"},
       {"heads = 0", [](A& a) { a.heads = 0; }, "'heads' = 0"},
-      {"kv_heads not dividing heads", [](A& a) { a.heads = 2; a.kv_heads = 3; }, "'kv_heads' = 3"},
-      {"batch * heads beyond blockIdx.y", [](A& a) { a.batch = 300; a.heads = a.kv_heads = 300; }, "'batch' = 300"},
+      {"kv_heads not dividing heads",
+       [](A& a) {
+         a.heads = 2;
+         a.kv_heads = 3;
+       },
+       "'kv_heads' = 3"},
+      {"batch * heads beyond blockIdx.y",
+       [](A& a) {
+         a.batch = 300;
+         a.heads = a.kv_heads = 300;
+       },
+       "'batch' = 300"},
       {"head_dim 48 (no kernel for it)", [](A& a) { a.head_dim = 48; }, "'head_dim' = 48"},
       {"head_dim 256", [](A& a) { a.head_dim = 256; }, "'head_dim' = 256"},
       {"null q", [](A& a) { a.q = nullptr; }, "'q' = nullptr"},
@@ -491,8 +502,18 @@ TEST_P(FuzzAttentionBackwardBadInputs, RejectedByNameContextHealthy) {
       {"null dout", [](A& a) { a.dout = nullptr; }, "'dout' = nullptr"},
       {"null lse", [](A& a) { a.lse = nullptr; }, "'lse' = nullptr"},
       {"null dk", [](A& a) { a.dk = nullptr; }, "'dk' = nullptr"},
-      {"k misaligned by one element", [&](A& a) { a.k = k.data() + 1; a.seq_k = 7; }, "'k'"},
-      {"dq misaligned by one element", [&](A& a) { a.dq = dq.data() + 1; a.seq_q = 7; }, "'dq'"},
+      {"k misaligned by one element",
+       [&](A& a) {
+         a.k = k.data() + 1;
+         a.seq_k = 7;
+       },
+       "'k'"},
+      {"dq misaligned by one element",
+       [&](A& a) {
+         a.dq = dq.data() + 1;
+         a.seq_q = 7;
+       },
+       "'dq'"},
       {"lse misaligned by half an element",
        [&](A& a) { a.lse = reinterpret_cast<const float*>(reinterpret_cast<const char*>(lse.data()) + 2); }, "'lse'"},
       {"row stride not a multiple of 4", [](A& a) { a.do_strides.seq = 66; }, "'do_strides.seq' = 66"},
@@ -543,19 +564,20 @@ TEST(FuzzGenerators, SoftmaxBackwardCasesAreValidAndCoverTheContract) {
         Rng rng(course::fuzz::case_seed(seed, i));
         const SmbCase c = draw_softmax_backward(rng, dim, i >= kParts * kCasesPerPart);
         SoftmaxBackwardArgs a;
-        a.y = fake<float>(1, c.offset);
-        a.dy = fake<float>(2, c.offset);
-        a.dx = c.in_place ? fake<float>(2, c.offset) : fake<float>(3, c.offset);
+        a.y = fake_address<float>(1, c.offset);
+        a.dy = fake_address<float>(2, c.offset);
+        a.dx = c.in_place ? fake_address<float>(2, c.offset) : fake_address<float>(3, c.offset);
         a.rows = c.rows, a.cols = c.cols, a.dim = c.dim;
         a.ldy = c.stride_y(), a.lddy = c.stride_dy(), a.lddx = c.stride_dx();
-        a.workspace = fake<float>(4);
+        a.workspace = fake_address<float>(4);
         a.workspace_bytes = course::m04::softmax_backward_workspace_bytes(info.step, c.rows, c.cols, c.dim);
         EXPECT_NO_THROW(course::m04::validate_softmax_backward_args(a, info.step, "fuzz")) << c.str();
         const std::int64_t length = dim == 1 ? c.cols : c.rows;
         cov.next_case();
         cov.count("length 1", length == 1);
         cov.count("prime length", course::fuzz::is_prime(length));
-        cov.count("length=k*tile+-1", length > 1 && length % 4 != 0 && course::fuzz::near_tile(length, {32, 1024, 16384}));
+        cov.count("length=k*tile+-1",
+                  length > 1 && length % 4 != 0 && course::fuzz::near_tile(length, {32, 1024, 16384}));
         cov.count("length>1024", length > 1024);
         cov.count("length>16384", length > 16384);
         cov.count("padded rows", a.ldy > c.cols || a.lddy > c.cols || a.lddx > c.cols);
@@ -579,9 +601,9 @@ TEST(FuzzGenerators, LinearBackwardCasesAreValidAndCoverTheContract) {
     Rng rng(course::fuzz::case_seed(seed, i));
     const LinCase c = draw_linear_backward(rng, i >= kParts * kCasesPerPart);
     LinearBackwardArgs a = course::m04::make_linear_backward_args(
-        fake<float>(1, c.offset), fake<float>(2, c.offset), fake<float>(3, c.offset),
-        c.want_dx ? fake<float>(4, c.offset) : nullptr, c.want_dw ? fake<float>(5, c.offset) : nullptr,
-        c.want_db ? fake<float>(6, c.offset) : nullptr, c.M, c.K, c.N);
+        fake_address<float>(1, c.offset), fake_address<float>(2, c.offset), fake_address<float>(3, c.offset),
+        c.want_dx ? fake_address<float>(4, c.offset) : nullptr, c.want_dw ? fake_address<float>(5, c.offset) : nullptr,
+        c.want_db ? fake_address<float>(6, c.offset) : nullptr, c.M, c.K, c.N);
     if (c.lds == Lds::zero) {
       a.ldx = a.ldw = a.lddy = a.lddx = a.lddw = 0;
     } else {
@@ -616,15 +638,17 @@ TEST(FuzzGenerators, AttentionBackwardCasesAreValidAndCoverTheContract) {
       const AbCase c = draw_attention_backward(rng, info.step, i >= kParts * kCasesPerPart);
       // The strides the checking helper gives the kernel (make_tensor, as in DeviceProblem).
       AttentionBackwardArgs a = course::m04::make_attention_backward_args(
-          fake<float>(1), fake<float>(2), fake<float>(3), fake<float>(4), fake<float>(5), fake<float>(6),
-          fake<float>(7), fake<float>(8), fake<float>(9), c.B, c.H, c.H_kv, c.N_q, c.N_k, c.d, c.layout);
+          fake_address<float>(1), fake_address<float>(2), fake_address<float>(3), fake_address<float>(4),
+          fake_address<float>(5), fake_address<float>(6), fake_address<float>(7), fake_address<float>(8),
+          fake_address<float>(9), c.B, c.H, c.H_kv, c.N_q, c.N_k, c.d, c.layout);
       a.q_strides = a.o_strides = a.do_strides = strides_of(make_tensor(c.B, c.H, c.N_q, c.d, c.layout, c.pad));
-      a.k_strides = a.v_strides = strides_of(make_tensor(c.B, c.H_kv, c.N_k, c.d, c.layout, c.pad, c.kv_batch_broadcast));
+      a.k_strides = a.v_strides =
+          strides_of(make_tensor(c.B, c.H_kv, c.N_k, c.d, c.layout, c.pad, c.kv_batch_broadcast));
       a.dq_strides = strides_of(make_tensor(c.B, c.H, c.N_q, c.d, c.grad_layout, c.grad_pad));
       a.dk_strides = a.dv_strides = strides_of(make_tensor(c.B, c.H_kv, c.N_k, c.d, c.grad_layout, c.grad_pad));
       a.scale = c.scale;
       a.causal = c.causal;
-      a.workspace = fake<float>(10);
+      a.workspace = fake_address<float>(10);
       a.workspace_bytes = course::m04::attention_backward_workspace_bytes(info.step, a);
       EXPECT_NO_THROW(course::m04::validate_attention_backward_args(a, info.step, "fuzz")) << c.str();
       EXPECT_TRUE(course::m04::attention_checks::supports(info.step, c)) << c.str();

@@ -134,6 +134,21 @@ class Coverage {
   std::vector<std::pair<std::string, std::int64_t>> hits_;
 };
 
+/// Pieces every generator uses.
+/// v rounded up to a multiple of m.
+inline std::int64_t round_up(std::int64_t v, std::int64_t m) { return (v + m - 1) / m * m; }
+/// A row stride for rows of `cols` elements: packed (half the time), padded by 1..9 (no
+/// vector path fits), or rounded up to a multiple of 4 and padded by 0..12 (float4 paths).
+std::int64_t draw_row_stride(Rng& rng, std::int64_t cols);
+/// A divisor of h: 1 (multi-query), h (multi-head) or one in between (grouped-query).
+std::int64_t draw_divisor(Rng& rng, std::int64_t h);
+/// A never-dereferenced "device" address for validation-only checks: slots 1 TiB apart,
+/// 256-byte aligned, plus `offset_elems` elements.
+template <class T>
+T* fake_address(int slot, std::int64_t offset_elems = 0) {
+  return reinterpret_cast<T*>(static_cast<std::uintptr_t>(slot) << 40) + offset_elems;
+}
+
 bool is_prime(std::int64_t n);
 /// n is m*t - 1, m*t or m*t + 1 for one of the tiles t (m >= 1).
 bool near_tile(std::int64_t n, std::initializer_list<std::int64_t> tiles);
