@@ -134,7 +134,8 @@ class Coverage {
   std::vector<std::pair<std::string, std::int64_t>> hits_;
 };
 
-/// Pieces every generator uses.
+// Pieces every generator uses.
+
 /// v rounded up to a multiple of m.
 inline std::int64_t round_up(std::int64_t v, std::int64_t m) { return (v + m - 1) / m * m; }
 /// A row stride for rows of `cols` elements: packed (half the time), padded by 1..9 (no
