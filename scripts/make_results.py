@@ -10,6 +10,9 @@ Tables come in course order (module 1's ops as its lesson teaches them, then mod
 The "yours" column comes from the learner's own benchmark JSON when there is one
 (--yours DIR, default build/: bench_*.json, as `bash scripts/course.sh bench` writes them),
 else from RUN_DIR's exercise rows, else "-".
+After regenerating the page, run scripts/check_numbers.py (CI does): it checks every number
+that step banners, READMEs and lessons quote from this page ("Measured (results: ROW): ...")
+and lists each one the new run changed.
 """
 import argparse
 import csv

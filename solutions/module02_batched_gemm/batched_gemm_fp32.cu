@@ -40,8 +40,10 @@ namespace {
 // a full wavefront) per FMA, and an SM serves ~1 wavefront per clock while it could
 // issue 4 warp-FMAs: shared-memory bound at ~1/8 of the FMA peak, ~6-8 TFLOP/s,
 // ~15% of cuBLAS at S1 and S2, for both products and both APIs.
-// Development run (H200): 7-9 TFLOP/s, 17-29% of cuBLAS.
-// Measured (H200, docs/results.md): 7.3-8.7 TFLOP/s = 0.17-0.29 of cuBLAS, both products.
+// Q*K^T / P*V as fractions of cublasGemmStridedBatchedEx (fp32, no TF32), S1, S2, small:
+// Measured (results: bgemm_{qk,pv}_f32/solution/smem_tiled_strided/B8H16N1024d64): 0.23 / 0.22 of cublas_strided
+// Measured (results: bgemm_{qk,pv}_f32/solution/smem_tiled_strided/B4H32N2048d128): 0.20 / 0.17 of cublas_strided
+// Measured (results: bgemm_{qk,pv}_f32/solution/smem_tiled_strided/B64H12N128d64): 0.29 / 0.26 of cublas_strided
 // ============================================================================
 constexpr int kSmemTile = 32;
 
@@ -121,12 +123,12 @@ void launch_smem_tiled(const OpA& A, const OpB& B, const OpC& C, const Problem& 
 // the 64 KB epilogue per block weigh more: ~30-38 TFLOP/s, ~80-90% of cuBLAS.
 // Registers ~128/thread (2 blocks of 256 threads per SM). Pointer-array = strided
 // within noise: one extra dependent load per operand per block of ~0.5 us of work.
-// Development run (H200, not the reference GPU), % of cublasGemmStridedBatchedEx (fp32,
-// no TF32): Q*K^T 100% (S1), 83% (S2), 107% (B64H12N128d64); P*V 76% (S1), 78% (S2),
-// 90%. Pointer-array within 3% of strided everywhere.
-// Measured (H200, docs/results.md, fraction of cublasGemmStridedBatchedEx fp32): Q*K^T
-// 0.99 (B8H16N1024d64), 0.83 (B4H32N2048d128), 1.06 (B64H12N128d64); P*V 0.75, 0.78, 0.92.
-// Misses the 0.85 target on P*V and on Q*K^T at d = 128: see module02's README.
+// Q*K^T / P*V as fractions of cublasGemmStridedBatchedEx (fp32, no TF32), S1, S2, small:
+// Measured (results: bgemm_{qk,pv}_f32/solution/register_blocked_strided/B8H16N1024d64): 1.00 / 0.77 of cublas_strided
+// Measured (results: bgemm_{qk,pv}_f32/solution/register_blocked_strided/B4H32N2048d128): 0.83 / 0.80 of cublas_strided
+// Measured (results: bgemm_{qk,pv}_f32/solution/register_blocked_strided/B64H12N128d64): 1.07 / 0.93 of cublas_strided
+// The pointer-array rows land within a few percent of these (the results page has both).
+// Misses the 0.85 target on P*V at S1 and S2 and on Q*K^T at S2: see module02's README.
 // ============================================================================
 template <int BM_, int BN_, int MinBlocks_, int BK_ = 16>
 struct RbConfig {
@@ -354,9 +356,10 @@ void launch_register_blocked(const OpA& A, const OpB& B, const OpC& C, const Pro
 // slabs in flight); 3-6 stages, 32 x 64 warp tiles or 64 x 128 block tiles all landed
 // at 0.86-0.87. For N <= 64 (P*V, d = 64): a 128 x 64 tile, 3 stages, `.L2::256B`
 // prefetch on the copies: 1.01 vs 0.85 without (P's rows are streamed exactly once).
-// Measured (H200, bench, docs/results.md, fraction of cublasGemmStridedBatchedEx fp32):
-// Q*K^T 1.10 (S1), 0.95 (S2), 1.13 (B64H12N128d64); P*V 1.04, 0.86, 1.02 (0.87 at S2
-// in the run before). Step 2 in the same run: 1.00, 0.83, 1.07; 0.77, 0.80, 0.93.
+// Q*K^T / P*V as fractions of cublasGemmStridedBatchedEx (fp32, no TF32), S1, S2, small:
+// Measured (results: bgemm_{qk,pv}_f32/solution/warp_tiled_strided/B8H16N1024d64): 1.10 / 1.04 of cublas_strided
+// Measured (results: bgemm_{qk,pv}_f32/solution/warp_tiled_strided/B4H32N2048d128): 0.95 / 0.86 of cublas_strided
+// Measured (results: bgemm_{qk,pv}_f32/solution/warp_tiled_strided/B64H12N128d64): 1.13 / 1.02 of cublas_strided
 // ============================================================================
 template <int BM_, int BN_, int BK_, int WM_, int WN_, int Stages_, int L2Prefetch_ = 0>
 struct WtConfig {

@@ -70,17 +70,18 @@ __device__ __forceinline__ void store_pair(float* c_row, int col, int N, float v
 // wgmma: expect ~80-100% of it where bytes bound, less where math does (P*V at S2).
 // Registers ~120-128 (~160-170 for 128 x 64), 96 KB (72 KB) shared memory per block:
 // 2 (3) blocks per SM.
-// Development run (H200, not the reference GPU), % of cublasGemmStridedBatchedEx:
-// Q*K^T 79% (S1), 71% (S2), 88% (B64H12N128d64); P*V 96% (S1), 68% (S2), 86%.
 // An ncu profile of P*V at S2 shows ~50% issue utilization and no saturated unit. The
 // count behind it (step 5's comment): shared memory, ldmatrix plus cp.async, is busier
 // than the tensor cores. Tried (one run each, P*V at S2): 64 x 64 warp tiles (8 warps
 // per SM at ~255 registers) 0.69-0.74; BK = 32 with 4-6 stages 0.71-0.79; no gain.
-// Measured with a staged epilogue (C through shared memory in float4 rows, an earlier
-// version of this step), fraction of cublasGemmStridedBatchedEx bf16: Q*K^T 0.79, 0.72,
-// 0.91; P*V 0.97, 0.70, 0.86. With the direct epilogue below (H200, bench,
-// docs/results.md): Q*K^T 0.84, 0.76, 0.95; P*V 0.97, 0.68, 0.89. At d = 128, step 5
-// is the answer.
+// An earlier version of this step staged C through shared memory in float4 rows; as
+// fractions of cublasGemmStridedBatchedEx (bf16) it reached Q*K^T 0.79, 0.72, 0.91 and
+// P*V 0.97, 0.70, 0.86 (S1, S2, small) in a development run. With the direct epilogue
+// below, Q*K^T / P*V:
+// Measured (results: bgemm_{qk,pv}_bf16/solution/tensor_core_strided/B8H16N1024d64): 0.84 / 0.97 of cublas_strided
+// Measured (results: bgemm_{qk,pv}_bf16/solution/tensor_core_strided/B4H32N2048d128): 0.76 / 0.68 of cublas_strided
+// Measured (results: bgemm_{qk,pv}_bf16/solution/tensor_core_strided/B64H12N128d64): 0.95 / 0.89 of cublas_strided
+// At d = 128, step 5 is the answer.
 // ============================================================================
 template <int BM_, int BN_, int WarpsM_, int WarpsN_, int Stages_, int MinBlocks_, int BK_>
 struct TcConfig {
@@ -408,9 +409,12 @@ void launch_tensor_core(const OpA& A, const OpB& B, const OpC& C, const Problem&
 // the tensor-core time, so P*V at d = 128 should move from ~0.78 of cuBLAS toward the
 // DRAM bound (~0.9); Q*K^T stays bound by writing C (~0.85, as step 4 with its direct
 // epilogue). 97 KB of shared memory, <= 128 registers: 2 blocks (16 warps) per SM.
-// Measured (H200, bench, docs/results.md, fraction of cublasGemmStridedBatchedEx bf16):
-// P*V 1.03 (S1), 0.83 (S2; step 4: 0.68), 0.94 (B64H12N128d64); Q*K^T 0.82, 0.80, 0.95
-// (the run before: P*V 0.84 and Q*K^T 0.78 at S2, so S2 sits at the 0.80 line). In a short
+// Q*K^T / P*V as fractions of cublasGemmStridedBatchedEx (bf16), S1, S2, small:
+// Measured (results: bgemm_{qk,pv}_bf16/solution/wgmma_strided/B8H16N1024d64): 0.82 / 1.03 of cublas_strided
+// Measured (results: bgemm_{qk,pv}_bf16/solution/wgmma_strided/B4H32N2048d128): 0.80 / 0.83 of cublas_strided
+// Measured (results: bgemm_{qk,pv}_bf16/solution/wgmma_strided/B64H12N128d64): 0.95 / 0.94 of cublas_strided
+// P*V at S2 gains most over step 4 (its numbers above): the shared-memory limit is gone.
+// An earlier run had P*V 0.84 and Q*K^T 0.78 at S2: S2 sits at the 0.80 line. In a short
 // standalone timing loop P*V at S2 reached 0.94-0.96 and Q*K^T 0.80-0.83; the bench
 // keeps each row running for 0.2 s, and our kernels lose more to the hot GPU than
 // cuBLAS does. Q*K^T at S2 writes 2 GiB of fp32 scores: cuBLAS stores them at ~3.4 TB/s,

@@ -56,11 +56,15 @@ namespace {
 // loops, minus the softmax (~32 exp, ~40 shuffles per 4096 FMAs) and the barriers:
 // ~30-35 TFLOP/s, ~8-9 ms: >= 0.8x the cuBLAS materialized pipeline with O(N) memory.
 // d = 128: 32-key tiles read Q 8 floats per 2 keys (~6 FMAs per load): ~25 TFLOP/s.
-// Measured (H200, B4 H16 N4096): d = 64: 8.06 ms, 34.1 TFLOP/s = 1.10x the cuBLAS
-// pipeline (31.0) in 0.27 GB instead of 4.56 GB; 1.26x step 2. Causal 4.42 ms: 1.82x
-// faster than non-causal, 2.2x the library's causal row (cuBLAS still computes every
-// score). d = 128: 16.7 ms, 32.9 TFLOP/s = 0.82x cuBLAS (40.1: its GEMMs like d = 128).
-// Forcing 2 blocks per SM for d = 64 (no register cap): 32.8 TFLOP/s, slightly worse.
+// Measured (results: attn_f32/solution/fused/B4_H16_N4096_d64): 33.9 TFLOP/s = 1.09 of cublas_materialized
+// (the cuBLAS pipeline) in 0.27 GB instead of 4.56 GB; against step 2:
+// Measured (results: attn_f32/solution/fused/B4_H16_N4096_d64): 1.24 of attn_f32/solution/tiled_online/B4_H16_N4096_d64
+// Causal, where cuBLAS still computes every score:
+// Measured (results: attn_f32/solution/fused/B4_H16_N4096_d64_causal): 33.5 TFLOP/s = 2.33 of cublas_materialized
+// Counting half the FLOPs, that is 2 x 33.5 / 33.9 = 1.98x faster than non-causal. At d = 128
+// cuBLAS's GEMMs are more efficient and this kernel is not:
+// Measured (results: attn_f32/solution/fused/B4_H16_N4096_d128): 33.2 TFLOP/s = 0.83 of cublas_materialized
+// Forcing 2 blocks per SM for d = 64 (no register cap) was slightly worse in a development run.
 //
 // ============================================================================
 // Step 5: fused_options -- the same kernel with the options switched on at run time
@@ -71,9 +75,11 @@ namespace {
 //          sincos per row per tile -- small next to the 64*d FMAs per row per tile.
 //   ALiBi: bias = m_h * (j - (i + N_k - N_q)) added to the scaled score before the mask.
 // Prediction: GQA free; ALiBi ~2%; RoPE ~10-15% (double-precision angle reduction).
-// Measured (H200, B4 H16 N4096 d64, RoPE and ALiBi both on): 10.3 ms, 26.7 TFLOP/s: the
-// options cost 28% (36% at d = 128), more than predicted -- the per-score bias and the
-// extra barrier per tile weigh more than the count of operations suggests.
+// RoPE and ALiBi both on, against step 4 without them:
+// Measured (results: attn_f32/solution/fused_options/B4_H16_N4096_d64): 26.5 TFLOP/s = 0.78 of attn_f32/solution/fused/B4_H16_N4096_d64
+// Measured (results: attn_f32/solution/fused_options/B4_H16_N4096_d128): 24.6 TFLOP/s = 0.74 of attn_f32/solution/fused/B4_H16_N4096_d128
+// The options cost a quarter to a third more time, more than predicted -- the per-score
+// bias and the extra barrier per tile weigh more than the count of operations suggests.
 // ============================================================================
 
 template <int D>
