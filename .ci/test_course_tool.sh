@@ -13,7 +13,7 @@ export PRESET=${PRESET:-ci}
 start=$SECONDS
 tool=(python3 scripts/course.py)
 stub=exercises/module03_attention/attention.cu
-solution=solutions/module03_attention/attention_device.cuh
+solution=solutions/module03_attention/attention_indexing.cuh
 step=attention/row_offset
 work=$(mktemp -d)
 cp "$stub" "$work/stub.cu"

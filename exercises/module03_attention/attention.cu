@@ -20,6 +20,7 @@
 #include "module03/attention.hpp"
 
 #include "course/cuda/mma_ptx.cuh"
+#include "course/cuda/vec.cuh"
 #include "course/cuda/warp_reduce.cuh"
 
 #include <cuda_runtime.h>
@@ -311,31 +312,9 @@ __device__ __forceinline__ void load_tile_async(float* tile, int ld, const float
   }
 }
 
-/// kVec consecutive floats from shared memory, as one vector load. (Given.)
-template <int kVec>
-__device__ __forceinline__ void load_vec(const float* p, float (&out)[kVec]) {
-  if constexpr (kVec == 4) {
-    const float4 x = *reinterpret_cast<const float4*>(p);
-    out[0] = x.x; out[1] = x.y; out[2] = x.z; out[3] = x.w;
-  } else if constexpr (kVec == 2) {
-    const float2 x = *reinterpret_cast<const float2*>(p);
-    out[0] = x.x; out[1] = x.y;
-  } else {
-    out[0] = *p;
-  }
-}
-
-/// p[0 .. kVec) = x[0 .. kVec) * s, as one vector store. (Given.)
-template <int kVec>
-__device__ __forceinline__ void store_vec(float* p, const float* x, float s) {
-  if constexpr (kVec == 4) {
-    *reinterpret_cast<float4*>(p) = make_float4(x[0] * s, x[1] * s, x[2] * s, x[3] * s);
-  } else if constexpr (kVec == 2) {
-    *reinterpret_cast<float2*>(p) = make_float2(x[0] * s, x[1] * s);
-  } else {
-    *p = x[0] * s;
-  }
-}
+/// kVec consecutive floats as one vector load / store (times s): course/cuda/vec.cuh. (Given.)
+using ::course::cuda::load_vec;
+using ::course::cuda::store_vec;
 
 /// One past the last key any row in [q0, q0 + rows) may see (causal), clamped to [0, N_k]. (Given.)
 __device__ __forceinline__ int causal_kv_end(const Params& p, int q0, int rows) {

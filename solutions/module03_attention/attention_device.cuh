@@ -1,10 +1,13 @@
 #pragma once
 /// @file attention_device.cuh
 /// @brief Device helpers shared by the attention solution's kernels (attention.cu and
-/// attention_fused.cu): the stride arithmetic, the online-softmax update, the kernel
-/// parameter block, RoPE and ALiBi. Private to solutions/module03_attention. The cp.async
-/// wrappers come from course/cuda/mma_ptx.cuh, the warp reductions from
-/// course/cuda/warp_reduce.cuh (common/include).
+/// attention_fused.cu): the online-softmax update, the kernel parameter block, RoPE and
+/// ALiBi. Private to solutions/module03_attention. The stride arithmetic and the block
+/// order come from attention_indexing.cuh, the cp.async wrappers from
+/// course/cuda/mma_ptx.cuh, the warp reductions from course/cuda/warp_reduce.cuh
+/// (common/include).
+
+#include "attention_indexing.cuh"
 
 #include "course/cuda/mma_ptx.cuh"
 #include "course/cuda/warp_reduce.cuh"
@@ -20,13 +23,6 @@ namespace course::solution::attn {
 
 using m03::AttentionArgs;
 using m03::AttentionStrides;
-
-/// Element offset of row n of head h of batch b: the one place the course computes it.
-/// 64-bit: B*H*N*d exceeds 2^31 for realistic tensors (16 x 32 heads x 32768 x 128 = 2^31).
-__host__ __device__ __forceinline__ std::int64_t row_offset(const AttentionStrides& s, std::int64_t b,
-                                                            std::int64_t h, std::int64_t n) {
-  return b * s.batch + h * s.head + n * s.seq;
-}
 
 /// The online-softmax update for one row and one new block of scores whose max is
 /// `block_max`. In this order:
@@ -70,19 +66,7 @@ struct Params {
 
 inline Params make_params(const AttentionArgs& a) {
   Params p{};
-  p.q = a.q;
-  p.k = a.k;
-  p.v = a.v;
-  p.o = a.o;
-  p.lse = a.lse;
-  p.qs = a.q_strides;
-  p.ks = a.k_strides;
-  p.vs = a.v_strides;
-  p.os = a.o_strides;
-  p.heads = static_cast<int>(a.heads);
-  p.group = static_cast<int>(a.heads / a.kv_heads);
-  p.seq_q = static_cast<int>(a.seq_q);
-  p.seq_k = static_cast<int>(a.seq_k);
+  fill_attention_params(p, a);
   p.causal_offset = static_cast<int>(a.seq_k - a.seq_q);  // both in [1, 2^31 - 1]: fits
   p.scale = m03::effective_scale(a);
   p.rope = a.rope;
@@ -97,27 +81,6 @@ __device__ __forceinline__ int causal_kv_end(const Params& p, int q0, int rows) 
   const long long last_row = std::min(static_cast<long long>(q0) + rows, static_cast<long long>(p.seq_q)) - 1;
   const long long end = last_row + p.causal_offset + 1;
   return static_cast<int>(end < 0 ? 0 : (end > p.seq_k ? p.seq_k : end));
-}
-
-/// Which (query tile, batch*head pair) this block computes, for a grid of
-/// (num_q_tiles, batch*heads). The hardware hands out blocks roughly in linear order
-/// L = blockIdx.y * gridDim.x + blockIdx.x.
-///  - No mask: every block costs the same; q tile = blockIdx.x, pair = blockIdx.y, so the
-///    blocks running together share one head's K and V in L2.
-///  - Causal: a block's cost grows with its q tile (the last tile sees every key, the first
-///    almost none). Make the q tile the SLOW index of L, counted down: the heaviest tiles of
-///    ALL heads start first and the light ones fill the last wave (longest job first). Only
-///    reversing the tiles within each head still leaves the heavy tiles of the last heads
-///    starting late, and a heavy block that runs nearly alone at the end is slow twice over.
-__device__ __forceinline__ void block_coordinates(bool causal, int& q_tile, int& bh) {
-  if (!causal) {
-    q_tile = static_cast<int>(blockIdx.x);
-    bh = static_cast<int>(blockIdx.y);
-    return;
-  }
-  const long long linear = static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x;
-  q_tile = static_cast<int>(gridDim.x - 1 - linear / gridDim.y);
-  bh = static_cast<int>(linear % gridDim.y);
 }
 
 /// ALiBi slope of query head h: 2^(-8 (h + 1) / H), computed in double once per block.

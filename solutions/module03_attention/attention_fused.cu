@@ -4,6 +4,7 @@
 
 #include "attention_device.cuh"
 
+#include "course/cuda/vec.cuh"
 #include "module03/attention.hpp"
 
 #include <cuda_runtime.h>
@@ -125,30 +126,6 @@ __device__ __forceinline__ void load_tile_async(float* tile, int ld, const float
     const float* src = valid ? head + row * seq_stride + c4 * 4 : head;
     cuda::cp_async_16_zfill<0, cuda::SrcAddress::generic>(cuda::smem_u32(tile + r * ld + c4 * 4), src,
                                                           valid ? 16 : 0);
-  }
-}
-
-template <int kVec>
-__device__ __forceinline__ void load_vec(const float* p, float (&out)[kVec]) {
-  if constexpr (kVec == 4) {
-    const float4 x = *reinterpret_cast<const float4*>(p);
-    out[0] = x.x; out[1] = x.y; out[2] = x.z; out[3] = x.w;
-  } else if constexpr (kVec == 2) {
-    const float2 x = *reinterpret_cast<const float2*>(p);
-    out[0] = x.x; out[1] = x.y;
-  } else {
-    out[0] = *p;
-  }
-}
-
-template <int kVec>
-__device__ __forceinline__ void store_vec(float* p, const float* x, float s) {
-  if constexpr (kVec == 4) {
-    *reinterpret_cast<float4*>(p) = make_float4(x[0] * s, x[1] * s, x[2] * s, x[3] * s);
-  } else if constexpr (kVec == 2) {
-    *reinterpret_cast<float2*>(p) = make_float2(x[0] * s, x[1] * s);
-  } else {
-    *p = x[0] * s;
   }
 }
 
@@ -283,7 +260,7 @@ __global__ void __launch_bounds__(FusedTile<D>::kThreads, FusedTile<D>::kMinBloc
 #pragma unroll
         for (int u = 0; u < kOutChunks; ++u) {
           float vv[kVec];
-          load_vec<kVec>(v_tile + kk * kLd + u * 16 * kVec + tx * kVec, vv);
+          cuda::load_vec<kVec>(v_tile + kk * kLd + u * 16 * kVec + tx * kVec, vv);
 #pragma unroll
           for (int ii = 0; ii < kRows; ++ii)
 #pragma unroll
@@ -307,7 +284,8 @@ __global__ void __launch_bounds__(FusedTile<D>::kThreads, FusedTile<D>::kMinBloc
       const float inv = l_row > 0.f ? 1.f / l_row : 0.f;  // a row that sees no key: O = 0
       float* o_row = p.o + row_offset(p.os, b, h, i);
 #pragma unroll
-      for (int u = 0; u < kOutChunks; ++u) store_vec<kVec>(o_row + u * 16 * kVec + tx * kVec, &acc[ii][u * kVec], inv);
+      for (int u = 0; u < kOutChunks; ++u)
+        cuda::store_vec<kVec>(o_row + u * 16 * kVec + tx * kVec, &acc[ii][u * kVec], inv);
       if (p.lse != nullptr && tx == 0)
         p.lse[static_cast<long long>(bh) * p.seq_q + i] = l_row > 0.f ? m[ii] + logf(l_row) : -INFINITY;
     }

@@ -6,7 +6,8 @@
 /// key range and the bf16 packing of fragments. Private to solutions/module03_attention.
 /// The PTX wrappers (cp.async, ldmatrix, mma.sync, ex2, swizzle_chunk) come from
 /// course/cuda/mma_ptx.cuh, the quad reductions from course/cuda/warp_reduce.cuh, the
-/// stride arithmetic and the block order from attention_device.cuh.
+/// stride arithmetic and the block order from attention_indexing.cuh (through
+/// attention_device.cuh).
 
 #include "attention_device.cuh"
 
@@ -51,19 +52,7 @@ struct TcParams {
 
 inline TcParams make_tc_params(const AttentionArgsBf16& a) {
   TcParams p{};
-  p.q = a.q;
-  p.k = a.k;
-  p.v = a.v;
-  p.o = a.o;
-  p.lse = a.lse;
-  p.qs = a.q_strides;
-  p.ks = a.k_strides;
-  p.vs = a.v_strides;
-  p.os = a.o_strides;
-  p.heads = static_cast<int>(a.heads);
-  p.group = static_cast<int>(a.heads / a.kv_heads);
-  p.seq_q = static_cast<int>(a.seq_q);
-  p.seq_k = static_cast<int>(a.seq_k);
+  attn::fill_attention_params(p, a);
   p.causal_offset = static_cast<int>(a.seq_k - a.seq_q);
   p.scale = m03::effective_scale(a);
   p.scale_log2 = p.scale * kLog2e;

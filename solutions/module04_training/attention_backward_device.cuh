@@ -3,7 +3,11 @@
 /// @brief The launchers of the attention-backward steps, shared by the files of
 /// solutions/module04_training (dispatcher: attention_backward.cu; step naive:
 /// attention_backward_naive.cu; steps flash and flash_deterministic:
-/// attention_backward_flash.cu). Private to the solution.
+/// attention_backward_flash.cu). Private to the solution. The stride arithmetic, the
+/// block order and the shared parameter fields are module 3's
+/// (solutions/module03_attention/attention_indexing.cuh).
+
+#include "../module03_attention/attention_indexing.cuh"
 
 #include "module04/attention_backward.hpp"
 
@@ -15,12 +19,9 @@ namespace course::solution::attn_bwd {
 
 using m03::AttentionStrides;
 
-/// Element offset of row n of head h of batch b (module 3's row_offset, for module 4's
-/// kernels). 64-bit: B*H*N*d exceeds 2^31 for realistic tensors.
-__host__ __device__ __forceinline__ std::int64_t row_offset(const AttentionStrides& s, std::int64_t b,
-                                                            std::int64_t h, std::int64_t n) {
-  return b * s.batch + h * s.head + n * s.seq;
-}
+// Module 3's stride arithmetic and block order (attention_indexing.cuh).
+using attn::block_coordinates;
+using attn::row_offset;
 
 /// Everything the flash kernels need, by value (well under the 4 KB parameter space).
 struct Params {
@@ -47,29 +48,17 @@ struct Params {
 
 inline Params make_params(const m04::AttentionBackwardArgs& a) {
   Params p{};
-  p.q = a.q;
-  p.k = a.k;
-  p.v = a.v;
-  p.o = a.o;
+  attn::fill_attention_params(p, a);  // Q, K, V, O, lse, their strides, the shape
   p.dout = a.dout;
-  p.lse = a.lse;
   p.d_row = a.workspace;
   p.dq = a.dq;
   p.dk = a.dk;
   p.dv = a.dv;
-  p.qs = a.q_strides;
-  p.ks = a.k_strides;
-  p.vs = a.v_strides;
-  p.os = a.o_strides;
   p.dos = a.do_strides;
   p.dqs = a.dq_strides;
   p.dks = a.dk_strides;
   p.dvs = a.dv_strides;
-  p.heads = static_cast<int>(a.heads);
   p.kv_heads = static_cast<int>(a.kv_heads);
-  p.group = static_cast<int>(a.heads / a.kv_heads);
-  p.seq_q = static_cast<int>(a.seq_q);
-  p.seq_k = static_cast<int>(a.seq_k);
   p.causal_offset = static_cast<long long>(a.seq_k) - static_cast<long long>(a.seq_q);
   p.scale = m04::effective_scale(a);
   p.scale_log2 = static_cast<float>(static_cast<double>(p.scale) * 1.4426950408889634073599246810019);

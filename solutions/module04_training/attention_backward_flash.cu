@@ -13,6 +13,7 @@
 #include "attention_backward_device.cuh"
 
 #include "course/cuda/mma_ptx.cuh"
+#include "course/cuda/vec.cuh"
 #include "course/error.hpp"
 #include "module04/attention_backward.hpp"
 
@@ -144,6 +145,15 @@ struct BwdTile {
   static_assert(kOutChunks * kVec == kOutCols && kOutCols * 16 == D, "output columns split into chunks");
 };
 
+/// a[i][j] = 0 for a thread's register tile (fully unrolled: it stays in registers).
+template <int kR, int kC>
+__device__ __forceinline__ void zero_fill(float (&a)[kR][kC]) {
+#pragma unroll
+  for (int i = 0; i < kR; ++i)
+#pragma unroll
+    for (int j = 0; j < kC; ++j) a[i][j] = 0.f;
+}
+
 /// Row (within a 64-row tile) of a thread's ii-th row: groups of 4 consecutive rows,
 /// 4 * kGroups apart (the two half-warps of a warp then read rows 4 apart: distinct banks).
 template <int kGroups>
@@ -161,43 +171,20 @@ __device__ __forceinline__ float component(const float4& v, int k) {
   return k == 0 ? v.x : (k == 1 ? v.y : (k == 2 ? v.z : v.w));
 }
 
-template <int kVec>
-__device__ __forceinline__ void load_vec(const float* p, float (&out)[kVec]) {
-  if constexpr (kVec == 4) {
-    const float4 x = *reinterpret_cast<const float4*>(p);
-    out[0] = x.x; out[1] = x.y; out[2] = x.z; out[3] = x.w;
-  } else if constexpr (kVec == 2) {
-    const float2 x = *reinterpret_cast<const float2*>(p);
-    out[0] = x.x; out[1] = x.y;
-  } else {
-    out[0] = *p;
-  }
-}
-
-template <int kVec>
-__device__ __forceinline__ void store_vec(float* p, const float* x, float s) {
-  if constexpr (kVec == 4) {
-    *reinterpret_cast<float4*>(p) = make_float4(x[0] * s, x[1] * s, x[2] * s, x[3] * s);
-  } else if constexpr (kVec == 2) {
-    *reinterpret_cast<float2*>(p) = make_float2(x[0] * s, x[1] * s);
-  } else {
-    *p = x[0] * s;
-  }
-}
-
 /// *p += s * x[0 .. kVec): one vector atomic (RED) on sm_90, kVec scalar ones before.
 template <int kVec>
 __device__ __forceinline__ void atomic_add_vec(float* p, const float* x, float s) {
+  // The float4 / float2 overloads of atomicAdd exist only for sm_90 and newer: before
+  // that they are not even declared, so the vector branches are compiled out by the
+  // preprocessor (an `if constexpr` would still look the call up).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr bool kVectorAtomic = kVec == 4 || kVec == 2;
-#else
-  constexpr bool kVectorAtomic = false;
-#endif
-  if constexpr (kVectorAtomic && kVec == 4) {
+  if constexpr (kVec == 4) {
     atomicAdd(reinterpret_cast<float4*>(p), make_float4(x[0] * s, x[1] * s, x[2] * s, x[3] * s));
-  } else if constexpr (kVectorAtomic && kVec == 2) {
+  } else if constexpr (kVec == 2) {
     atomicAdd(reinterpret_cast<float2*>(p), make_float2(x[0] * s, x[1] * s));
-  } else {
+  } else
+#endif
+  {
 #pragma unroll
     for (int e = 0; e < kVec; ++e) atomicAdd(p + e, x[e] * s);
   }
@@ -269,7 +256,7 @@ __device__ __forceinline__ void gemm_acc_xt(float (&acc)[kRows][D / 16], const f
 #pragma unroll
     for (int u = 0; u < kOutChunks; ++u) {
       float yv[kVec];
-      load_vec<kVec>(y + r * kLd + out_col<kVec>(tx, u), yv);
+      cc::load_vec<kVec>(y + r * kLd + out_col<kVec>(tx, u), yv);
 #pragma unroll
       for (int ii = 0; ii < kRows; ++ii)
 #pragma unroll
@@ -296,7 +283,7 @@ __device__ __forceinline__ void gemm_acc_x(float (&acc)[kRows][D / 16], const fl
 #pragma unroll
       for (int u = 0; u < kOutChunks; ++u) {
         float yv[kVec];
-        load_vec<kVec>(y + (r + k) * kLd + out_col<kVec>(tx, u), yv);
+        cc::load_vec<kVec>(y + (r + k) * kLd + out_col<kVec>(tx, u), yv);
 #pragma unroll
         for (int ii = 0; ii < kRows; ++ii)
 #pragma unroll
@@ -344,6 +331,29 @@ __device__ __forceinline__ void row_stats(const Params& p, long long bh, long lo
   } else {
     lse_log2 = INFINITY;
     d = 0.f;
+  }
+}
+
+/// scale * dq into the dQ rows q0 + tile_row(ty, ii) of head h of batch b (rows past N_q
+/// skipped): added with vector atomics (kAtomic: step flash, every key tile adds into the
+/// same rows) or stored (the dQ kernel of flash_deterministic, the one writer of its rows).
+template <bool kAtomic, int kGroups, int kVec, int kRows, int kOutCols>
+__device__ __forceinline__ void write_dq_rows(const Params& p, const float (&dq)[kRows][kOutCols], long long q0, int b,
+                                              int h, int tx, int ty) {
+  constexpr int kOutChunks = kOutCols / kVec;
+#pragma unroll
+  for (int ii = 0; ii < kRows; ++ii) {
+    const long long q = q0 + tile_row<kGroups>(ty, ii);
+    if (q < p.seq_q) {
+      float* dq_row = p.dq + row_offset(p.dqs, b, h, q);
+#pragma unroll
+      for (int u = 0; u < kOutChunks; ++u) {
+        if constexpr (kAtomic)
+          atomic_add_vec<kVec>(dq_row + out_col<kVec>(tx, u), &dq[ii][u * kVec], p.scale);
+        else
+          cc::store_vec<kVec>(dq_row + out_col<kVec>(tx, u), &dq[ii][u * kVec], p.scale);
+      }
+    }
   }
 }
 
@@ -410,10 +420,8 @@ __global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
   const int total = tiles_per_head * p.group;
 
   float dk[kRows][kOutCols], dv[kRows][kOutCols];
-#pragma unroll
-  for (int ii = 0; ii < kRows; ++ii)
-#pragma unroll
-    for (int c = 0; c < kOutCols; ++c) dk[ii][c] = dv[ii][c] = 0.f;
+  zero_fill(dk);
+  zero_fill(dv);
 
   if (total > 0) {
     auto q_head = [&](int h) { return p.q + row_offset(p.qs, b, h, 0); };
@@ -443,10 +451,7 @@ __global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
 
       // ---- S^T = K_j Q_i^T, then P^T (masked only in diagonal / tail tiles) -> P[q][key].
       float s[kRows][kCols];
-#pragma unroll
-      for (int ii = 0; ii < kRows; ++ii)
-#pragma unroll
-        for (int jj = 0; jj < kCols; ++jj) s[ii][jj] = 0.f;
+      zero_fill(s);
       gemm_rows<D, kGroups, kRows, kCols>(s, k_tile, q_tile, tx, ty);
       const bool need_mask = kv_tail || (kCausal && j0 + kBlock - 1 > q0 + off);
 #pragma unroll
@@ -466,10 +471,7 @@ __global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
 
       // ---- dP^T = V_j dO_i^T (same thread map), dS^T = P^T * (dP^T - D) -> dS[q][key].
       float dp[kRows][kCols];
-#pragma unroll
-      for (int ii = 0; ii < kRows; ++ii)
-#pragma unroll
-        for (int jj = 0; jj < kCols; ++jj) dp[ii][jj] = 0.f;
+      zero_fill(dp);
       gemm_rows<D, kGroups, kRows, kCols>(dp, v_tile, do_tile, tx, ty);
       load_transposed<kGroups, kRows, kCols, kLdX>(p_tile, s, tx, ty);  // this thread's own P
 #pragma unroll
@@ -495,21 +497,9 @@ __global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
       // ---- dQ_i += scale * dS K_j, added to global memory.
       if constexpr (kDq) {
         float dq[kRows][kOutCols];
-#pragma unroll
-        for (int ii = 0; ii < kRows; ++ii)
-#pragma unroll
-          for (int c = 0; c < kOutCols; ++c) dq[ii][c] = 0.f;
+        zero_fill(dq);
         gemm_acc_x<D, kGroups, kRows, kVec, kLdX>(dq, ds_tile, k_tile, tx, ty);
-#pragma unroll
-        for (int ii = 0; ii < kRows; ++ii) {
-          const long long q = q0 + tile_row<kGroups>(ty, ii);
-          if (q < p.seq_q) {
-            float* dq_row = p.dq + row_offset(p.dqs, b, h, q);
-#pragma unroll
-            for (int u = 0; u < kOutChunks; ++u)
-              atomic_add_vec<kVec>(dq_row + out_col<kVec>(tx, u), &dq[ii][u * kVec], p.scale);
-          }
-        }
+        write_dq_rows<true, kGroups, kVec>(p, dq, q0, b, h, tx, ty);
       }
     }
     cc::cp_async_wait<0>();
@@ -524,8 +514,8 @@ __global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
       float* dv_row = p.dv + row_offset(p.dvs, b, hk, j);
 #pragma unroll
       for (int u = 0; u < kOutChunks; ++u) {
-        store_vec<kVec>(dk_row + out_col<kVec>(tx, u), &dk[ii][u * kVec], p.scale);
-        store_vec<kVec>(dv_row + out_col<kVec>(tx, u), &dv[ii][u * kVec], 1.f);
+        cc::store_vec<kVec>(dk_row + out_col<kVec>(tx, u), &dk[ii][u * kVec], p.scale);
+        cc::store_vec<kVec>(dv_row + out_col<kVec>(tx, u), &dv[ii][u * kVec], 1.f);
       }
     }
   }
@@ -544,26 +534,12 @@ void launch_kv(const Params& p, std::int64_t batch, bool causal, cudaStream_t st
 
 // ---------------------------------------------------------------- query-parallel dQ kernel ----
 
-/// Which (query tile, batch * head) this block computes, for a grid of (num_q_tiles, B * H):
-/// module 3's block order. Causal: the last query tiles see the most keys; the query tile
-/// is the slow index of the linear block number, counted down (heaviest first).
-__device__ __forceinline__ void q_block_coordinates(bool causal, int& q_tile, int& bh) {
-  if (!causal) {
-    q_tile = static_cast<int>(blockIdx.x);
-    bh = static_cast<int>(blockIdx.y);
-    return;
-  }
-  const long long linear = static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x;
-  q_tile = static_cast<int>(gridDim.x - 1 - linear / gridDim.y);
-  bh = static_cast<int>(linear % gridDim.y);
-}
-
 template <int D, bool kCausal>
 __global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
     flash_backward_dq_kernel(const Params p) {
   using T = BwdTile<D>;
   constexpr int kThreads = T::kThreads, kGroups = T::kGroups, kRows = T::kRows, kCols = T::kCols;
-  constexpr int kOutCols = T::kOutCols, kVec = T::kVec, kOutChunks = T::kOutChunks, kLdX = T::kLdX;
+  constexpr int kOutCols = T::kOutCols, kVec = T::kVec, kLdX = T::kLdX;
   constexpr int kBlock = T::kBlock;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -575,7 +551,7 @@ __global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
 
   const int tx = static_cast<int>(threadIdx.x % 16), ty = static_cast<int>(threadIdx.x / 16);
   int q_tile_idx, bh;
-  q_block_coordinates(kCausal, q_tile_idx, bh);
+  block_coordinates(kCausal, q_tile_idx, bh);  // module 3's order: heaviest query tiles first
   const int b = bh / p.heads, h = bh % p.heads, hk = h / p.group;
   const long long q0 = static_cast<long long>(q_tile_idx) * kBlock;
   const long long off = p.causal_offset;
@@ -596,10 +572,7 @@ __global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
   for (int ii = 0; ii < kRows; ++ii) row_stats(p, bh, q0 + tile_row<kGroups>(ty, ii), lse_log2[ii], d_row[ii]);
 
   float dq[kRows][kOutCols];
-#pragma unroll
-  for (int ii = 0; ii < kRows; ++ii)
-#pragma unroll
-    for (int c = 0; c < kOutCols; ++c) dq[ii][c] = 0.f;
+  zero_fill(dq);
 
   if (num_kv_tiles > 0) {
     // Prologue: groups [Q_i + dO_i + V_0], [K_0].
@@ -617,10 +590,7 @@ __global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
 
       // ---- dP = dO_i V_t^T: 8 (4) query rows x 4 keys per thread.
       float dp[kRows][kCols];
-#pragma unroll
-      for (int ii = 0; ii < kRows; ++ii)
-#pragma unroll
-        for (int jj = 0; jj < kCols; ++jj) dp[ii][jj] = 0.f;
+      zero_fill(dp);
       gemm_rows<D, kGroups, kRows, kCols>(dp, do_tile, v_tile, tx, ty);
       cc::cp_async_wait<0>();  // K_t has landed
       __syncthreads();         // ... for every thread, and v_tile is free
@@ -629,10 +599,7 @@ __global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
 
       // ---- S = Q_i K_t^T, P, dS = P * (dP - D) -> dS^T[key][query].
       float s[kRows][kCols];
-#pragma unroll
-      for (int ii = 0; ii < kRows; ++ii)
-#pragma unroll
-        for (int jj = 0; jj < kCols; ++jj) s[ii][jj] = 0.f;
+      zero_fill(s);
       gemm_rows<D, kGroups, kRows, kCols>(s, q_tile, k_tile, tx, ty);
       const bool need_mask = kv0 + kBlock > p.seq_k || (kCausal && kv0 + kBlock - 1 > q0 + off);
 #pragma unroll
@@ -659,15 +626,7 @@ __global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
   }
 
   // ---- epilogue: dQ = scale * dS K, one plain store per element (rows past N_q skipped).
-#pragma unroll
-  for (int ii = 0; ii < kRows; ++ii) {
-    const long long q = q0 + tile_row<kGroups>(ty, ii);
-    if (q < p.seq_q) {
-      float* dq_row = p.dq + row_offset(p.dqs, b, h, q);
-#pragma unroll
-      for (int u = 0; u < kOutChunks; ++u) store_vec<kVec>(dq_row + out_col<kVec>(tx, u), &dq[ii][u * kVec], p.scale);
-    }
-  }
+  write_dq_rows<false, kGroups, kVec>(p, dq, q0, b, h, tx, ty);
 }
 
 template <int D>
