@@ -63,6 +63,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -203,16 +204,12 @@ struct AttentionArgs {
   cudaStream_t stream = nullptr;
 };
 
-/// Arguments for dense Q, K, V and O all stored in `layout`.
-inline AttentionArgs make_attention_args(const float* q, const float* k, const float* v, float* o,
-                                         std::int64_t batch, std::int64_t heads, std::int64_t kv_heads,
-                                         std::int64_t seq_q, std::int64_t seq_k, std::int64_t head_dim,
-                                         AttentionLayout layout, cudaStream_t stream = nullptr) {
-  AttentionArgs a;
-  a.q = q;
-  a.k = k;
-  a.v = v;
-  a.o = o;
+namespace detail {
+/// The part every make_*_args shares (forward fp32 and bf16, module 4's backward): the
+/// sizes, Q and O (and K and V) dense in `layout`, the stream.
+template <class Args>
+void set_dense_shape(Args& a, std::int64_t batch, std::int64_t heads, std::int64_t kv_heads, std::int64_t seq_q,
+                     std::int64_t seq_k, std::int64_t head_dim, AttentionLayout layout, cudaStream_t stream) {
   a.batch = batch;
   a.heads = heads;
   a.kv_heads = kv_heads;
@@ -224,6 +221,20 @@ inline AttentionArgs make_attention_args(const float* q, const float* k, const f
   a.v_strides = a.k_strides;
   a.o_strides = a.q_strides;
   a.stream = stream;
+}
+}  // namespace detail
+
+/// Arguments for dense Q, K, V and O all stored in `layout`.
+inline AttentionArgs make_attention_args(const float* q, const float* k, const float* v, float* o,
+                                         std::int64_t batch, std::int64_t heads, std::int64_t kv_heads,
+                                         std::int64_t seq_q, std::int64_t seq_k, std::int64_t head_dim,
+                                         AttentionLayout layout, cudaStream_t stream = nullptr) {
+  AttentionArgs a;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.o = o;
+  detail::set_dense_shape(a, batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, stream);
   return a;
 }
 
@@ -275,18 +286,108 @@ using ::course::validate::require_row_stride;
 using ::course::validate::require_stride;
 using ::course::validate::span_bytes;
 
-/// The stride rules of one fp32 tensor: strides >= 0 and multiples of 4 (16-byte rows),
-/// rows of one head apart by at least head_dim.
-inline void require_strides(const AttentionStrides& s, std::int64_t head_dim, const char* fn, const char* b_name,
-                            const char* h_name, const char* n_name) {
-  for (const auto& [value, name] : {std::pair{s.batch, b_name}, {s.head, h_name}, {s.seq, n_name}})
-    require_stride(value, fn, name, 4, "every row must start 16-byte aligned (float4 / cp.async loads)");
-  require_row_stride(s.seq, head_dim, "head_dim", fn, n_name, "rows of one head must not overlap");
+/// How messages name the strides of one [B, H, N, d] tensor: "q_strides.batch", ...
+/// Module 4 adds the names of its gradients.
+struct StrideNames {
+  const char* batch;
+  const char* head;
+  const char* seq;
+};
+inline constexpr StrideNames kQNames{"q_strides.batch", "q_strides.head", "q_strides.seq"};
+inline constexpr StrideNames kKNames{"k_strides.batch", "k_strides.head", "k_strides.seq"};
+inline constexpr StrideNames kVNames{"v_strides.batch", "v_strides.head", "v_strides.seq"};
+inline constexpr StrideNames kONames{"o_strides.batch", "o_strides.head", "o_strides.seq"};
+
+/// Why fp32 rows must start 16-byte aligned.
+inline constexpr const char* kFloatRowRule = "every row must start 16-byte aligned (float4 / cp.async loads)";
+
+/// The stride rules of one tensor: strides >= 0 and multiples of `multiple` elements
+/// (16-byte rows: 4 floats, or 8 bf16; `why` says which loads need it), rows of one head
+/// apart by at least head_dim.
+inline void require_strides(const AttentionStrides& s, std::int64_t head_dim, const char* fn, const StrideNames& n,
+                            std::int64_t multiple = 4, const char* why = kFloatRowRule) {
+  for (const auto& [value, name] : {std::pair{s.batch, n.batch}, {s.head, n.head}, {s.seq, n.seq}})
+    require_stride(value, fn, name, multiple, why);
+  require_row_stride(s.seq, head_dim, "head_dim", fn, n.seq, "rows of one head must not overlap");
 }
 
+/// The dims of a [B, H, N, d] tensor with strides s, named for messages (n) or not.
 inline std::vector<Dim> tensor_dims(const AttentionStrides& s, std::int64_t B, std::int64_t H, std::int64_t N,
-                                    std::int64_t d, const char* b_name, const char* h_name, const char* n_name) {
-  return {{d, 1, "head_dim"}, {N, s.seq, n_name}, {H, s.head, h_name}, {B, s.batch, b_name}};
+                                    std::int64_t d, const StrideNames& n = {"", "", ""}) {
+  return {{d, 1, "head_dim"}, {N, s.seq, n.seq}, {H, s.head, n.head}, {B, s.batch, n.batch}};
+}
+
+/// The size rules every attention entry point shares (forward fp32 and bf16, module 4's
+/// backward): sizes >= 1, kv_heads divides heads, one (batch, head) pair per blockIdx.y,
+/// sequence lengths that fit an int.
+template <class Args>
+void require_attention_sizes(const Args& a, const char* fn) {
+  require_arg(a.batch >= 1, fn, "batch", a.batch, "must be >= 1");
+  require_arg(a.heads >= 1, fn, "heads", a.heads, "must be >= 1");
+  require_arg(a.kv_heads >= 1, fn, "kv_heads", a.kv_heads, "must be >= 1");
+  require_arg(a.heads % a.kv_heads == 0, fn, "kv_heads", a.kv_heads,
+              msg("must divide heads = ", a.heads, " (query head h reads kv head h / (heads / kv_heads))").c_str());
+  require_arg(a.batch <= kMaxGridY && a.heads <= kMaxGridY && a.batch * a.heads <= kMaxGridY, fn, "batch", a.batch,
+              msg("times heads = ", a.heads, " must be <= 65535: one (batch, head) pair per blockIdx.y").c_str());
+  require_arg(a.seq_q >= 1 && a.seq_q <= kMaxSeq, fn, "seq_q", a.seq_q, "must be in [1, 2^31 - 1]");
+  require_arg(a.seq_k >= 1 && a.seq_k <= kMaxSeq, fn, "seq_k", a.seq_k, "must be in [1, 2^31 - 1]");
+}
+
+/// head_dim is one the fp32 kernels are instantiated for (kHeadDims).
+inline void require_fp32_head_dim(std::int64_t head_dim, const char* fn) {
+  const bool known_d = std::find(std::begin(kHeadDims), std::end(kHeadDims), head_dim) != std::end(kHeadDims);
+  require_arg(known_d, fn, "head_dim", head_dim,
+              "must be one of 16, 32, 64, 96, 128 (the kernels are templated on it)");
+}
+
+/// An operand's address range, for the overlap checks.
+struct Range {
+  const void* p;
+  std::size_t bytes;
+  const char* name;
+};
+
+/// The tensor checks the fp32 and bf16 forward share: Q, K, V, O non-null and 16-byte
+/// aligned, lse float-aligned; every stride a multiple of `multiple` elements (`why`);
+/// O maps no two elements to one address; O overlaps none of Q, K, V, and lse (when
+/// given) none of Q, K, V, O. Returns the byte ranges of Q, K, V, O (elements of type T).
+template <class T, class Args>
+std::array<Range, 4> require_forward_tensors(const Args& a, const char* fn, std::int64_t multiple, const char* why) {
+  require_not_null(a.q, fn, "q");
+  require_not_null(a.k, fn, "k");
+  require_not_null(a.v, fn, "v");
+  require_not_null(a.o, fn, "o");
+  require_aligned(a.q, 16, fn, "q");
+  require_aligned(a.k, 16, fn, "k");
+  require_aligned(a.v, 16, fn, "v");
+  require_aligned(a.o, 16, fn, "o");
+  require_aligned(a.lse, alignof(float), fn, "lse");
+  const std::int64_t d = a.head_dim;
+  require_strides(a.q_strides, d, fn, kQNames, multiple, why);
+  require_strides(a.k_strides, d, fn, kKNames, multiple, why);
+  require_strides(a.v_strides, d, fn, kVNames, multiple, why);
+  require_strides(a.o_strides, d, fn, kONames, multiple, why);
+  const auto o_dims = tensor_dims(a.o_strides, a.batch, a.heads, a.seq_q, d, kONames);
+  require_injective(o_dims, fn, "o");
+
+  // No overlap between what is written (o, lse) and anything else.
+  const auto bytes = [&](const AttentionStrides& st, std::int64_t heads, std::int64_t n) {
+    return span_bytes<T>(tensor_dims(st, a.batch, heads, n, d));
+  };
+  const std::array<Range, 4> r{Range{a.q, bytes(a.q_strides, a.heads, a.seq_q), "q"},
+                               Range{a.k, bytes(a.k_strides, a.kv_heads, a.seq_k), "k"},
+                               Range{a.v, bytes(a.v_strides, a.kv_heads, a.seq_k), "v"},
+                               Range{a.o, span_bytes<T>(o_dims), "o"}};
+  for (const Range& in : {r[0], r[1], r[2]})
+    require_arg(!ranges_intersect(a.o, r[3].bytes, in.p, in.bytes), fn, "o", static_cast<const void*>(a.o),
+                msg("overlaps ", in.name, ": attention is not in place (O is written while Q, K, V are read)").c_str());
+  if (a.lse != nullptr) {
+    const std::size_t lse_bytes = static_cast<std::size_t>(a.batch * a.heads * a.seq_q) * sizeof(float);
+    for (const Range& other : r)
+      require_arg(!ranges_intersect(a.lse, lse_bytes, other.p, other.bytes), fn, "lse",
+                  static_cast<const void*>(a.lse), msg("overlaps ", other.name).c_str());
+  }
+  return r;
 }
 
 }  // namespace detail
@@ -303,18 +404,8 @@ inline void validate_attention_args(const AttentionArgs& a, AttentionStep step, 
               "reads and writes __nv_bfloat16 Q, K, V and O: call attention(step, const AttentionArgsBf16&)");
 
   // Sizes.
-  require_arg(a.batch >= 1, fn, "batch", a.batch, "must be >= 1");
-  require_arg(a.heads >= 1, fn, "heads", a.heads, "must be >= 1");
-  require_arg(a.kv_heads >= 1, fn, "kv_heads", a.kv_heads, "must be >= 1");
-  require_arg(a.heads % a.kv_heads == 0, fn, "kv_heads", a.kv_heads,
-              msg("must divide heads = ", a.heads, " (query head h reads kv head h / (heads / kv_heads))").c_str());
-  require_arg(a.batch <= kMaxGridY && a.heads <= kMaxGridY && a.batch * a.heads <= kMaxGridY, fn, "batch", a.batch,
-              msg("times heads = ", a.heads, " must be <= 65535: one (batch, head) pair per blockIdx.y").c_str());
-  require_arg(a.seq_q >= 1 && a.seq_q <= kMaxSeq, fn, "seq_q", a.seq_q, "must be in [1, 2^31 - 1]");
-  require_arg(a.seq_k >= 1 && a.seq_k <= kMaxSeq, fn, "seq_k", a.seq_k, "must be in [1, 2^31 - 1]");
-  const bool known_d = std::find(std::begin(kHeadDims), std::end(kHeadDims), a.head_dim) != std::end(kHeadDims);
-  require_arg(known_d, fn, "head_dim", a.head_dim,
-              "must be one of 16, 32, 64, 96, 128 (the kernels are templated on it)");
+  detail::require_attention_sizes(a, fn);
+  detail::require_fp32_head_dim(a.head_dim, fn);
   require_arg(a.head_dim <= sup.max_head_dim, fn, "head_dim", a.head_dim,
               msg("is above ", sup.max_head_dim, " for step ", sname,
                   ": one thread keeps a whole q row and its output row in registers (2d floats); "
@@ -339,44 +430,9 @@ inline void validate_attention_args(const AttentionArgs& a, AttentionStep step, 
     require_arg(std::isfinite(a.rope_theta) && a.rope_theta > 1.f, fn, "rope_theta", a.rope_theta,
                 "must be finite and > 1");
 
-  // Pointers and strides.
-  require_not_null(a.q, fn, "q");
-  require_not_null(a.k, fn, "k");
-  require_not_null(a.v, fn, "v");
-  require_not_null(a.o, fn, "o");
-  require_aligned(a.q, 16, fn, "q");
-  require_aligned(a.k, 16, fn, "k");
-  require_aligned(a.v, 16, fn, "v");
-  require_aligned(a.o, 16, fn, "o");
-  require_aligned(a.lse, alignof(float), fn, "lse");
-  const std::int64_t d = a.head_dim;
-  detail::require_strides(a.q_strides, d, fn, "q_strides.batch", "q_strides.head", "q_strides.seq");
-  detail::require_strides(a.k_strides, d, fn, "k_strides.batch", "k_strides.head", "k_strides.seq");
-  detail::require_strides(a.v_strides, d, fn, "v_strides.batch", "v_strides.head", "v_strides.seq");
-  detail::require_strides(a.o_strides, d, fn, "o_strides.batch", "o_strides.head", "o_strides.seq");
-  const auto o_dims =
-      detail::tensor_dims(a.o_strides, a.batch, a.heads, a.seq_q, d, "o_strides.batch", "o_strides.head", "o_strides.seq");
-  detail::require_injective(o_dims, fn, "o");
-
-  // No overlap between what is written (o, lse, workspace) and anything else.
-  struct Range {
-    const void* p;
-    std::size_t bytes;
-    const char* name;
-  };
-  const Range q_r{a.q, detail::span_bytes<float>(detail::tensor_dims(a.q_strides, a.batch, a.heads, a.seq_q, d, "", "", "")), "q"};
-  const Range k_r{a.k, detail::span_bytes<float>(detail::tensor_dims(a.k_strides, a.batch, a.kv_heads, a.seq_k, d, "", "", "")), "k"};
-  const Range v_r{a.v, detail::span_bytes<float>(detail::tensor_dims(a.v_strides, a.batch, a.kv_heads, a.seq_k, d, "", "", "")), "v"};
-  const Range o_r{a.o, detail::span_bytes<float>(o_dims), "o"};
-  for (const Range& in : {q_r, k_r, v_r})
-    require_arg(!detail::ranges_intersect(a.o, o_r.bytes, in.p, in.bytes), fn, "o", static_cast<const void*>(a.o),
-                msg("overlaps ", in.name, ": attention is not in place (O is written while Q, K, V are read)").c_str());
-  if (a.lse != nullptr) {
-    const std::size_t lse_bytes = static_cast<std::size_t>(a.batch * a.heads * a.seq_q) * sizeof(float);
-    for (const Range& other : {q_r, k_r, v_r, o_r})
-      require_arg(!detail::ranges_intersect(a.lse, lse_bytes, other.p, other.bytes), fn, "lse",
-                  static_cast<const void*>(a.lse), msg("overlaps ", other.name).c_str());
-  }
+  // Pointers, strides, and no overlap between what is written (o, lse, workspace) and
+  // anything else.
+  const auto ranges = detail::require_forward_tensors<float>(a, fn, 4, detail::kFloatRowRule);
   if (sup.workspace) {
     const std::size_t need = attention_workspace_bytes(step, a);
     require_arg(a.workspace_bytes >= need, fn, "workspace_bytes", a.workspace_bytes,
@@ -385,7 +441,7 @@ inline void validate_attention_args(const AttentionArgs& a, AttentionStep step, 
                     .c_str());
     require_not_null(a.workspace, fn, "workspace");
     require_aligned(a.workspace, 16, fn, "workspace");
-    for (const Range& other : {q_r, k_r, v_r, o_r})
+    for (const detail::Range& other : ranges)
       require_arg(!detail::ranges_intersect(a.workspace, need, other.p, other.bytes), fn, "workspace",
                   static_cast<const void*>(a.workspace), msg("overlaps ", other.name).c_str());
   }
@@ -438,17 +494,7 @@ inline AttentionArgsBf16 make_attention_args_bf16(const __nv_bfloat16* q, const 
   a.k = k;
   a.v = v;
   a.o = o;
-  a.batch = batch;
-  a.heads = heads;
-  a.kv_heads = kv_heads;
-  a.seq_q = seq_q;
-  a.seq_k = seq_k;
-  a.head_dim = head_dim;
-  a.q_strides = attention_strides(layout, heads, seq_q, head_dim);
-  a.k_strides = attention_strides(layout, kv_heads, seq_k, head_dim);
-  a.v_strides = a.k_strides;
-  a.o_strides = a.q_strides;
-  a.stream = stream;
+  detail::set_dense_shape(a, batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, stream);
   return a;
 }
 
@@ -482,15 +528,7 @@ inline void validate_attention_args(const AttentionArgsBf16& a, AttentionStep st
   require_arg(step_dtype(step) == AttentionDType::bf16, fn, "step", sname,
               "reads and writes float Q, K, V and O: call attention(step, const AttentionArgs&)");
 
-  require_arg(a.batch >= 1, fn, "batch", a.batch, "must be >= 1");
-  require_arg(a.heads >= 1, fn, "heads", a.heads, "must be >= 1");
-  require_arg(a.kv_heads >= 1, fn, "kv_heads", a.kv_heads, "must be >= 1");
-  require_arg(a.heads % a.kv_heads == 0, fn, "kv_heads", a.kv_heads,
-              msg("must divide heads = ", a.heads, " (query head h reads kv head h / (heads / kv_heads))").c_str());
-  require_arg(a.batch <= kMaxGridY && a.heads <= kMaxGridY && a.batch * a.heads <= kMaxGridY, fn, "batch", a.batch,
-              msg("times heads = ", a.heads, " must be <= 65535: one (batch, head) pair per blockIdx.y").c_str());
-  require_arg(a.seq_q >= 1 && a.seq_q <= kMaxSeq, fn, "seq_q", a.seq_q, "must be in [1, 2^31 - 1]");
-  require_arg(a.seq_k >= 1 && a.seq_k <= kMaxSeq, fn, "seq_k", a.seq_k, "must be in [1, 2^31 - 1]");
+  detail::require_attention_sizes(a, fn);
   const bool known_d = std::find(std::begin(kTcHeadDims), std::end(kTcHeadDims), a.head_dim) != std::end(kTcHeadDims);
   require_arg(known_d, fn, "head_dim", a.head_dim,
               msg("must be 32, 64, 96 or 128 for step ", sname,
@@ -499,52 +537,9 @@ inline void validate_attention_args(const AttentionArgsBf16& a, AttentionStep st
   require_arg(std::isfinite(a.scale) && a.scale >= 0.f, fn, "scale", a.scale,
               "must be finite and >= 0 (0 selects 1/sqrt(head_dim))");
 
-  require_not_null(a.q, fn, "q");
-  require_not_null(a.k, fn, "k");
-  require_not_null(a.v, fn, "v");
-  require_not_null(a.o, fn, "o");
-  require_aligned(a.q, 16, fn, "q");
-  require_aligned(a.k, 16, fn, "k");
-  require_aligned(a.v, 16, fn, "v");
-  require_aligned(a.o, 16, fn, "o");
-  require_aligned(a.lse, alignof(float), fn, "lse");
-  const std::int64_t d = a.head_dim;
-  const auto require_bf16_strides = [&](const AttentionStrides& st, const char* b_name, const char* h_name,
-                                        const char* n_name) {
-    for (const auto& [value, name] : {std::pair{st.batch, b_name}, {st.head, h_name}, {st.seq, n_name}})
-      detail::require_stride(value, fn, name, 8, "every row must start 16-byte aligned (cp.async copies 8 bf16 at once)");
-    detail::require_row_stride(st.seq, d, "head_dim", fn, n_name, "rows of one head must not overlap");
-  };
-  require_bf16_strides(a.q_strides, "q_strides.batch", "q_strides.head", "q_strides.seq");
-  require_bf16_strides(a.k_strides, "k_strides.batch", "k_strides.head", "k_strides.seq");
-  require_bf16_strides(a.v_strides, "v_strides.batch", "v_strides.head", "v_strides.seq");
-  require_bf16_strides(a.o_strides, "o_strides.batch", "o_strides.head", "o_strides.seq");
-  const auto o_dims =
-      detail::tensor_dims(a.o_strides, a.batch, a.heads, a.seq_q, d, "o_strides.batch", "o_strides.head", "o_strides.seq");
-  detail::require_injective(o_dims, fn, "o");
-
-  // No overlap between what is written (o, lse) and anything else.
-  const auto bytes = [&](const AttentionStrides& st, std::int64_t heads, std::int64_t n) {
-    return detail::span_bytes<__nv_bfloat16>(detail::tensor_dims(st, a.batch, heads, n, d, "", "", ""));
-  };
-  struct Range {
-    const void* p;
-    std::size_t bytes;
-    const char* name;
-  };
-  const Range in[] = {{a.q, bytes(a.q_strides, a.heads, a.seq_q), "q"},
-                      {a.k, bytes(a.k_strides, a.kv_heads, a.seq_k), "k"},
-                      {a.v, bytes(a.v_strides, a.kv_heads, a.seq_k), "v"}};
-  const Range o_r{a.o, bytes(a.o_strides, a.heads, a.seq_q), "o"};
-  for (const Range& r : in)
-    require_arg(!detail::ranges_intersect(a.o, o_r.bytes, r.p, r.bytes), fn, "o", static_cast<const void*>(a.o),
-                msg("overlaps ", r.name, ": attention is not in place (O is written while Q, K, V are read)").c_str());
-  if (a.lse != nullptr) {
-    const std::size_t lse_bytes = static_cast<std::size_t>(a.batch * a.heads * a.seq_q) * sizeof(float);
-    for (const Range& r : {in[0], in[1], in[2], o_r})
-      require_arg(!detail::ranges_intersect(a.lse, lse_bytes, r.p, r.bytes), fn, "lse", static_cast<const void*>(a.lse),
-                  msg("overlaps ", r.name).c_str());
-  }
+  // Pointers, strides, and no overlap between what is written (o, lse) and anything else.
+  detail::require_forward_tensors<__nv_bfloat16>(
+      a, fn, 8, "every row must start 16-byte aligned (cp.async copies 8 bf16 at once)");
 }
 
 // ------------------------------------------------------------------------------

@@ -153,21 +153,11 @@ inline AttentionBackwardArgs make_attention_backward_args(
   a.dq = dq;
   a.dk = dk;
   a.dv = dv;
-  a.batch = batch;
-  a.heads = heads;
-  a.kv_heads = kv_heads;
-  a.seq_q = seq_q;
-  a.seq_k = seq_k;
-  a.head_dim = head_dim;
-  a.q_strides = m03::attention_strides(layout, heads, seq_q, head_dim);
-  a.k_strides = m03::attention_strides(layout, kv_heads, seq_k, head_dim);
-  a.v_strides = a.k_strides;
-  a.o_strides = a.q_strides;
+  m03::detail::set_dense_shape(a, batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, stream);
   a.do_strides = a.q_strides;
   a.dq_strides = a.q_strides;
   a.dk_strides = a.k_strides;
   a.dv_strides = a.k_strides;
-  a.stream = stream;
   return a;
 }
 
@@ -210,6 +200,12 @@ inline std::size_t attention_backward_device_bytes(AttentionBackwardStep step, c
 
 namespace detail {
 
+/// How messages name the backward's own tensors (module 3's table has q, k, v, o).
+inline constexpr m03::detail::StrideNames kDoutNames{"do_strides.batch", "do_strides.head", "do_strides.seq"};
+inline constexpr m03::detail::StrideNames kDqNames{"dq_strides.batch", "dq_strides.head", "dq_strides.seq"};
+inline constexpr m03::detail::StrideNames kDkNames{"dk_strides.batch", "dk_strides.head", "dk_strides.seq"};
+inline constexpr m03::detail::StrideNames kDvNames{"dv_strides.batch", "dv_strides.head", "dv_strides.seq"};
+
 /// True if two views with the same dims (extent, stride), starting `delta` elements apart,
 /// share an address: delta = sum_k i_k * stride_k with |i_k| <= extent_k - 1 for some i.
 /// The dims must pass m03::detail::require_injective (sorted by stride, each stride exceeds
@@ -248,21 +244,9 @@ inline void validate_attention_backward_args(const AttentionBackwardArgs& a, Att
   const BackwardStepSupport sup = step_support(step);
   const std::string sname = step_name(step);
 
-  // Sizes.
-  require_arg(a.batch >= 1, fn, "batch", a.batch, "must be >= 1");
-  require_arg(a.heads >= 1, fn, "heads", a.heads, "must be >= 1");
-  require_arg(a.kv_heads >= 1, fn, "kv_heads", a.kv_heads, "must be >= 1");
-  require_arg(a.heads % a.kv_heads == 0, fn, "kv_heads", a.kv_heads,
-              msg("must divide heads = ", a.heads, " (query head h reads kv head h / (heads / kv_heads))").c_str());
-  require_arg(a.batch <= m03::kMaxGridY && a.heads <= m03::kMaxGridY && a.batch * a.heads <= m03::kMaxGridY, fn,
-              "batch", a.batch,
-              msg("times heads = ", a.heads, " must be <= 65535: one (batch, head) pair per blockIdx.y").c_str());
-  require_arg(a.seq_q >= 1 && a.seq_q <= m03::kMaxSeq, fn, "seq_q", a.seq_q, "must be in [1, 2^31 - 1]");
-  require_arg(a.seq_k >= 1 && a.seq_k <= m03::kMaxSeq, fn, "seq_k", a.seq_k, "must be in [1, 2^31 - 1]");
-  const bool known_d =
-      std::find(std::begin(m03::kHeadDims), std::end(m03::kHeadDims), a.head_dim) != std::end(m03::kHeadDims);
-  require_arg(known_d, fn, "head_dim", a.head_dim,
-              "must be one of 16, 32, 64, 96, 128 (the kernels are templated on it)");
+  // Sizes (module 3's rules).
+  md::require_attention_sizes(a, fn);
+  md::require_fp32_head_dim(a.head_dim, fn);
   require_arg(a.head_dim <= sup.max_head_dim, fn, "head_dim", a.head_dim,
               msg("is above ", sup.max_head_dim, " for step ", sname).c_str());
   require_arg(std::isfinite(a.scale) && a.scale >= 0.f, fn, "scale", a.scale,
@@ -285,39 +269,35 @@ inline void validate_attention_backward_args(const AttentionBackwardArgs& a, Att
   require_not_null(a.lse, fn, "lse");
   require_aligned(a.lse, alignof(float), fn, "lse");
   const std::int64_t d = a.head_dim;
-  md::require_strides(a.q_strides, d, fn, "q_strides.batch", "q_strides.head", "q_strides.seq");
-  md::require_strides(a.k_strides, d, fn, "k_strides.batch", "k_strides.head", "k_strides.seq");
-  md::require_strides(a.v_strides, d, fn, "v_strides.batch", "v_strides.head", "v_strides.seq");
-  md::require_strides(a.o_strides, d, fn, "o_strides.batch", "o_strides.head", "o_strides.seq");
-  md::require_strides(a.do_strides, d, fn, "do_strides.batch", "do_strides.head", "do_strides.seq");
-  md::require_strides(a.dq_strides, d, fn, "dq_strides.batch", "dq_strides.head", "dq_strides.seq");
-  md::require_strides(a.dk_strides, d, fn, "dk_strides.batch", "dk_strides.head", "dk_strides.seq");
-  md::require_strides(a.dv_strides, d, fn, "dv_strides.batch", "dv_strides.head", "dv_strides.seq");
-  const auto q_dims = [&](const AttentionStrides& st, const char* b, const char* h, const char* n) {
-    return md::tensor_dims(st, a.batch, a.heads, a.seq_q, d, b, h, n);
+  md::require_strides(a.q_strides, d, fn, md::kQNames);
+  md::require_strides(a.k_strides, d, fn, md::kKNames);
+  md::require_strides(a.v_strides, d, fn, md::kVNames);
+  md::require_strides(a.o_strides, d, fn, md::kONames);
+  md::require_strides(a.do_strides, d, fn, detail::kDoutNames);
+  md::require_strides(a.dq_strides, d, fn, detail::kDqNames);
+  md::require_strides(a.dk_strides, d, fn, detail::kDkNames);
+  md::require_strides(a.dv_strides, d, fn, detail::kDvNames);
+  const auto q_dims = [&](const AttentionStrides& st, const md::StrideNames& n = {"", "", ""}) {
+    return md::tensor_dims(st, a.batch, a.heads, a.seq_q, d, n);
   };
-  const auto kv_dims = [&](const AttentionStrides& st, const char* b, const char* h, const char* n) {
-    return md::tensor_dims(st, a.batch, a.kv_heads, a.seq_k, d, b, h, n);
+  const auto kv_dims = [&](const AttentionStrides& st, const md::StrideNames& n = {"", "", ""}) {
+    return md::tensor_dims(st, a.batch, a.kv_heads, a.seq_k, d, n);
   };
-  const auto dq_dims = q_dims(a.dq_strides, "dq_strides.batch", "dq_strides.head", "dq_strides.seq");
-  const auto dk_dims = kv_dims(a.dk_strides, "dk_strides.batch", "dk_strides.head", "dk_strides.seq");
-  const auto dv_dims = kv_dims(a.dv_strides, "dv_strides.batch", "dv_strides.head", "dv_strides.seq");
+  const auto dq_dims = q_dims(a.dq_strides, detail::kDqNames);
+  const auto dk_dims = kv_dims(a.dk_strides, detail::kDkNames);
+  const auto dv_dims = kv_dims(a.dv_strides, detail::kDvNames);
   cv::require_injective(dq_dims, fn, "dq");
   cv::require_injective(dk_dims, fn, "dk");
   cv::require_injective(dv_dims, fn, "dv");
 
   // No overlap between what is written (dq, dk, dv, workspace) and anything else.
-  struct Range {
-    const void* p;
-    std::size_t bytes;
-    const char* name;
-  };
+  using md::Range;
   const Range inputs[] = {
-      {a.q, cv::span_bytes<float>(q_dims(a.q_strides, "", "", "")), "q"},
-      {a.k, cv::span_bytes<float>(kv_dims(a.k_strides, "", "", "")), "k"},
-      {a.v, cv::span_bytes<float>(kv_dims(a.v_strides, "", "", "")), "v"},
-      {a.o, cv::span_bytes<float>(q_dims(a.o_strides, "", "", "")), "o"},
-      {a.dout, cv::span_bytes<float>(q_dims(a.do_strides, "", "", "")), "dout"},
+      {a.q, cv::span_bytes<float>(q_dims(a.q_strides)), "q"},
+      {a.k, cv::span_bytes<float>(kv_dims(a.k_strides)), "k"},
+      {a.v, cv::span_bytes<float>(kv_dims(a.v_strides)), "v"},
+      {a.o, cv::span_bytes<float>(q_dims(a.o_strides)), "o"},
+      {a.dout, cv::span_bytes<float>(q_dims(a.do_strides)), "dout"},
       {a.lse, static_cast<std::size_t>(a.batch * a.heads * a.seq_q) * sizeof(float), "lse"},
   };
   const Range grads[] = {
