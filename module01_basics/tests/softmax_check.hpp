@@ -60,11 +60,7 @@ struct Outcome {
   bool ok() const { return cmp.ok() && padding_writes == 0 && worst_sum_error <= 1e-4; }
 };
 
-inline std::uint32_t bits_of(float v) {
-  std::uint32_t b;
-  std::memcpy(&b, &v, sizeof b);
-  return b;
-}
+using testing::bits_of;
 
 /// The checking helper every test (and the planted-bug test) uses: builds the input,
 /// poisons y (NaN, padding included), runs `fn`, and checks values against the CPU
@@ -120,15 +116,8 @@ inline Outcome run_case(const SoftmaxFn& fn, SoftmaxStep step, const Case& c, st
   out.cmp = compare(y, ref, tolerance_for(DType::f32, length), {"i", "j"});
 
   // Padding (columns cols..ld-1 of every row but the last) must be untouched.
-  const std::uint32_t pad_bits = c.in_place ? bits_of(kPadSentinel) : poison_bits;
-  for (std::int64_t r = 0; r + 1 < c.rows; ++r)
-    for (std::int64_t j = c.cols; j < ldy; ++j) {
-      const float v = y.storage()[static_cast<std::size_t>(r * ldy + j)];
-      if (bits_of(v) == pad_bits) continue;
-      ++out.padding_writes;
-      ++out.cmp.mismatches;
-      if (out.cmp.first.size() < 8) out.cmp.first.push_back({{r, j}, v, std::nan("")});  // j >= cols: padding
-    }
+  out.padding_writes =
+      testing::record_padding_writes(y, c.in_place ? bits_of(kPadSentinel) : poison_bits, out.cmp);
 
   // Every slice sums to 1.
   const std::int64_t slices = c.dim == 1 ? c.rows : c.cols;

@@ -4,6 +4,7 @@
 /// fp32 error budget), shared by the module's tests (test_attention.cpp) and its
 /// random-case tests (fuzz_attention.cpp).
 
+#include "course/attention_testing.hpp"
 #include "course/compare.hpp"
 #include "course/device.hpp"
 #include "course/random.hpp"
@@ -24,29 +25,27 @@ namespace course::m03::checks {
 
 /// The signature of impl::attention (fp32) and of the planted bugs.
 using AttnFn = void (*)(AttentionStep, const AttentionArgs&);
-constexpr AttentionLayout BHND = AttentionLayout::BHND;
-constexpr AttentionLayout BNHD = AttentionLayout::BNHD;
+// The pieces every attention test shares (course/attention_testing.hpp).
+using attention_testing::BHND;
+using attention_testing::BNHD;
+using attention_testing::make_tensor;
+using attention_testing::max_abs;
+using attention_testing::padding_overwritten;
+using attention_testing::supported;
 
 // ------------------------------------------------------------------- cases -----
 
-struct Case {
-  std::int64_t B = 1, H = 1, H_kv = 1, N_q = 1, N_k = 1, d = 64;
-  AttentionLayout layout = BHND;    ///< storage of Q, K, V
+/// The shape and inputs (CaseShape: pad in floats, a multiple of 4), plus O's storage and
+/// the forward's options.
+struct Case : attention_testing::CaseShape {
   AttentionLayout o_layout = BHND;  ///< storage of O
-  std::int64_t pad = 0;             ///< extra floats after each row of Q, K, V (multiple of 4)
   std::int64_t o_pad = 0;           ///< extra floats after each row of O (must keep the poison)
-  bool kv_batch_broadcast = false;  ///< K and V batch stride 0: every batch reads batch 0's K, V
-  bool causal = false, rope = false, alibi = false;
-  double input_range = 1.0;  ///< Q and K uniform in [-r, r)
-  float scale = 0.f;
-  double v_lo = -1.0, v_hi = 1.0;  ///< V uniform in [v_lo, v_hi)
-  bool no_lse = false;             ///< pass lse = nullptr even where the step could write it
+  bool rope = false, alibi = false;
+  bool no_lse = false;  ///< pass lse = nullptr even where the step could write it
 
   std::string name() const {
     std::ostringstream os;
-    os << "B" << B << "_H" << H;
-    if (H_kv != H) os << "_Hkv" << H_kv;
-    os << "_Nq" << N_q << "_Nk" << N_k << "_d" << d << "_" << course::to_string(layout);
+    os << attention_testing::shape_name(*this);
     if (o_layout != layout) os << "_o" << course::to_string(o_layout);
     if (pad) os << "_pad" << pad;
     if (o_pad) os << "_opad" << o_pad;
@@ -54,9 +53,7 @@ struct Case {
     if (causal) os << "_causal";
     if (rope) os << "_rope";
     if (alibi) os << "_alibi";
-    if (input_range != 1.0) os << "_x" << input_range;
-    if (scale != 0.f) os << "_scale" << scale;
-    if (v_lo != -1.0 || v_hi != 1.0) os << "_v[" << v_lo << "," << v_hi << ")";
+    os << attention_testing::range_name(*this);
     if (no_lse) os << "_nolse";
     return os.str();
   }
@@ -65,16 +62,8 @@ struct Case {
 
 inline Case make_case(std::int64_t B, std::int64_t H, std::int64_t N_q, std::int64_t N_k, std::int64_t d,
                AttentionLayout layout = BHND, bool causal = false) {
-  Case c;
-  c.B = B;
-  c.H = H;
-  c.H_kv = H;
-  c.N_q = N_q;
-  c.N_k = N_k;
-  c.d = d;
-  c.layout = layout;
+  Case c = attention_testing::make_shape_case<Case>(B, H, N_q, N_k, d, layout, causal);
   c.o_layout = layout;
-  c.causal = causal;
   return c;
 }
 
@@ -86,26 +75,11 @@ inline bool supports(AttentionStep step, const Case& c) {
   return true;
 }
 
-inline std::vector<Case> supported(AttentionStep step, const std::vector<Case>& cases) {
-  std::vector<Case> out;
-  for (const Case& c : cases)
-    if (supports(step, c)) out.push_back(c);
-  return out;
-}
-
 // ------------------------------------------------------------------ running -----
 
-/// A [B, H, N, d] tensor stored in `layout` with `pad` floats after each row.
-inline HostTensor<float> make_tensor(std::int64_t B, std::int64_t H, std::int64_t N, std::int64_t d, AttentionLayout layout,
-                              std::int64_t pad, bool batch_broadcast = false) {
-  const std::int64_t row = (layout == BHND ? d : H * d) + pad;  // seq stride
-  course::Shape strides = layout == BHND ? course::Shape{H * N * row, N * row, row, 1}
-                                         : course::Shape{N * row, d, row, 1};
-  if (batch_broadcast) strides[0] = 0;
-  return HostTensor<float>({B, H, N, d}, strides);
+inline AttentionStrides strides_of(const HostTensor<float>& t) {
+  return attention_testing::strides_of<AttentionStrides>(t);
 }
-
-inline AttentionStrides strides_of(const HostTensor<float>& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
 
 struct Inputs {
   HostTensor<float> q, k, v;
@@ -113,12 +87,7 @@ struct Inputs {
 
 inline Inputs make_inputs(const Case& c, std::uint64_t seed) {
   Inputs in;
-  in.q = make_tensor(c.B, c.H, c.N_q, c.d, c.layout, c.pad);
-  in.k = make_tensor(c.B, c.H_kv, c.N_k, c.d, c.layout, c.pad, c.kv_batch_broadcast);
-  in.v = make_tensor(c.B, c.H_kv, c.N_k, c.d, c.layout, c.pad, c.kv_batch_broadcast);
-  course::fill_random(in.q, seed, -c.input_range, c.input_range);
-  course::fill_random(in.k, seed + 1, -c.input_range, c.input_range);
-  course::fill_random(in.v, seed + 2, c.v_lo, c.v_hi);
+  attention_testing::make_qkv(c, seed, in.q, in.k, in.v);
   return in;
 }
 
@@ -145,18 +114,11 @@ inline DeviceResult run_device(AttnFn fn, AttentionStep step, const Case& c, con
   a.v = dv.data();
   a.o = d_o.data();
   a.lse = want_lse ? d_lse.data() : nullptr;
-  a.batch = c.B;
-  a.heads = c.H;
-  a.kv_heads = c.H_kv;
-  a.seq_q = c.N_q;
-  a.seq_k = c.N_k;
-  a.head_dim = c.d;
+  attention_testing::set_shape(a, c);
   a.q_strides = strides_of(in.q);
   a.k_strides = strides_of(in.k);
   a.v_strides = strides_of(in.v);
   a.o_strides = strides_of(r.o);
-  a.scale = c.scale;
-  a.causal = c.causal;
   a.rope = c.rope;
   a.alibi = c.alibi;
   a.workspace = ws.data();
@@ -177,12 +139,6 @@ inline course::ref::AttentionResult<float> reference(const Case& c, const Inputs
   pos.rope = c.rope;
   pos.alibi = c.alibi;
   return course::ref::attention_forward_positional(in.q, in.k, in.v, opts, pos);
-}
-
-inline double max_abs(const HostTensor<float>& t) {
-  double m = 0;
-  for (float x : t.storage()) m = std::max(m, static_cast<double>(std::fabs(x)));
-  return m;
 }
 
 struct AttnTolerance {
@@ -209,19 +165,6 @@ inline AttnTolerance attention_tolerance(const Case& c, const Inputs& in, const 
   t.lse.atol = 2.0 * ds + 64.0 * u;
   t.lse.rtol = 4.0 * u;
   return t;
-}
-
-/// Elements of O's storage that no (b, h, i, c) maps to must still be NaN (the poison).
-inline std::int64_t padding_overwritten(const HostTensor<float>& o) {
-  std::vector<char> defined(o.storage().size(), 0);
-  for (std::int64_t b = 0; b < o.dim(0); ++b)
-    for (std::int64_t h = 0; h < o.dim(1); ++h)
-      for (std::int64_t i = 0; i < o.dim(2); ++i)
-        for (std::int64_t c = 0; c < o.dim(3); ++c) defined[static_cast<std::size_t>(o.offset({b, h, i, c}))] = 1;
-  std::int64_t bad = 0;
-  for (std::size_t e = 0; e < defined.size(); ++e)
-    if (!defined[e] && !std::isnan(o.storage()[e])) ++bad;
-  return bad;
 }
 
 /// One case checked: "" when right, else a report; and the worst error-to-bound ratio of O and lse.
@@ -258,18 +201,9 @@ inline CaseCheck check_case(AttnFn fn, AttentionStep step, const Case& c, std::u
 /// propagates: callers wrap it in COURSE_SKIP_IF_NOT_IMPLEMENTED.
 inline ::testing::AssertionResult check_cases(AttnFn fn, AttentionStep step, const std::vector<Case>& cases,
                                               std::uint64_t seed) {
-  std::ostringstream failures;
-  int failed = 0;
-  for (std::size_t n = 0; n < cases.size(); ++n) {
-    const CaseCheck r = check_case(fn, step, cases[n], seed + 1009 * n);
-    if (!r.report.empty()) {
-      ++failed;
-      failures << "\n  " << cases[n].name() << ":" << r.report;
-    }
-  }
-  if (failed == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << course::m03::step_name(step) << ": " << failed << " of " << cases.size()
-                                       << " cases failed (seed " << seed << "):" << failures.str();
+  return attention_testing::check_each(course::m03::step_name(step), cases, seed, [&](const Case& c, std::uint64_t s) {
+    return check_case(fn, step, c, s).report;
+  });
 }
 
 }  // namespace course::m03::checks

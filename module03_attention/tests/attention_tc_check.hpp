@@ -5,6 +5,7 @@
 /// the plain bf16 computation (course::ref::attention_forward_bf16). Shared by the module's
 /// tests (test_attention_tc.cpp) and its random-case tests (fuzz_attention.cpp).
 
+#include "course/attention_testing.hpp"
 #include "course/bf16.hpp"
 #include "course/device.hpp"
 #include "course/random.hpp"
@@ -28,38 +29,31 @@ namespace course::m03::tc_checks {
 using bf16 = __nv_bfloat16;
 /// The signature of impl::attention (bf16) and of the planted tensor-core bugs.
 using AttnTcFn = void (*)(AttentionStep, const AttentionArgsBf16&);
-constexpr AttentionLayout BHND = AttentionLayout::BHND;
-constexpr AttentionLayout BNHD = AttentionLayout::BNHD;
+// The pieces every attention test shares (course/attention_testing.hpp).
+using attention_testing::BHND;
+using attention_testing::BNHD;
+using attention_testing::make_tensor;
+using attention_testing::padding_overwritten;
 
 // ------------------------------------------------------------------- cases -----
 
-struct Case {
-  std::int64_t B = 1, H = 1, H_kv = 1, N_q = 1, N_k = 1, d = 64;
-  AttentionLayout layout = BHND;    ///< storage of Q, K, V
+/// The shape and inputs (CaseShape: pad in bf16 elements, a multiple of 8; the rule's
+/// floor scales with max|V|), plus O's storage.
+struct Case : attention_testing::CaseShape {
   AttentionLayout o_layout = BHND;  ///< storage of O
-  std::int64_t pad = 0;             ///< extra elements after each row of Q, K, V (multiple of 8)
   std::int64_t o_pad = 0;           ///< extra elements after each row of O (must keep the poison)
-  bool kv_batch_broadcast = false;  ///< K and V batch stride 0
-  bool causal = false;
-  bool lse = true;           ///< pass an lse buffer
-  double input_range = 1.0;  ///< Q and K uniform in [-r, r)
-  float scale = 0.f;
-  double v_lo = -1.0, v_hi = 1.0;  ///< V uniform in [v_lo, v_hi) (the rule's floor scales with max|V|)
+  bool lse = true;                  ///< pass an lse buffer
 
   std::string name() const {
     std::ostringstream os;
-    os << "B" << B << "_H" << H;
-    if (H_kv != H) os << "_Hkv" << H_kv;
-    os << "_Nq" << N_q << "_Nk" << N_k << "_d" << d << "_" << course::to_string(layout);
+    os << attention_testing::shape_name(*this);
     if (o_layout != layout) os << "_o" << course::to_string(o_layout);
     if (pad) os << "_pad" << pad;
     if (o_pad) os << "_opad" << o_pad;
     if (kv_batch_broadcast) os << "_kvbcast";
     if (causal) os << "_causal";
     if (!lse) os << "_nolse";
-    if (input_range != 1.0) os << "_x" << input_range;
-    if (scale != 0.f) os << "_scale" << scale;
-    if (v_lo != -1.0 || v_hi != 1.0) os << "_v[" << v_lo << "," << v_hi << ")";
+    os << attention_testing::range_name(*this);
     return os.str();
   }
   std::string str() const { return name(); }
@@ -67,32 +61,16 @@ struct Case {
 
 inline Case make_case(std::int64_t B, std::int64_t H, std::int64_t N_q, std::int64_t N_k, std::int64_t d,
                AttentionLayout layout = BHND, bool causal = false) {
-  Case c;
-  c.B = B;
-  c.H = H;
-  c.H_kv = H;
-  c.N_q = N_q;
-  c.N_k = N_k;
-  c.d = d;
-  c.layout = layout;
+  Case c = attention_testing::make_shape_case<Case>(B, H, N_q, N_k, d, layout, causal);
   c.o_layout = layout;
-  c.causal = causal;
   return c;
 }
 
 // ------------------------------------------------------------------ running -----
 
-/// A [B, H, N, d] tensor stored in `layout` with `pad` elements after each row.
-inline HostTensor<float> make_tensor(std::int64_t B, std::int64_t H, std::int64_t N, std::int64_t d, AttentionLayout layout,
-                              std::int64_t pad, bool batch_broadcast = false) {
-  const std::int64_t row = (layout == BHND ? d : H * d) + pad;  // seq stride
-  course::Shape strides = layout == BHND ? course::Shape{H * N * row, N * row, row, 1}
-                                         : course::Shape{N * row, d, row, 1};
-  if (batch_broadcast) strides[0] = 0;
-  return HostTensor<float>({B, H, N, d}, strides);
+inline AttentionStrides strides_of(const HostTensor<float>& t) {
+  return attention_testing::strides_of<AttentionStrides>(t);
 }
-
-inline AttentionStrides strides_of(const HostTensor<float>& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
 
 /// Q, K, V holding bf16 values (random, rounded), as floats: exactly what the kernel reads.
 struct Inputs {
@@ -103,12 +81,7 @@ inline void round_in_place(HostTensor<float>& t) { t.storage() = course::round_t
 
 inline Inputs make_inputs(const Case& c, std::uint64_t seed) {
   Inputs in;
-  in.q = make_tensor(c.B, c.H, c.N_q, c.d, c.layout, c.pad);
-  in.k = make_tensor(c.B, c.H_kv, c.N_k, c.d, c.layout, c.pad, c.kv_batch_broadcast);
-  in.v = make_tensor(c.B, c.H_kv, c.N_k, c.d, c.layout, c.pad, c.kv_batch_broadcast);
-  course::fill_random(in.q, seed, -c.input_range, c.input_range);
-  course::fill_random(in.k, seed + 1, -c.input_range, c.input_range);
-  course::fill_random(in.v, seed + 2, c.v_lo, c.v_hi);
+  attention_testing::make_qkv(c, seed, in.q, in.k, in.v);
   round_in_place(in.q);
   round_in_place(in.k);
   round_in_place(in.v);
@@ -137,18 +110,11 @@ inline DeviceResult run_device(AttnTcFn fn, AttentionStep step, const Case& c, c
   a.v = dv.data();
   a.o = d_o.data();
   a.lse = c.lse ? d_lse.data() : nullptr;
-  a.batch = c.B;
-  a.heads = c.H;
-  a.kv_heads = c.H_kv;
-  a.seq_q = c.N_q;
-  a.seq_k = c.N_k;
-  a.head_dim = c.d;
+  attention_testing::set_shape(a, c);
   a.q_strides = strides_of(in.q);
   a.k_strides = strides_of(in.k);
   a.v_strides = strides_of(in.v);
   a.o_strides = strides_of(r.o);
-  a.scale = c.scale;
-  a.causal = c.causal;
   fn(step, a);
   COURSE_CUDA_CHECK(cudaDeviceSynchronize());
   r.o.storage() = course::from_bf16(d_o.download());
@@ -181,19 +147,6 @@ inline double max_lse_error(const std::vector<float>& got, const std::vector<flo
     err = std::max(err, e);
   }
   return err;
-}
-
-/// Elements of O's storage that no (b, h, i, c) maps to must still be NaN (the poison).
-inline std::int64_t padding_overwritten(const HostTensor<float>& o) {
-  std::vector<char> defined(o.storage().size(), 0);
-  for (std::int64_t b = 0; b < o.dim(0); ++b)
-    for (std::int64_t h = 0; h < o.dim(1); ++h)
-      for (std::int64_t i = 0; i < o.dim(2); ++i)
-        for (std::int64_t c = 0; c < o.dim(3); ++c) defined[static_cast<std::size_t>(o.offset({b, h, i, c}))] = 1;
-  std::int64_t bad = 0;
-  for (std::size_t e = 0; e < defined.size(); ++e)
-    if (!defined[e] && !std::isnan(o.storage()[e])) ++bad;
-  return bad;
 }
 
 /// The floors of the rule: O's errors are absolute on values <= max|V| (kOutFloor for
@@ -252,18 +205,9 @@ inline CaseCheck check_case(AttnTcFn fn, AttentionStep step, const Case& c, std:
 /// COURSE_SKIP_IF_NOT_IMPLEMENTED.
 inline ::testing::AssertionResult check_cases(AttnTcFn fn, AttentionStep step, const std::vector<Case>& cases,
                                               std::uint64_t seed) {
-  std::ostringstream failures;
-  int failed = 0;
-  for (std::size_t n = 0; n < cases.size(); ++n) {
-    const CaseCheck r = check_case(fn, step, cases[n], seed + 1009 * n);
-    if (!r.report.empty()) {
-      ++failed;
-      failures << "\n  " << cases[n].name() << ":" << r.report;
-    }
-  }
-  if (failed == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << course::m03::step_name(step) << ": " << failed << " of " << cases.size()
-                                       << " cases failed (seed " << seed << "):" << failures.str();
+  return attention_testing::check_each(course::m03::step_name(step), cases, seed, [&](const Case& c, std::uint64_t s) {
+    return check_case(fn, step, c, s).report;
+  });
 }
 
 }  // namespace course::m03::tc_checks

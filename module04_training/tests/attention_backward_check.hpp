@@ -5,6 +5,7 @@
 /// shared by the module's tests (test_attention_backward.cpp) and its random-case tests
 /// (fuzz_backward.cpp).
 
+#include "course/attention_testing.hpp"
 #include "course/compare.hpp"
 #include "course/device.hpp"
 #include "course/random.hpp"
@@ -27,37 +28,32 @@ namespace course::m04::attention_checks {
 
 /// The signature of impl::attention_backward and of the planted bugs.
 using BackwardFn = void (*)(AttentionBackwardStep, const AttentionBackwardArgs&);
-constexpr AttentionLayout BHND = AttentionLayout::BHND;
-constexpr AttentionLayout BNHD = AttentionLayout::BNHD;
+// The pieces every attention test shares (course/attention_testing.hpp).
+using attention_testing::BHND;
+using attention_testing::BNHD;
+using attention_testing::make_tensor;
+using attention_testing::max_abs;
+using attention_testing::padding_overwritten;
+using attention_testing::supported;
 
 // ------------------------------------------------------------------- cases -----
 
-struct Case {
-  std::int64_t B = 1, H = 1, H_kv = 1, N_q = 1, N_k = 1, d = 64;
-  AttentionLayout layout = BHND;       ///< storage of Q, K, V, O, dO
+/// The shape and inputs (CaseShape: Q, K, V, O, dO in `layout`, pad in floats, a multiple
+/// of 4), plus the gradients' storage and dO's range.
+struct Case : attention_testing::CaseShape {
   AttentionLayout grad_layout = BHND;  ///< storage of dQ, dK, dV
-  std::int64_t pad = 0;                ///< extra floats after each row of the inputs (multiple of 4)
   std::int64_t grad_pad = 0;           ///< extra floats after each gradient row (must keep the poison)
-  bool kv_batch_broadcast = false;     ///< K and V batch stride 0: every batch reads batch 0's K, V
-  bool causal = false;
-  double input_range = 1.0;  ///< Q and K uniform in [-r, r)
-  float scale = 0.f;
-  double v_lo = -1.0, v_hi = 1.0;    ///< V uniform in [v_lo, v_hi)
-  double do_lo = -1.0, do_hi = 1.0;  ///< dO uniform in [do_lo, do_hi)
+  double do_lo = -1.0, do_hi = 1.0;    ///< dO uniform in [do_lo, do_hi)
 
   std::string name() const {
     std::ostringstream os;
-    os << "B" << B << "_H" << H;
-    if (H_kv != H) os << "_Hkv" << H_kv;
-    os << "_Nq" << N_q << "_Nk" << N_k << "_d" << d << "_" << course::to_string(layout);
+    os << attention_testing::shape_name(*this);
     if (grad_layout != layout) os << "_grad" << course::to_string(grad_layout);
     if (pad) os << "_pad" << pad;
     if (grad_pad) os << "_gradpad" << grad_pad;
     if (kv_batch_broadcast) os << "_kvbcast";
     if (causal) os << "_causal";
-    if (input_range != 1.0) os << "_x" << input_range;
-    if (scale != 0.f) os << "_scale" << scale;
-    if (v_lo != -1.0 || v_hi != 1.0) os << "_v[" << v_lo << "," << v_hi << ")";
+    os << attention_testing::range_name(*this);
     if (do_lo != -1.0 || do_hi != 1.0) os << "_do[" << do_lo << "," << do_hi << ")";
     return os.str();
   }
@@ -66,16 +62,8 @@ struct Case {
 
 inline Case make_case(std::int64_t B, std::int64_t H, std::int64_t N_q, std::int64_t N_k, std::int64_t d,
                AttentionLayout layout = BHND, bool causal = false) {
-  Case c;
-  c.B = B;
-  c.H = H;
-  c.H_kv = H;
-  c.N_q = N_q;
-  c.N_k = N_k;
-  c.d = d;
-  c.layout = layout;
+  Case c = attention_testing::make_shape_case<Case>(B, H, N_q, N_k, d, layout, causal);
   c.grad_layout = layout;
-  c.causal = causal;
   return c;
 }
 
@@ -92,13 +80,6 @@ inline bool supports(AttentionBackwardStep step, const Case& c) {
   return true;
 }
 
-inline std::vector<Case> supported(AttentionBackwardStep step, const std::vector<Case>& cases) {
-  std::vector<Case> out;
-  for (const Case& c : cases)
-    if (supports(step, c)) out.push_back(c);
-  return out;
-}
-
 inline double effective_scale(const Case& c) {
   return c.scale != 0.f ? static_cast<double>(c.scale) : 1.0 / std::sqrt(static_cast<double>(c.d));
 }
@@ -112,17 +93,9 @@ inline course::ref::AttentionOptions options(const Case& c) {
 
 // ------------------------------------------------------------------ inputs -----
 
-/// A [B, H, N, d] tensor stored in `layout` with `pad` floats after each row.
-inline HostTensor<float> make_tensor(std::int64_t B, std::int64_t H, std::int64_t N, std::int64_t d, AttentionLayout layout,
-                              std::int64_t pad, bool batch_broadcast = false) {
-  const std::int64_t row = (layout == BHND ? d : H * d) + pad;  // seq stride
-  course::Shape strides = layout == BHND ? course::Shape{H * N * row, N * row, row, 1}
-                                         : course::Shape{N * row, d, row, 1};
-  if (batch_broadcast) strides[0] = 0;
-  return HostTensor<float>({B, H, N, d}, strides);
+inline AttentionStrides strides_of(const HostTensor<float>& t) {
+  return attention_testing::strides_of<AttentionStrides>(t);
 }
-
-inline AttentionStrides strides_of(const HostTensor<float>& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
 
 struct Inputs {
   HostTensor<float> q, k, v, o, dout;
@@ -133,13 +106,8 @@ struct Inputs {
 /// Fresh Q, K, V, dO; O and lse from the CPU forward pass in double, rounded to float.
 inline Inputs make_inputs(const Case& c, std::uint64_t seed) {
   Inputs in;
-  in.q = make_tensor(c.B, c.H, c.N_q, c.d, c.layout, c.pad);
-  in.k = make_tensor(c.B, c.H_kv, c.N_k, c.d, c.layout, c.pad, c.kv_batch_broadcast);
-  in.v = make_tensor(c.B, c.H_kv, c.N_k, c.d, c.layout, c.pad, c.kv_batch_broadcast);
+  attention_testing::make_qkv(c, seed, in.q, in.k, in.v);
   in.dout = make_tensor(c.B, c.H, c.N_q, c.d, c.layout, c.pad);
-  course::fill_random(in.q, seed, -c.input_range, c.input_range);
-  course::fill_random(in.k, seed + 1, -c.input_range, c.input_range);
-  course::fill_random(in.v, seed + 2, c.v_lo, c.v_hi);
   course::fill_random(in.dout, seed + 3, c.do_lo, c.do_hi);
   const auto fwd = course::ref::attention_forward(in.q.cast<double>(), in.k.cast<double>(), in.v.cast<double>(),
                                                   options(c));
@@ -192,12 +160,7 @@ struct DeviceProblem {
     a.dq = dq.data();
     a.dk = dk.data();
     a.dv = dv.data();
-    a.batch = c.B;
-    a.heads = c.H;
-    a.kv_heads = c.H_kv;
-    a.seq_q = c.N_q;
-    a.seq_k = c.N_k;
-    a.head_dim = c.d;
+    attention_testing::set_shape(a, c);
     a.q_strides = strides_of(in.q);
     a.k_strides = strides_of(in.k);
     a.v_strides = strides_of(in.v);
@@ -206,8 +169,6 @@ struct DeviceProblem {
     a.dq_strides = strides_of(layout.dq);
     a.dk_strides = strides_of(layout.dk);
     a.dv_strides = strides_of(layout.dv);
-    a.scale = c.scale;
-    a.causal = c.causal;
     a.workspace = ws.data();
     a.workspace_bytes = ws.bytes();
   }
@@ -242,12 +203,6 @@ inline double max_row_norm(const HostTensor<float>& t) {
         worst = std::max(worst, std::sqrt(s));
       }
   return worst;
-}
-
-inline double max_abs(const HostTensor<float>& t) {
-  double m = 0;
-  for (float x : t.storage()) m = std::max(m, static_cast<double>(std::fabs(x)));
-  return m;
 }
 
 /// Rows of head (b, h) of `t` as a contiguous [N, d] double matrix.
@@ -338,19 +293,6 @@ inline GradTolerance backward_tolerance(const Case& c, const Inputs& in, const c
 
 // ------------------------------------------------------------------- check -----
 
-/// Elements of a gradient's storage that no (b, h, n, c) maps to must still be NaN (the poison).
-inline std::int64_t padding_overwritten(const HostTensor<float>& t) {
-  std::vector<char> defined(t.storage().size(), 0);
-  for (std::int64_t b = 0; b < t.dim(0); ++b)
-    for (std::int64_t h = 0; h < t.dim(1); ++h)
-      for (std::int64_t n = 0; n < t.dim(2); ++n)
-        for (std::int64_t e = 0; e < t.dim(3); ++e) defined[static_cast<std::size_t>(t.offset({b, h, n, e}))] = 1;
-  std::int64_t bad = 0;
-  for (std::size_t e = 0; e < defined.size(); ++e)
-    if (!defined[e] && !std::isnan(t.storage()[e])) ++bad;
-  return bad;
-}
-
 /// Elements of dQ in rows that see no key (causal, the first N_q - N_k rows) that are not exactly 0.
 inline std::int64_t dead_rows_not_zero(const Case& c, const HostTensor<float>& dq) {
   const std::int64_t dead = c.causal ? std::max<std::int64_t>(0, c.N_q - c.N_k) : 0;
@@ -399,19 +341,9 @@ inline std::string check_case(BackwardFn fn, AttentionBackwardStep step, const C
 /// propagates: callers wrap it in COURSE_SKIP_IF_NOT_IMPLEMENTED.
 inline ::testing::AssertionResult check_cases(BackwardFn fn, AttentionBackwardStep step,
                                               const std::vector<Case>& cases, std::uint64_t seed) {
-  std::ostringstream failures;
-  int failed = 0;
-  for (std::size_t n = 0; n < cases.size(); ++n) {
-    const Case& c = cases[n];
-    const std::string report = check_case(fn, step, c, seed + 1009 * n);
-    if (!report.empty()) {
-      ++failed;
-      failures << "\n  " << c.name() << ":" << report;
-    }
-  }
-  if (failed == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << course::m04::step_name(step) << ": " << failed << " of " << cases.size()
-                                       << " cases failed (seed " << seed << "):" << failures.str();
+  return attention_testing::check_each(course::m04::step_name(step), cases, seed, [&](const Case& c, std::uint64_t s) {
+    return check_case(fn, step, c, s);
+  });
 }
 
 }  // namespace course::m04::attention_checks

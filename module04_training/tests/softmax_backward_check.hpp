@@ -8,6 +8,7 @@
 #include "course/random.hpp"
 #include "course/reference.hpp"
 #include "course/tensor.hpp"
+#include "course/testing.hpp"
 #include "module04/softmax_backward.hpp"
 
 #include <gtest/gtest.h>
@@ -64,11 +65,7 @@ struct Outcome {
   bool ok() const { return cmp.ok() && padding_writes == 0 && worst_slice_sum_ratio <= 1.0; }
 };
 
-inline std::uint32_t bits_of(float v) {
-  std::uint32_t b;
-  std::memcpy(&b, &v, sizeof b);
-  return b;
-}
+using testing::bits_of;
 
 /// A rows x cols float matrix with row stride ld inside a buffer that starts `offset`
 /// elements earlier; everything that is not an element (offset, padding) holds kPadSentinel.
@@ -170,15 +167,7 @@ inline Outcome run_case(const SoftmaxBackwardFn& fn, SoftmaxBackwardStep step, c
   out.cmp = course::compare(dx, ref, tol, {"i", "j"});
 
   // Padding (columns cols .. lddx - 1 of every row but the last) must be untouched.
-  const std::uint32_t pad_bits = c.in_place ? bits_of(kPadSentinel) : 0xFFFFFFFFu;
-  for (std::int64_t r = 0; r + 1 < c.rows; ++r)
-    for (std::int64_t j = c.cols; j < lddx; ++j) {
-      const float v = dx.storage()[static_cast<std::size_t>(r * lddx + j)];
-      if (bits_of(v) == pad_bits) continue;
-      ++out.padding_writes;
-      ++out.cmp.mismatches;
-      if (out.cmp.first.size() < 8) out.cmp.first.push_back({{r, j}, v, std::nan("")});  // j >= cols: padding
-    }
+  out.padding_writes = testing::record_padding_writes(dx, c.in_place ? bits_of(kPadSentinel) : 0xFFFFFFFFu, out.cmp);
 
   // Every slice of dx sums to ~0: the element bounds above summed over a slice give
   // |sum dx| <= rtol * (2 S + |D|) <= 3 rtol S (plus D times y's rounding, ~u).

@@ -13,8 +13,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace course::solution {}
@@ -70,6 +73,50 @@ class OffsetBuffer {
 
 /// Seed for a test without the fixture (CPU tests).
 std::uint64_t test_seed();
+
+/// The bit pattern of a float (to tell one NaN from another: poison from a computed NaN).
+inline std::uint32_t bits_of(float v) {
+  std::uint32_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+
+/// The row padding of a rows x cols output with row stride ld (t's stride(0)) -- columns
+/// cols .. ld - 1 of every row but the last -- must still hold `pad_bits` (the poison, or
+/// the input's sentinel when the output overwrote its input). Every element that does
+/// not is added to `cmp` as a mismatch (the first 8 listed at (r, j), j >= cols, wanted
+/// NaN); returns how many.
+inline std::int64_t record_padding_writes(const HostTensor<float>& t, std::uint32_t pad_bits, CompareResult& cmp) {
+  const std::int64_t rows = t.dim(0), cols = t.dim(1), ld = t.stride(0);
+  std::int64_t writes = 0;
+  for (std::int64_t r = 0; r + 1 < rows; ++r)
+    for (std::int64_t j = cols; j < ld; ++j) {
+      const float v = t.storage()[static_cast<std::size_t>(r * ld + j)];
+      if (bits_of(v) == pad_bits) continue;
+      ++writes;
+      ++cmp.mismatches;
+      if (cmp.first.size() < 8) cmp.first.push_back({{r, j}, v, std::nan("")});  // j >= cols: padding
+    }
+  return writes;
+}
+
+/// Runs `call`, which must throw course::InvalidArgument whose message contains every
+/// string of `needles` (the argument's name and value as the message quotes them:
+/// "'rows' = -1"). Other exceptions propagate.
+template <class Call>
+void expect_invalid_argument(Call&& call, const std::vector<std::string>& needles) {
+  try {
+    call();
+    ADD_FAILURE() << "expected InvalidArgument mentioning " << needles.front();
+  } catch (const InvalidArgument& e) {
+    for (const std::string& needle : needles)
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "'" << needle << "' not in: " << e.what();
+  }
+}
+template <class Call>
+void expect_invalid_argument(Call&& call, const std::string& needle) {
+  expect_invalid_argument(std::forward<Call>(call), std::vector<std::string>{needle});
+}
 
 }  // namespace course::testing
 
