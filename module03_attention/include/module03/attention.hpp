@@ -222,6 +222,22 @@ void set_dense_shape(Args& a, std::int64_t batch, std::int64_t heads, std::int64
   a.o_strides = a.q_strides;
   a.stream = stream;
 }
+
+/// FLOPs by the FlashAttention convention: `gemms` GEMMs of N_q x N_k x d per (batch,
+/// head), 2 FLOPs per multiply-add, halved when causal (about half the scores are
+/// computed). The forward has 2 (S = Q K^T, O = P V), the backward 5.
+template <class Args>
+double gemm_flops(const Args& a, int gemms) {
+  const double f = 2.0 * gemms * static_cast<double>(a.batch) * static_cast<double>(a.heads) *
+                   static_cast<double>(a.seq_q) * static_cast<double>(a.seq_k) * static_cast<double>(a.head_dim);
+  return a.causal ? f / 2 : f;
+}
+
+/// The scale actually used: a.scale, or 1/sqrt(d) when it is 0.
+template <class Args>
+float scale_or_default(const Args& a) {
+  return a.scale != 0.f ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
+}
 }  // namespace detail
 
 /// Arguments for dense Q, K, V and O all stored in `layout`.
@@ -239,9 +255,7 @@ inline AttentionArgs make_attention_args(const float* q, const float* k, const f
 }
 
 /// The scale actually used: args.scale, or 1/sqrt(d) when it is 0.
-inline float effective_scale(const AttentionArgs& a) {
-  return a.scale != 0.f ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
-}
+inline float effective_scale(const AttentionArgs& a) { return detail::scale_or_default(a); }
 
 /// Scratch bytes `step` needs: the score matrix S (= P after the in-place softmax),
 /// B*H*N_q*N_k floats, for naive -- O(N^2) memory -- and nothing for the fused steps.
@@ -257,11 +271,7 @@ inline std::size_t attention_workspace_bytes(AttentionStep step, const Attention
 
 /// FLOPs by the FlashAttention convention: 4*B*H*N_q*N_k*d (two GEMMs, 2 FLOPs per
 /// multiply-add), halved when causal (about half the scores are computed).
-inline double attention_flops(const AttentionArgs& a) {
-  const double f = 4.0 * static_cast<double>(a.batch) * static_cast<double>(a.heads) *
-                   static_cast<double>(a.seq_q) * static_cast<double>(a.seq_k) * static_cast<double>(a.head_dim);
-  return a.causal ? f / 2 : f;
-}
+inline double attention_flops(const AttentionArgs& a) { return detail::gemm_flops(a, 2); }
 
 /// Device bytes a call touches: dense Q, K, V, O (+ lse) + the step's workspace. O(N) for
 /// the fused steps, O(N^2) for naive.
@@ -498,16 +508,10 @@ inline AttentionArgsBf16 make_attention_args_bf16(const __nv_bfloat16* q, const 
   return a;
 }
 
-inline float effective_scale(const AttentionArgsBf16& a) {
-  return a.scale != 0.f ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
-}
+inline float effective_scale(const AttentionArgsBf16& a) { return detail::scale_or_default(a); }
 
 /// FLOPs by the FlashAttention convention, as for AttentionArgs.
-inline double attention_flops(const AttentionArgsBf16& a) {
-  const double f = 4.0 * static_cast<double>(a.batch) * static_cast<double>(a.heads) *
-                   static_cast<double>(a.seq_q) * static_cast<double>(a.seq_k) * static_cast<double>(a.head_dim);
-  return a.causal ? f / 2 : f;
-}
+inline double attention_flops(const AttentionArgsBf16& a) { return detail::gemm_flops(a, 2); }
 
 /// Device bytes a call touches: dense bf16 Q, K, V, O (+ fp32 lse).
 inline std::size_t attention_device_bytes(const AttentionArgsBf16& a) {

@@ -162,9 +162,7 @@ inline AttentionBackwardArgs make_attention_backward_args(
 }
 
 /// The scale actually used: args.scale, or 1/sqrt(d) when it is 0.
-inline float effective_scale(const AttentionBackwardArgs& a) {
-  return a.scale != 0.f ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
-}
+inline float effective_scale(const AttentionBackwardArgs& a) { return m03::detail::scale_or_default(a); }
 
 /// Scratch bytes `step` needs.
 ///  - naive: P and dP (dS overwrites dP in place), 2 * B*H*N_q*N_k floats: O(N^2).
@@ -182,11 +180,7 @@ inline std::size_t attention_backward_workspace_bytes(AttentionBackwardStep step
 
 /// FLOPs by the FlashAttention convention: backward = 2.5 x forward = 10*B*H*N_q*N_k*d
 /// (five GEMMs: S recomputed, dV, dP, dQ, dK), halved when causal.
-inline double attention_backward_flops(const AttentionBackwardArgs& a) {
-  const double f = 10.0 * static_cast<double>(a.batch) * static_cast<double>(a.heads) *
-                   static_cast<double>(a.seq_q) * static_cast<double>(a.seq_k) * static_cast<double>(a.head_dim);
-  return a.causal ? f / 2 : f;
-}
+inline double attention_backward_flops(const AttentionBackwardArgs& a) { return m03::detail::gemm_flops(a, 5); }
 
 /// Device bytes a call touches: the inputs Q, K, V, O, dO and lse, the gradients dQ, dK,
 /// dV (all dense) and the step's workspace: O(N) for the flash steps, O(N^2) for naive.
