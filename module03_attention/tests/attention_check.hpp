@@ -25,13 +25,9 @@ namespace course::m03::checks {
 
 /// The signature of impl::attention (fp32) and of the planted bugs.
 using AttnFn = void (*)(AttentionStep, const AttentionArgs&);
-// The pieces every attention test shares (course/attention_testing.hpp).
-using attention_testing::BHND;
-using attention_testing::BNHD;
-using attention_testing::make_tensor;
-using attention_testing::max_abs;
-using attention_testing::padding_overwritten;
-using attention_testing::supported;
+// BHND, BNHD, make_tensor, max_abs, supported, ...: the pieces every attention test
+// shares (course/attention_testing.hpp).
+using namespace attention_testing;
 
 // ------------------------------------------------------------------- cases -----
 
@@ -191,8 +187,7 @@ inline CaseCheck check_case(AttnFn fn, AttentionStep step, const Case& c, std::u
     out.worst_ratio = std::max(out.worst_ratio, r_l.worst_ratio);
     if (!r_l.ok()) out.report += "\n    lse: " + r_l.report();
   }
-  if (const std::int64_t bad = padding_overwritten(got.o); bad > 0)
-    out.report += "\n    " + std::to_string(bad) + " padding elements of O were overwritten";
+  out.report += padding_report(got.o, "O");
   return out;
 }
 

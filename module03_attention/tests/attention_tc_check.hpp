@@ -29,11 +29,9 @@ namespace course::m03::tc_checks {
 using bf16 = __nv_bfloat16;
 /// The signature of impl::attention (bf16) and of the planted tensor-core bugs.
 using AttnTcFn = void (*)(AttentionStep, const AttentionArgsBf16&);
-// The pieces every attention test shares (course/attention_testing.hpp).
-using attention_testing::BHND;
-using attention_testing::BNHD;
-using attention_testing::make_tensor;
-using attention_testing::padding_overwritten;
+// BHND, BNHD, make_tensor, ...: the pieces every attention test shares
+// (course/attention_testing.hpp).
+using namespace attention_testing;
 
 // ------------------------------------------------------------------- cases -----
 
@@ -193,8 +191,7 @@ inline CaseCheck check_case(AttnTcFn fn, AttentionStep step, const Case& c, std:
     if (!(e <= 2.0 * e_plain + floor))
       report << "\n    lse: max error " << e << " > 2 x " << e_plain << " (plain bf16) + " << floor;
   }
-  if (const std::int64_t bad = padding_overwritten(got.o); bad > 0)
-    report << "\n    " << bad << " padding elements of O were overwritten";
+  report << padding_report(got.o, "O");
   out.report = report.str();
   if (std::isnan(out.worst_ratio)) out.worst_ratio = INFINITY;
   return out;

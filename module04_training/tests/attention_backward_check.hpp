@@ -28,13 +28,9 @@ namespace course::m04::attention_checks {
 
 /// The signature of impl::attention_backward and of the planted bugs.
 using BackwardFn = void (*)(AttentionBackwardStep, const AttentionBackwardArgs&);
-// The pieces every attention test shares (course/attention_testing.hpp).
-using attention_testing::BHND;
-using attention_testing::BNHD;
-using attention_testing::make_tensor;
-using attention_testing::max_abs;
-using attention_testing::padding_overwritten;
-using attention_testing::supported;
+// BHND, BNHD, make_tensor, max_abs, supported, ...: the pieces every attention test
+// shares (course/attention_testing.hpp).
+using namespace attention_testing;
 
 // ------------------------------------------------------------------- cases -----
 
@@ -317,8 +313,7 @@ inline std::string compare_grads(const Case& c, const Grads& got, const course::
   if (!r_dv.ok()) report += "\n    dV: " + r_dv.report();
   if (worst != nullptr) *worst = std::max({r_dq.worst_ratio, r_dk.worst_ratio, r_dv.worst_ratio});
   for (const auto& [t, name] : {std::pair{&got.dq, "dQ"}, {&got.dk, "dK"}, {&got.dv, "dV"}})
-    if (const std::int64_t bad = padding_overwritten(*t); bad > 0)
-      report += "\n    " + std::to_string(bad) + " padding elements of " + name + " were overwritten";
+    report += padding_report(*t, name);
   if (const std::int64_t bad = dead_rows_not_zero(c, got.dq); bad > 0)
     report += "\n    " + std::to_string(bad) + " elements of dQ in rows that see no key are not exactly 0";
   return report;

@@ -149,6 +149,14 @@ inline std::int64_t padding_overwritten(const HostTensor<float>& t) {
   return bad;
 }
 
+/// "" when the padding of output `what` (t) still holds the poison, else the report line
+/// "\n    <n> padding elements of <what> were overwritten".
+inline std::string padding_report(const HostTensor<float>& t, const char* what) {
+  const std::int64_t bad = padding_overwritten(t);
+  if (bad == 0) return "";
+  return "\n    " + std::to_string(bad) + " padding elements of " + what + " were overwritten";
+}
+
 /// Every case through `check_one(case, seed)` (which returns "" when right, else a report)
 /// on fresh data: case n gets seed + 1009 n. The failure lists every failing case by name.
 template <class Case, class CheckOne>
