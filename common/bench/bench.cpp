@@ -51,6 +51,10 @@ void set_flops(benchmark::State& state, double flops, double ceiling_tflops) {
   if (ceiling_tflops > 0) state.counters["ceiling_TFLOP/s"] = ceiling_tflops;
 }
 
+void set_device_memory(benchmark::State& state, std::size_t bytes) {
+  state.counters["mem_MB"] = static_cast<double>(bytes) / 1e6;
+}
+
 bool require_device(benchmark::State& state) {
   const std::optional<NoGpuReason> reason = no_gpu_reason();
   if (!reason) return true;
@@ -82,6 +86,13 @@ bool guard(benchmark::State& state, const std::function<void()>& body) {
 }
 
 double l2_cache_bytes() { return static_cast<double>(device_properties().l2CacheSize); }
+
+int rotation_copies(double bytes) { return static_cast<int>(std::clamp(200e6 / bytes, 1.0, 8.0)); }
+
+std::string attention_shape(std::int64_t B, std::int64_t H, std::int64_t N, std::int64_t d, bool causal) {
+  return "B" + std::to_string(B) + "_H" + std::to_string(H) + "_N" + std::to_string(N) + "_d" + std::to_string(d) +
+         (causal ? "_causal" : "");
+}
 
 void check_cublas(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS)

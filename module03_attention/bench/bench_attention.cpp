@@ -45,10 +45,7 @@ constexpr std::int64_t kB = 4, kH = 16;
 struct Shape {
   std::int64_t N, d;
   bool causal;
-  std::string name() const {
-    return "B" + std::to_string(kB) + "_H" + std::to_string(kH) + "_N" + std::to_string(N) + "_d" +
-           std::to_string(d) + (causal ? "_causal" : "");
-  }
+  std::string name() const { return bench::attention_shape(kB, kH, N, d, causal); }
 };
 
 /// Random Q, K, V in enough copies (rotated per iteration) that small problems do not
@@ -63,7 +60,7 @@ struct Buffers {
   Buffers(std::int64_t N, std::int64_t d) {
     const std::int64_t n = kB * kH * N * d;
     const double qkv_bytes = 3.0 * static_cast<double>(n) * sizeof(float);
-    const int copies = static_cast<int>(std::clamp(200e6 / qkv_bytes, 1.0, 8.0));
+    const int copies = bench::rotation_copies(qkv_bytes);
     for (int c = 0; c < copies; ++c) {
       QKV& x = qkv.add();
       // Distinct data for Q, K and V of every copy (Q = K would make Q K^T symmetric).
@@ -81,21 +78,8 @@ struct Buffers {
 
 Buffers& buffers_for(const Shape& s) { return bench::cached<Buffers>(std::pair{s.N, s.d}, s.N, s.d); }
 
-/// One workspace for the O(N^2) rows, grown on demand (and only if it fits).
-float* workspace(std::size_t bytes, std::string* why) {
-  static DeviceBuffer<float> ws;
-  if (ws.bytes() >= bytes) return ws.data();
-  ws = DeviceBuffer<float>();  // free the old one first
-  std::size_t free_b = 0, total_b = 0;
-  COURSE_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  if (bytes + (std::size_t{512} << 20) > free_b) {
-    *why = "the scores need " + std::to_string(bytes >> 20) + " MiB, only " + std::to_string(free_b >> 20) +
-           " MiB free";
-    return nullptr;
-  }
-  ws = DeviceBuffer<float>(bytes / sizeof(float));
-  return ws.data();
-}
+/// One workspace for the O(N^2) rows (the scores), grown on demand and only if it fits.
+float* workspace(std::size_t bytes, std::string* why) { return bench::scratch<float>(bytes, "the scores", why); }
 
 /// The shape's arguments, without inputs: on_next_copy() points them at Q, K and V.
 AttentionArgs args_for(Buffers& b, const Shape& s) {
@@ -116,7 +100,7 @@ AttentionArgs on_next_copy(Buffers& b, AttentionArgs a) {
 
 void set_counters(benchmark::State& state, const AttentionArgs& a, std::size_t device_bytes) {
   bench::set_flops(state, course::m03::attention_flops(a));
-  state.counters["mem_MB"] = static_cast<double>(device_bytes) / 1e6;
+  bench::set_device_memory(state, device_bytes);
 }
 
 void bench_step(benchmark::State& state, AttentionFn attention, AttentionStep step, const Shape& s) {

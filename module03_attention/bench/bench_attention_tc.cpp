@@ -50,10 +50,7 @@ struct Shape {
   bool causal;
   std::int64_t B() const { return kTokens / N; }
   std::int64_t H() const { return kModelDim / d; }
-  std::string name() const {
-    return "B" + std::to_string(B()) + "_H" + std::to_string(H()) + "_N" + std::to_string(N) + "_d" +
-           std::to_string(d) + (causal ? "_causal" : "");
-  }
+  std::string name() const { return bench::attention_shape(B(), H(), N, d, causal); }
 };
 
 /// Random bf16 Q, K, V (distinct data; 64 MB each, so copies rotate only if they fit the
@@ -69,7 +66,7 @@ struct Buffers {
   Buffers(std::int64_t N, std::int64_t d) {
     const std::int64_t n = kTokens * kModelDim, B = kTokens / N, H = kModelDim / d;
     const double qkv_bytes = 3.0 * static_cast<double>(n) * sizeof(bf16);
-    const int copies = static_cast<int>(std::clamp(200e6 / qkv_bytes, 1.0, 8.0));
+    const int copies = bench::rotation_copies(qkv_bytes);
     for (int c = 0; c < copies; ++c) {
       QKV& x = qkv.add();
       std::uint64_t seed = 0xbf160000u + 1000 * static_cast<std::uint64_t>(c) + 7 * static_cast<std::uint64_t>(N + d);
@@ -105,7 +102,7 @@ AttentionArgsBf16 on_next_copy(Buffers& b, AttentionArgsBf16 a) {
 
 void set_counters(benchmark::State& state, const AttentionArgsBf16& a, std::size_t device_bytes) {
   bench::set_flops(state, course::m03::attention_flops(a));
-  state.counters["mem_MB"] = static_cast<double>(device_bytes) / 1e6;
+  bench::set_device_memory(state, device_bytes);
 }
 
 void bench_step(benchmark::State& state, AttentionTcFn attention, AttentionStep step, const Shape& s) {
@@ -118,20 +115,10 @@ void bench_step(benchmark::State& state, AttentionTcFn attention, AttentionStep 
   });
 }
 
-/// Scores of the library row: B*H*N^2 bf16, grown on demand (and only if they fit).
+/// Scores of the library row: B*H*N^2 bf16, grown on demand (and only if they fit with
+/// 1 GiB to spare).
 bf16* scores(std::size_t elems, std::string* why) {
-  static DeviceBuffer<bf16> ws;
-  if (ws.size() >= elems) return ws.data();
-  ws = DeviceBuffer<bf16>();  // free the old one first
-  std::size_t free_b = 0, total_b = 0;
-  COURSE_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  if (elems * sizeof(bf16) + (std::size_t{1} << 30) > free_b) {
-    *why = "the scores need " + std::to_string((elems * sizeof(bf16)) >> 20) + " MiB, only " +
-           std::to_string(free_b >> 20) + " MiB free";
-    return nullptr;
-  }
-  ws = DeviceBuffer<bf16>(elems);
-  return ws.data();
+  return bench::scratch<bf16>(elems * sizeof(bf16), "the scores", why, std::size_t{1} << 30);
 }
 
 /// The materialized bf16 pipeline with cuBLAS's GEMMs (row-major through the transposition

@@ -55,10 +55,7 @@ constexpr std::size_t kNaiveWorkspaceLimit = std::size_t{20} << 30;
 struct Shape {
   std::int64_t N, d;
   bool causal;
-  std::string name() const {
-    return "B" + std::to_string(kB) + "_H" + std::to_string(kH) + "_N" + std::to_string(N) + "_d" +
-           std::to_string(d) + (causal ? "_causal" : "");
-  }
+  std::string name() const { return bench::attention_shape(kB, kH, N, d, causal); }
 };
 
 /// Random Q, K, V, dO and the forward's O and lse, in enough copies (rotated per iteration)
@@ -75,7 +72,7 @@ struct Buffers {
     const std::int64_t n = kB * kH * s.N * s.d, rows = kB * kH * s.N;
     const auto un = static_cast<std::size_t>(n);
     const double input_bytes = 5.0 * static_cast<double>(n) * sizeof(float);
-    const int copies = static_cast<int>(std::clamp(200e6 / input_bytes, 1.0, 8.0));
+    const int copies = bench::rotation_copies(input_bytes);
     std::uint64_t seed = course::seed_for("bench_attention_backward/" + s.name());
     for (int c = 0; c < copies; ++c) {
       Inputs& x = inputs.add();
@@ -103,21 +100,8 @@ struct Buffers {
 
 Buffers& buffers_for(const Shape& s) { return bench::cached<Buffers>(std::tuple{s.N, s.d, s.causal}, s); }
 
-/// One workspace for the O(N^2) rows, grown on demand (and only if it fits).
-float* big_workspace(std::size_t bytes, std::string* why) {
-  static DeviceBuffer<float> ws;
-  if (ws.bytes() >= bytes) return ws.data();
-  ws = DeviceBuffer<float>();  // free the old one first
-  std::size_t free_b = 0, total_b = 0;
-  COURSE_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  if (bytes + (std::size_t{512} << 20) > free_b) {
-    *why = "P and dP need " + std::to_string(bytes >> 20) + " MiB, only " + std::to_string(free_b >> 20) +
-           " MiB free";
-    return nullptr;
-  }
-  ws = DeviceBuffer<float>(bytes / sizeof(float));
-  return ws.data();
-}
+/// One workspace for the O(N^2) rows (P and dP), grown on demand and only if it fits.
+float* big_workspace(std::size_t bytes, std::string* why) { return bench::scratch<float>(bytes, "P and dP", why); }
 
 /// The shape's arguments, without inputs: on_next_copy() points them at the next copy.
 AttentionBackwardArgs args_for(Buffers& b, const Shape& s) {
@@ -141,7 +125,7 @@ AttentionBackwardArgs on_next_copy(Buffers& b, AttentionBackwardArgs a) {
 
 void set_counters(benchmark::State& state, const AttentionBackwardArgs& a, std::size_t device_bytes) {
   bench::set_flops(state, course::m04::attention_backward_flops(a));
-  state.counters["mem_MB"] = static_cast<double>(device_bytes) / 1e6;
+  bench::set_device_memory(state, device_bytes);
 }
 
 void bench_step(benchmark::State& state, AttentionBackwardFn attention_backward, AttentionBackwardStep step,

@@ -23,6 +23,7 @@
 ///                     });
 ///                   });
 
+#include "course/device.hpp"
 #include "course/error.hpp"
 
 #include <benchmark/benchmark.h>
@@ -55,6 +56,9 @@ void set_bandwidth(benchmark::State& state, double bytes_moved);
 /// "TFLOP/s" = flops / time, and "of_ceiling" = over `ceiling_tflops` (if > 0),
 /// typically the library's rate measured in the same run.
 void set_flops(benchmark::State& state, double flops, double ceiling_tflops = 0.0);
+/// "mem_MB": the device memory one call needs (inputs, outputs, workspace), in MB: shows
+/// a step's O(N) or O(N^2) footprint beside its speed.
+void set_device_memory(benchmark::State& state, std::size_t bytes);
 
 /// Device-to-device copy bandwidth in GB/s (bytes read + bytes written), measured once
 /// per process on a 1 GiB buffer: the memory ceiling the course's counters refer to.
@@ -147,6 +151,34 @@ class Rotation {
 
 /// The device's L2 cache size in bytes (for choosing how many copies to rotate).
 double l2_cache_bytes();
+
+/// How many copies of inputs of `bytes` each to rotate so that an iteration does not find
+/// its inputs in L2 from the previous one: enough to span 200 MB (4x a 50 MB L2), 1 to 8.
+int rotation_copies(double bytes);
+
+/// Scratch for the rows that materialize O(N^2) intermediates (attention's scores, the
+/// backward's P and dP): one buffer of T per process, grown on demand -- the old one
+/// freed first -- and only if `headroom` bytes of device memory stay free. Otherwise
+/// nullptr, and `why` says "<what> need <n> MiB, only <m> MiB free".
+template <class T>
+T* scratch(std::size_t bytes, const char* what, std::string* why, std::size_t headroom = std::size_t{512} << 20) {
+  static DeviceBuffer<T> ws;
+  if (ws.bytes() >= bytes) return ws.data();
+  ws = DeviceBuffer<T>();  // free the old one first
+  std::size_t free_b = 0, total_b = 0;
+  COURSE_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  if (bytes + headroom > free_b) {
+    *why = std::string(what) + " need " + std::to_string(bytes >> 20) + " MiB, only " + std::to_string(free_b >> 20) +
+           " MiB free";
+    return nullptr;
+  }
+  ws = DeviceBuffer<T>(bytes / sizeof(T));
+  return ws.data();
+}
+
+/// "B4_H16_N4096_d64_causal": the shape part of an attention row's name ("_causal" only
+/// when causal).
+std::string attention_shape(std::int64_t B, std::int64_t H, std::int64_t N, std::int64_t d, bool causal);
 
 /// Fills p[0, n) on the device, asynchronously on `stream`, with values uniform in
 /// [lo, hi): 24 random bits from a hash of (seed, i) (splitmix64's finalizer). Gigabytes
