@@ -220,6 +220,48 @@ T* out(void* p) {
   return static_cast<T*>(p);
 }
 
+/// The arguments of l2_norm (y null) and dot.
+course::m01::ReduceArgs reduce_args(const void* x, const void* y, int64_t n, void* result, void* workspace,
+                                    size_t workspace_bytes, void* stream) {
+  course::m01::ReduceArgs args;
+  args.x = in<float>(x);
+  args.y = in<float>(y);
+  args.n = n;
+  args.result = out<float>(result);
+  args.workspace = out<float>(workspace);
+  args.workspace_bytes = workspace_bytes;
+  args.stream = as_stream(stream);
+  return args;
+}
+
+/// The fields both matmul entry points (fp32, bf16) fill alike.
+template <class Args>
+void set_matmul_shape(Args& args, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
+                      void* stream) {
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.lda = lda;
+  args.ldb = ldb;
+  args.ldc = ldc;
+  args.stream = as_stream(stream);
+}
+
+/// The fields both batched-GEMM entry points fill alike.
+template <class Args>
+void set_gemm_shape(Args& args, int64_t M, int64_t N, int64_t K, int64_t batch, int64_t num_heads, int a_transposed,
+                    int b_transposed, float alpha, void* stream) {
+  args.M = M;
+  args.N = N;
+  args.K = K;
+  args.batch = batch;
+  args.num_heads = num_heads;
+  args.a_transposed = a_transposed != 0;
+  args.b_transposed = b_transposed != 0;
+  args.alpha = alpha;
+  args.stream = as_stream(stream);
+}
+
 template <class T>
 int batched_gemm_strided(const char* step, const void* a, const void* b, void* c, int64_t M, int64_t N, int64_t K,
                          int64_t batch, int64_t num_heads, const int64_t* a_strides, const int64_t* b_strides,
@@ -234,11 +276,7 @@ int batched_gemm_strided(const char* step, const void* a, const void* b, void* c
     args.a = in<T>(a);
     args.b = in<T>(b);
     args.c = out<float>(c);
-    args.M = M;
-    args.N = N;
-    args.K = K;
-    args.batch = batch;
-    args.num_heads = num_heads;
+    set_gemm_shape(args, M, N, K, batch, num_heads, a_transposed, b_transposed, alpha, stream);
     args.stride_a_batch = sa.batch;
     args.stride_a_head = sa.head;
     args.stride_a_row = sa.seq;
@@ -248,10 +286,6 @@ int batched_gemm_strided(const char* step, const void* a, const void* b, void* c
     args.stride_c_batch = sc.batch;
     args.stride_c_head = sc.head;
     args.stride_c_row = sc.seq;
-    args.a_transposed = a_transposed != 0;
-    args.b_transposed = b_transposed != 0;
-    args.alpha = alpha;
-    args.stream = as_stream(stream);
     impl::batched_gemm_strided(s, args);
   });
 }
@@ -266,20 +300,33 @@ int batched_gemm_ptr_array(const char* step, const void* a_ptrs, const void* b_p
     args.a_ptrs = static_cast<const T* const*>(a_ptrs);
     args.b_ptrs = static_cast<const T* const*>(b_ptrs);
     args.c_ptrs = static_cast<float* const*>(c_ptrs);
-    args.M = M;
-    args.N = N;
-    args.K = K;
-    args.batch = batch;
-    args.num_heads = num_heads;
+    set_gemm_shape(args, M, N, K, batch, num_heads, a_transposed, b_transposed, alpha, stream);
     args.lda = lda;
     args.ldb = ldb;
     args.ldc = ldc;
-    args.a_transposed = a_transposed != 0;
-    args.b_transposed = b_transposed != 0;
-    args.alpha = alpha;
-    args.stream = as_stream(stream);
     impl::batched_gemm_ptr_array(s, args);
   });
+}
+
+/// The fields the attention entry points (forward fp32 and bf16, backward) fill alike: the
+/// shape, the Q, K, V, O strides, the scale, the mask and the stream.
+template <class Args>
+void set_attention_shape(Args& args, const char* fn, int64_t batch, int64_t heads, int64_t kv_heads, int64_t seq_q,
+                         int64_t seq_k, int64_t head_dim, const int64_t* q_strides, const int64_t* k_strides,
+                         const int64_t* v_strides, const int64_t* o_strides, float scale, int causal, void* stream) {
+  args.batch = batch;
+  args.heads = heads;
+  args.kv_heads = kv_heads;
+  args.seq_q = seq_q;
+  args.seq_k = seq_k;
+  args.head_dim = head_dim;
+  args.q_strides = strides3(q_strides, fn, "q_strides");
+  args.k_strides = strides3(k_strides, fn, "k_strides");
+  args.v_strides = strides3(v_strides, fn, "v_strides");
+  args.o_strides = strides3(o_strides, fn, "o_strides");
+  args.scale = scale;
+  args.causal = causal != 0;
+  args.stream = as_stream(stream);
 }
 
 int set_bytes(size_t* bytes, std::size_t value, const char* fn) {
@@ -378,29 +425,16 @@ int course_reduce_workspace_bytes(int64_t n, size_t* bytes) {
 int course_l2_norm(const char* step, const void* x, int64_t n, void* result, void* workspace,
                    size_t workspace_bytes, void* stream) {
   return guarded([&] {
-    course::m01::ReduceArgs args;
-    args.x = in<float>(x);
-    args.n = n;
-    args.result = out<float>(result);
-    args.workspace = out<float>(workspace);
-    args.workspace_bytes = workspace_bytes;
-    args.stream = as_stream(stream);
-    impl::l2_norm(find_step(course::m01::kReduceSteps, step, "l2_norm"), args);
+    impl::l2_norm(find_step(course::m01::kReduceSteps, step, "l2_norm"),
+                  reduce_args(x, nullptr, n, result, workspace, workspace_bytes, stream));
   });
 }
 
 int course_dot(const char* step, const void* x, const void* y, int64_t n, void* result, void* workspace,
                size_t workspace_bytes, void* stream) {
   return guarded([&] {
-    course::m01::ReduceArgs args;
-    args.x = in<float>(x);
-    args.y = in<float>(y);
-    args.n = n;
-    args.result = out<float>(result);
-    args.workspace = out<float>(workspace);
-    args.workspace_bytes = workspace_bytes;
-    args.stream = as_stream(stream);
-    impl::dot(find_step(course::m01::kReduceSteps, step, "dot"), args);
+    impl::dot(find_step(course::m01::kReduceSteps, step, "dot"),
+              reduce_args(x, y, n, result, workspace, workspace_bytes, stream));
   });
 }
 
@@ -436,15 +470,9 @@ int course_matmul(const char* step, const void* a, const void* b, void* c, int64
     args.a = in<float>(a);
     args.b = in<float>(b);
     args.c = out<float>(c);
-    args.m = m;
-    args.n = n;
-    args.k = k;
-    args.lda = lda;
-    args.ldb = ldb;
-    args.ldc = ldc;
+    set_matmul_shape(args, m, n, k, lda, ldb, ldc, stream);
     args.alpha = alpha;
     args.beta = beta;
-    args.stream = as_stream(stream);
     impl::matmul(find_step(course::m01::kMatmulSteps, step, "matmul"), args);
   });
 }
@@ -456,13 +484,7 @@ int course_matmul_tc(const char* step, const void* a, const void* b, void* c, in
     args.a = in<__nv_bfloat16>(a);
     args.b = in<__nv_bfloat16>(b);
     args.c = out<float>(c);
-    args.m = m;
-    args.n = n;
-    args.k = k;
-    args.lda = lda;
-    args.ldb = ldb;
-    args.ldc = ldc;
-    args.stream = as_stream(stream);
+    set_matmul_shape(args, m, n, k, lda, ldb, ldc, stream);
     impl::matmul_tc(find_step(course::m01::kTcMatmulSteps, step, "matmul_tc"), args);
   });
 }
@@ -527,24 +549,13 @@ int course_attention_forward(const char* step, const void* q, const void* k, con
     args.v = in<float>(v);
     args.o = out<float>(o);
     args.lse = out<float>(lse);
-    args.batch = batch;
-    args.heads = heads;
-    args.kv_heads = kv_heads;
-    args.seq_q = seq_q;
-    args.seq_k = seq_k;
-    args.head_dim = head_dim;
-    args.q_strides = strides3(q_strides, fn, "q_strides");
-    args.k_strides = strides3(k_strides, fn, "k_strides");
-    args.v_strides = strides3(v_strides, fn, "v_strides");
-    args.o_strides = strides3(o_strides, fn, "o_strides");
-    args.scale = scale;
-    args.causal = causal != 0;
+    set_attention_shape(args, fn, batch, heads, kv_heads, seq_q, seq_k, head_dim, q_strides, k_strides, v_strides,
+                        o_strides, scale, causal, stream);
     args.rope = rope != 0;
     args.rope_theta = rope_theta;
     args.alibi = alibi != 0;
     args.workspace = out<float>(workspace);
     args.workspace_bytes = workspace_bytes;
-    args.stream = as_stream(stream);
     impl::attention(s, args);
   });
 }
@@ -568,19 +579,8 @@ int course_attention_forward_bf16(const char* step, const void* q, const void* k
     args.v = in<bf16>(v);
     args.o = out<bf16>(o);
     args.lse = out<float>(lse);
-    args.batch = batch;
-    args.heads = heads;
-    args.kv_heads = kv_heads;
-    args.seq_q = seq_q;
-    args.seq_k = seq_k;
-    args.head_dim = head_dim;
-    args.q_strides = strides3(q_strides, fn, "q_strides");
-    args.k_strides = strides3(k_strides, fn, "k_strides");
-    args.v_strides = strides3(v_strides, fn, "v_strides");
-    args.o_strides = strides3(o_strides, fn, "o_strides");
-    args.scale = scale;
-    args.causal = causal != 0;
-    args.stream = as_stream(stream);
+    set_attention_shape(args, fn, batch, heads, kv_heads, seq_q, seq_k, head_dim, q_strides, k_strides, v_strides,
+                        o_strides, scale, causal, stream);
     static_cast<AttentionBf16Fn>(&impl::attention)(s, args);
   });
 }
@@ -674,25 +674,14 @@ int course_attention_backward(const char* step, const void* q, const void* k, co
     args.dq = out<float>(dq);
     args.dk = out<float>(dk);
     args.dv = out<float>(dv);
-    args.batch = batch;
-    args.heads = heads;
-    args.kv_heads = kv_heads;
-    args.seq_q = seq_q;
-    args.seq_k = seq_k;
-    args.head_dim = head_dim;
-    args.q_strides = strides3(q_strides, fn, "q_strides");
-    args.k_strides = strides3(k_strides, fn, "k_strides");
-    args.v_strides = strides3(v_strides, fn, "v_strides");
-    args.o_strides = strides3(o_strides, fn, "o_strides");
+    set_attention_shape(args, fn, batch, heads, kv_heads, seq_q, seq_k, head_dim, q_strides, k_strides, v_strides,
+                        o_strides, scale, causal, stream);
     args.do_strides = strides3(do_strides, fn, "do_strides");
     args.dq_strides = strides3(dq_strides, fn, "dq_strides");
     args.dk_strides = strides3(dk_strides, fn, "dk_strides");
     args.dv_strides = strides3(dv_strides, fn, "dv_strides");
-    args.scale = scale;
-    args.causal = causal != 0;
     args.workspace = out<float>(workspace);
     args.workspace_bytes = workspace_bytes;
-    args.stream = as_stream(stream);
     impl::attention_backward(s, args);
   });
 }
