@@ -205,43 +205,33 @@ void expect_named(const SoftmaxArgs& a, const std::string& needle, SoftmaxStep s
   course::testing::expect_invalid_argument([&] { impl::softmax(step, a); }, needle);
 }
 
+/// The call the bad-argument tables make: the default step of expect_named.
+void call_default_step(const SoftmaxArgs& a) { impl::softmax(SoftmaxStep::block_per_row, a); }
+
 TEST(SoftmaxArgsTest, BadShapesAreNamed) {
-  auto a = good_args();
-  a.rows = -1;
-  expect_named(a, "'rows' = -1");
-  a = good_args();
-  a.cols = -2;
-  expect_named(a, "'cols' = -2");
-  a = good_args();
-  a.dim = 2;
-  expect_named(a, "'dim' = 2");
-  a = good_args();
-  a.ldx = a.cols - 1;
-  expect_named(a, "'ldx' = 63");
-  a = good_args();
-  a.ldy = 0;
-  expect_named(a, "'ldy' = 0");
-  a = good_args();
-  expect_named(a, "'step' = 17", static_cast<SoftmaxStep>(17));
+  course::testing::expect_each_rejected<SoftmaxArgs>(good_args, call_default_step, {
+      {[](SoftmaxArgs& a) { a.rows = -1; }, "'rows' = -1"},
+      {[](SoftmaxArgs& a) { a.cols = -2; }, "'cols' = -2"},
+      {[](SoftmaxArgs& a) { a.dim = 2; }, "'dim' = 2"},
+      {[](SoftmaxArgs& a) { a.ldx = a.cols - 1; }, "'ldx' = 63"},
+      {[](SoftmaxArgs& a) { a.ldy = 0; }, "'ldy' = 0"},
+  });
+  expect_named(good_args(), "'step' = 17", static_cast<SoftmaxStep>(17));
 }
 
 TEST(SoftmaxArgsTest, BadPointersAreNamed) {
-  auto a = good_args();
-  a.x = nullptr;
-  expect_named(a, "'x' = nullptr");
-  a = good_args();
-  a.y = nullptr;
-  expect_named(a, "'y' = nullptr");
-  a = good_args();
-  a.x = reinterpret_cast<const float*>(reinterpret_cast<const char*>(g_fake) + 2);
-  expect_named(a, "'x'");
-  a = good_args();
-  a.y = g_fake + 100;  // inside x's range
-  expect_named(a, "overlaps x");
-  a = good_args();
-  a.y = const_cast<float*>(a.x);  // same start, different stride: not the in-place case
-  a.ldy = a.ldx + 4;
-  expect_named(a, "overlaps x");
+  course::testing::expect_each_rejected<SoftmaxArgs>(good_args, call_default_step, {
+      {[](SoftmaxArgs& a) { a.x = nullptr; }, "'x' = nullptr"},
+      {[](SoftmaxArgs& a) { a.y = nullptr; }, "'y' = nullptr"},
+      {[](SoftmaxArgs& a) { a.x = reinterpret_cast<const float*>(reinterpret_cast<const char*>(g_fake) + 2); },
+       "'x'"},
+      {[](SoftmaxArgs& a) { a.y = g_fake + 100; }, "overlaps x"},  // inside x's range
+      {[](SoftmaxArgs& a) {
+         a.y = const_cast<float*>(a.x);
+         a.ldy = a.ldx + 4;
+       },
+       "overlaps x"},  // same start, different stride: not the in-place case
+  });
 }
 
 TEST(SoftmaxArgsTest, NaiveNeedsItsWorkspace) {

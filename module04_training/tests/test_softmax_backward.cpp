@@ -219,67 +219,53 @@ void expect_named(const SoftmaxBackwardArgs& a, const std::string& needle,
   course::testing::expect_invalid_argument([&] { impl::softmax_backward(step, a); }, needle);
 }
 
+/// The call the bad-argument tables make: the default step of expect_named.
+void call_default_step(const SoftmaxBackwardArgs& a) {
+  impl::softmax_backward(SoftmaxBackwardStep::fused_vectorized, a);
+}
+
 TEST(SoftmaxBackwardArgsTest, BadShapesAreNamed) {
-  auto a = good_args();
-  a.rows = -1;
-  expect_named(a, "'rows' = -1");
-  a = good_args();
-  a.cols = -2;
-  expect_named(a, "'cols' = -2");
-  a = good_args();
-  a.rows = std::int64_t{1} << 31;
-  expect_named(a, "'rows' = 2147483648");
-  a = good_args();
-  a.dim = 2;
-  expect_named(a, "'dim' = 2");
-  a = good_args();
-  a.ldy = a.cols - 1;
-  expect_named(a, "'ldy' = 63");
-  a = good_args();
-  a.lddy = 0;
-  expect_named(a, "'lddy' = 0");
-  a = good_args();
-  a.lddx = 10;
-  expect_named(a, "'lddx' = 10");
-  a = good_args();
-  expect_named(a, "'step' = 17", static_cast<SoftmaxBackwardStep>(17));
+  course::testing::expect_each_rejected<SoftmaxBackwardArgs>(good_args, call_default_step, {
+      {[](SoftmaxBackwardArgs& a) { a.rows = -1; }, "'rows' = -1"},
+      {[](SoftmaxBackwardArgs& a) { a.cols = -2; }, "'cols' = -2"},
+      {[](SoftmaxBackwardArgs& a) { a.rows = std::int64_t{1} << 31; }, "'rows' = 2147483648"},
+      {[](SoftmaxBackwardArgs& a) { a.dim = 2; }, "'dim' = 2"},
+      {[](SoftmaxBackwardArgs& a) { a.ldy = a.cols - 1; }, "'ldy' = 63"},
+      {[](SoftmaxBackwardArgs& a) { a.lddy = 0; }, "'lddy' = 0"},
+      {[](SoftmaxBackwardArgs& a) { a.lddx = 10; }, "'lddx' = 10"},
+  });
+  expect_named(good_args(), "'step' = 17", static_cast<SoftmaxBackwardStep>(17));
 }
 
 TEST(SoftmaxBackwardArgsTest, BadPointersAreNamed) {
-  auto a = good_args();
-  a.y = nullptr;
-  expect_named(a, "'y' = nullptr");
-  a = good_args();
-  a.dy = nullptr;
-  expect_named(a, "'dy' = nullptr");
-  a = good_args();
-  a.dx = nullptr;
-  expect_named(a, "'dx' = nullptr");
-  a = good_args();
-  a.dy = reinterpret_cast<const float*>(reinterpret_cast<const char*>(a.dy) + 2);
-  expect_named(a, "'dy'");
-  a = good_args();
-  a.dx = reinterpret_cast<float*>(reinterpret_cast<char*>(a.dx) + 1);
-  expect_named(a, "'dx'");
+  course::testing::expect_each_rejected<SoftmaxBackwardArgs>(good_args, call_default_step, {
+      {[](SoftmaxBackwardArgs& a) { a.y = nullptr; }, "'y' = nullptr"},
+      {[](SoftmaxBackwardArgs& a) { a.dy = nullptr; }, "'dy' = nullptr"},
+      {[](SoftmaxBackwardArgs& a) { a.dx = nullptr; }, "'dx' = nullptr"},
+      {[](SoftmaxBackwardArgs& a) {
+         a.dy = reinterpret_cast<const float*>(reinterpret_cast<const char*>(a.dy) + 2);
+       },
+       "'dy'"},
+      {[](SoftmaxBackwardArgs& a) { a.dx = reinterpret_cast<float*>(reinterpret_cast<char*>(a.dx) + 1); }, "'dx'"},
+  });
 }
 
 TEST(SoftmaxBackwardArgsTest, OverlapsAreNamed) {
-  auto a = good_args();
-  a.dx = const_cast<float*>(a.y);  // dx == y: not the allowed in-place case
-  expect_named(a, "overlaps y");
-  a = good_args();
-  a.dx = g_fake + 100;  // inside y
-  expect_named(a, "overlaps y");
-  a = good_args();
-  a.dx = g_fake + 2048 + 64;  // dy shifted by a row
-  expect_named(a, "overlaps dy");
-  a = good_args();
-  a.dx = const_cast<float*>(a.dy);  // same start, different stride
-  a.lddx = a.lddy + 4;
-  expect_named(a, "overlaps dy");
-  a = good_args();
-  a.workspace = g_fake + 4096 + 10;  // inside dx
-  expect_named(a, "overlaps dx", SoftmaxBackwardStep::two_pass);
+  course::testing::expect_each_rejected<SoftmaxBackwardArgs>(good_args, call_default_step, {
+      {[](SoftmaxBackwardArgs& a) { a.dx = const_cast<float*>(a.y); }, "overlaps y"},  // dx == y: not in place
+      {[](SoftmaxBackwardArgs& a) { a.dx = g_fake + 100; }, "overlaps y"},  // inside y
+      {[](SoftmaxBackwardArgs& a) { a.dx = g_fake + 2048 + 64; }, "overlaps dy"},  // dy shifted by a row
+      {[](SoftmaxBackwardArgs& a) {
+         a.dx = const_cast<float*>(a.dy);
+         a.lddx = a.lddy + 4;
+       },
+       "overlaps dy"},  // same start, different stride
+  });
+  {
+    auto a = good_args();
+    a.workspace = g_fake + 4096 + 10;  // inside dx
+    expect_named(a, "overlaps dx", SoftmaxBackwardStep::two_pass);
+  }
 }
 
 TEST(SoftmaxBackwardArgsTest, InPlaceAndAliasedInputsAreAccepted) {

@@ -15,7 +15,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -448,10 +447,6 @@ TEST_F(AdamTest, FirstStepsMatchAHandComputedUpdate) {
 alignas(16) float g_fake[16384];
 std::int32_t* fake_ints(std::size_t at) { return reinterpret_cast<std::int32_t*>(g_fake + at); }
 
-void expect_named(const std::function<void()>& call, const std::string& needle) {
-  course::testing::expect_invalid_argument(call, needle);
-}
-
 TEST(TrainingOpsArgsTest, EmbeddingRejectsBadArgumentsByName) {
   const auto good = [] {
     m04::EmbeddingArgs a;
@@ -465,32 +460,20 @@ TEST(TrainingOpsArgsTest, EmbeddingRejectsBadArgumentsByName) {
     a.dim = 8;
     return a;
   };
-  const auto run = [](m04::EmbeddingArgs a) { return [a] { m04::embedding_forward(a); }; };
-  auto a = good();
-  a.batch = 0;
-  expect_named(run(a), "'batch' = 0");
-  a = good();
-  a.dim = -3;
-  expect_named(run(a), "'dim' = -3");
-  a = good();
-  a.vocab = std::int64_t{1} << 31;
-  expect_named(run(a), "'vocab' = 2147483648");
-  a = good();
-  a.ids = nullptr;
-  expect_named(run(a), "'ids' = nullptr");
-  a = good();
-  a.token_table = nullptr;
-  expect_named(run(a), "'token_table' = nullptr");
-  a = good();
-  a.out = g_fake + 300;  // inside the position table
-  expect_named(run(a), "'out'");
-  a = good();
-  a.out = reinterpret_cast<float*>(reinterpret_cast<char*>(g_fake + 1024) + 2);
-  expect_named(run(a), "'out'");
-  a = good();
-  a.batch = 1 << 16;
-  a.seq = 1 << 12;
-  expect_named(run(a), "'batch * seq * dim'");
+  const auto run = [](const m04::EmbeddingArgs& a) { m04::embedding_forward(a); };
+  course::testing::expect_each_rejected<m04::EmbeddingArgs>(good, run, {
+      {[](m04::EmbeddingArgs& a) { a.batch = 0; }, "'batch' = 0"},
+      {[](m04::EmbeddingArgs& a) { a.dim = -3; }, "'dim' = -3"},
+      {[](m04::EmbeddingArgs& a) { a.vocab = std::int64_t{1} << 31; }, "'vocab' = 2147483648"},
+      {[](m04::EmbeddingArgs& a) { a.ids = nullptr; }, "'ids' = nullptr"},
+      {[](m04::EmbeddingArgs& a) { a.token_table = nullptr; }, "'token_table' = nullptr"},
+      {[](m04::EmbeddingArgs& a) { a.out = g_fake + 300; }, "'out'"},  // inside the position table
+      {[](m04::EmbeddingArgs& a) {
+         a.out = reinterpret_cast<float*>(reinterpret_cast<char*>(g_fake + 1024) + 2);
+       },
+       "'out'"},
+      {[](m04::EmbeddingArgs& a) { a.batch = 1 << 16; a.seq = 1 << 12; }, "'batch * seq * dim'"},
+  });
 
   const auto good_bwd = [] {
     m04::EmbeddingBackwardArgs b;
@@ -504,23 +487,18 @@ TEST(TrainingOpsArgsTest, EmbeddingRejectsBadArgumentsByName) {
     b.dim = 8;
     return b;
   };
-  const auto run_bwd = [](m04::EmbeddingBackwardArgs b) { return [b] { m04::embedding_backward(b); }; };
-  auto b = good_bwd();
-  b.token_grad = nullptr;
-  b.position_grad = nullptr;
-  expect_named(run_bwd(b), "'token_grad' = nullptr");
-  b = good_bwd();
-  b.dout = nullptr;
-  expect_named(run_bwd(b), "'dout' = nullptr");
-  b = good_bwd();
-  b.token_grad = g_fake + 100;  // inside dout
-  expect_named(run_bwd(b), "'token_grad'");
-  b = good_bwd();
-  b.position_grad = g_fake + 1030;  // inside token_grad
-  expect_named(run_bwd(b), "'position_grad'");
-  b = good_bwd();
-  b.seq = 0;
-  expect_named(run_bwd(b), "'seq' = 0");
+  const auto run_bwd = [](const m04::EmbeddingBackwardArgs& b) { m04::embedding_backward(b); };
+  course::testing::expect_each_rejected<m04::EmbeddingBackwardArgs>(good_bwd, run_bwd, {
+      {[](m04::EmbeddingBackwardArgs& b) {
+         b.token_grad = nullptr;
+         b.position_grad = nullptr;
+       },
+       "'token_grad' = nullptr"},
+      {[](m04::EmbeddingBackwardArgs& b) { b.dout = nullptr; }, "'dout' = nullptr"},
+      {[](m04::EmbeddingBackwardArgs& b) { b.token_grad = g_fake + 100; }, "'token_grad'"},  // inside dout
+      {[](m04::EmbeddingBackwardArgs& b) { b.position_grad = g_fake + 1030; }, "'position_grad'"},  // inside token_grad
+      {[](m04::EmbeddingBackwardArgs& b) { b.seq = 0; }, "'seq' = 0"},
+  });
 }
 
 TEST(TrainingOpsArgsTest, BiasAddRejectsBadArgumentsByName) {
@@ -533,32 +511,17 @@ TEST(TrainingOpsArgsTest, BiasAddRejectsBadArgumentsByName) {
     a.cols = 32;
     return a;
   };
-  const auto run = [](m04::BiasAddArgs a) { return [a] { m04::bias_add(a); }; };
-  auto a = good();
-  a.rows = 0;
-  expect_named(run(a), "'rows' = 0");
-  a = good();
-  a.cols = -1;
-  expect_named(run(a), "'cols' = -1");
-  a = good();
-  a.ldy = 31;
-  expect_named(run(a), "'ldy' = 31");
-  a = good();
-  a.ldr = 5;
-  expect_named(run(a), "'ldr' = 5");
-  a = good();
-  a.y = nullptr;
-  expect_named(run(a), "'y' = nullptr");
-  a = good();
-  a.bias = nullptr;
-  a.residual = nullptr;
-  expect_named(run(a), "'bias' = nullptr");
-  a = good();
-  a.residual = g_fake + 100;  // overlaps y
-  expect_named(run(a), "'residual'");
-  a = good();
-  a.bias = g_fake + 10;  // overlaps y
-  expect_named(run(a), "'bias'");
+  const auto run = [](const m04::BiasAddArgs& a) { m04::bias_add(a); };
+  course::testing::expect_each_rejected<m04::BiasAddArgs>(good, run, {
+      {[](m04::BiasAddArgs& a) { a.rows = 0; }, "'rows' = 0"},
+      {[](m04::BiasAddArgs& a) { a.cols = -1; }, "'cols' = -1"},
+      {[](m04::BiasAddArgs& a) { a.ldy = 31; }, "'ldy' = 31"},
+      {[](m04::BiasAddArgs& a) { a.ldr = 5; }, "'ldr' = 5"},
+      {[](m04::BiasAddArgs& a) { a.y = nullptr; }, "'y' = nullptr"},
+      {[](m04::BiasAddArgs& a) { a.bias = nullptr; a.residual = nullptr; }, "'bias' = nullptr"},
+      {[](m04::BiasAddArgs& a) { a.residual = g_fake + 100; }, "'residual'"},  // overlaps y
+      {[](m04::BiasAddArgs& a) { a.bias = g_fake + 10; }, "'bias'"},  // overlaps y
+  });
 }
 
 TEST(TrainingOpsArgsTest, CrossEntropyRejectsBadArgumentsByName) {
@@ -577,41 +540,21 @@ TEST(TrainingOpsArgsTest, CrossEntropyRejectsBadArgumentsByName) {
     a.classes = classes;
     return a;
   };
-  const auto run = [](m04::CrossEntropyArgs a) { return [a] { m04::cross_entropy(a); }; };
+  const auto run = [](const m04::CrossEntropyArgs& a) { m04::cross_entropy(a); };
   EXPECT_NO_THROW(m04::validate_cross_entropy_args(good()));
-  auto a = good();
-  a.rows = 0;
-  expect_named(run(a), "'rows' = 0");
-  a = good();
-  a.classes = 0;
-  expect_named(run(a), "'classes' = 0");
-  a = good();
-  a.ld = 8;
-  expect_named(run(a), "'ld' = 8");
-  a = good();
-  a.logits = nullptr;
-  expect_named(run(a), "'logits' = nullptr");
-  a = good();
-  a.targets = nullptr;
-  expect_named(run(a), "'targets' = nullptr");
-  a = good();
-  a.loss = nullptr;
-  expect_named(run(a), "'loss' = nullptr");
-  a = good();
-  a.workspace = nullptr;
-  expect_named(run(a), "'workspace' = nullptr");
-  a = good();
-  a.workspace_bytes = 16;
-  expect_named(run(a), "'workspace_bytes' = 16");
-  a = good();
-  a.dlogits = g_fake + 512;  // overlaps logits
-  expect_named(run(a), "'dlogits'");
-  a = good();
-  a.loss = g_fake + 3;  // inside logits
-  expect_named(run(a), "'loss'");
-  a = good();
-  a.workspace = g_fake + 1024;  // on top of dlogits
-  expect_named(run(a), "overlaps");
+  course::testing::expect_each_rejected<m04::CrossEntropyArgs>(good, run, {
+      {[](m04::CrossEntropyArgs& a) { a.rows = 0; }, "'rows' = 0"},
+      {[](m04::CrossEntropyArgs& a) { a.classes = 0; }, "'classes' = 0"},
+      {[](m04::CrossEntropyArgs& a) { a.ld = 8; }, "'ld' = 8"},
+      {[](m04::CrossEntropyArgs& a) { a.logits = nullptr; }, "'logits' = nullptr"},
+      {[](m04::CrossEntropyArgs& a) { a.targets = nullptr; }, "'targets' = nullptr"},
+      {[](m04::CrossEntropyArgs& a) { a.loss = nullptr; }, "'loss' = nullptr"},
+      {[](m04::CrossEntropyArgs& a) { a.workspace = nullptr; }, "'workspace' = nullptr"},
+      {[](m04::CrossEntropyArgs& a) { a.workspace_bytes = 16; }, "'workspace_bytes' = 16"},
+      {[](m04::CrossEntropyArgs& a) { a.dlogits = g_fake + 512; }, "'dlogits'"},  // overlaps logits
+      {[](m04::CrossEntropyArgs& a) { a.loss = g_fake + 3; }, "'loss'"},  // inside logits
+      {[](m04::CrossEntropyArgs& a) { a.workspace = g_fake + 1024; }, "overlaps"},  // on top of dlogits
+  });
 }
 
 TEST(TrainingOpsArgsTest, AdamRejectsBadArgumentsByName) {
@@ -625,38 +568,20 @@ TEST(TrainingOpsArgsTest, AdamRejectsBadArgumentsByName) {
     a.step = 1;
     return a;
   };
-  const auto run = [](m04::AdamArgs a) { return [a] { m04::adam_update(a); }; };
+  const auto run = [](const m04::AdamArgs& a) { m04::adam_update(a); };
   EXPECT_NO_THROW(m04::validate_adam_args(good()));
-  auto a = good();
-  a.n = 0;
-  expect_named(run(a), "'n' = 0");
-  a = good();
-  a.step = 0;
-  expect_named(run(a), "'step' = 0");
-  a = good();
-  a.lr = 0.f;
-  expect_named(run(a), "'lr' = 0");
-  a = good();
-  a.lr = std::numeric_limits<float>::quiet_NaN();
-  expect_named(run(a), "'lr' = nan");
-  a = good();
-  a.beta1 = 1.f;
-  expect_named(run(a), "'beta1' = 1");
-  a = good();
-  a.beta2 = -0.5f;
-  expect_named(run(a), "'beta2' = -0.5");
-  a = good();
-  a.eps = 0.f;
-  expect_named(run(a), "'eps' = 0");
-  a = good();
-  a.m = nullptr;
-  expect_named(run(a), "'m' = nullptr");
-  a = good();
-  a.grads = g_fake + 500;  // overlaps params
-  expect_named(run(a), "'grads'");
-  a = good();
-  a.v = g_fake + 2500;  // overlaps m
-  expect_named(run(a), "'v'");
+  course::testing::expect_each_rejected<m04::AdamArgs>(good, run, {
+      {[](m04::AdamArgs& a) { a.n = 0; }, "'n' = 0"},
+      {[](m04::AdamArgs& a) { a.step = 0; }, "'step' = 0"},
+      {[](m04::AdamArgs& a) { a.lr = 0.f; }, "'lr' = 0"},
+      {[](m04::AdamArgs& a) { a.lr = std::numeric_limits<float>::quiet_NaN(); }, "'lr' = nan"},
+      {[](m04::AdamArgs& a) { a.beta1 = 1.f; }, "'beta1' = 1"},
+      {[](m04::AdamArgs& a) { a.beta2 = -0.5f; }, "'beta2' = -0.5"},
+      {[](m04::AdamArgs& a) { a.eps = 0.f; }, "'eps' = 0"},
+      {[](m04::AdamArgs& a) { a.m = nullptr; }, "'m' = nullptr"},
+      {[](m04::AdamArgs& a) { a.grads = g_fake + 500; }, "'grads'"},  // overlaps params
+      {[](m04::AdamArgs& a) { a.v = g_fake + 2500; }, "'v'"},  // overlaps m
+  });
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -116,6 +117,26 @@ void expect_invalid_argument(Call&& call, const std::vector<std::string>& needle
 template <class Call>
 void expect_invalid_argument(Call&& call, const std::string& needle) {
   expect_invalid_argument(std::forward<Call>(call), std::vector<std::string>{needle});
+}
+
+/// One case of a bad-argument test: how it spoils valid arguments, and the text the
+/// rejection must contain.
+template <class Args>
+struct BadArgument {
+  std::function<void(Args&)> spoil;
+  std::string needle;
+};
+
+/// For each case: fresh valid arguments from `good()`, spoiled by the case; `call(args)`
+/// must throw InvalidArgument whose message contains the case's needle.
+template <class Args, class Good, class Call>
+void expect_each_rejected(Good good, Call call, const std::vector<BadArgument<Args>>& cases) {
+  for (const BadArgument<Args>& c : cases) {
+    SCOPED_TRACE(c.needle);
+    Args a = good();
+    c.spoil(a);
+    expect_invalid_argument([&] { call(a); }, c.needle);
+  }
 }
 
 }  // namespace course::testing
