@@ -124,6 +124,32 @@ void embedding_backward_reference(const std::vector<std::int32_t>& ids, const st
     }
 }
 
+/// One embedding-backward problem: dO random (seed), the CPU sums, the device buffers and
+/// the arguments (both gradients requested).
+struct EmbeddingBackwardProblem {
+  std::vector<double> want_tok, want_pos;
+  DeviceBuffer<std::int32_t> d_ids;
+  DeviceBuffer<float> d_dout, d_tok, d_pos;
+  m04::EmbeddingBackwardArgs args;
+
+  EmbeddingBackwardProblem(const EmbeddingCase& c, const std::vector<std::int32_t>& ids, std::uint64_t seed) {
+    const auto dout = course::random_vector(ids.size() * static_cast<std::size_t>(c.dim), seed);
+    embedding_backward_reference(ids, dout, c, want_tok, want_pos);
+    d_ids = DeviceBuffer<std::int32_t>(ids);
+    d_dout = DeviceBuffer<float>(dout);
+    d_tok = DeviceBuffer<float>(want_tok.size());
+    d_pos = DeviceBuffer<float>(want_pos.size());
+    args.ids = d_ids.data();
+    args.dout = d_dout.data();
+    args.token_grad = d_tok.data();
+    args.position_grad = d_pos.data();
+    args.batch = c.batch;
+    args.seq = c.seq;
+    args.vocab = c.vocab;
+    args.dim = c.dim;
+  }
+};
+
 TEST_F(EmbeddingTest, BackwardSumsRowsPerTokenAndPerPosition) {
   // 40 x 33 = 1320 rows: more than one chunk of staged ids; vocab 3: many repeats per token;
   // dim 300: several column strips per block; vocab 50 > rows: tokens that never occur get 0.
@@ -134,26 +160,15 @@ TEST_F(EmbeddingTest, BackwardSumsRowsPerTokenAndPerPosition) {
     const std::int64_t rows = c.batch * c.seq;
     auto ids = random_ids(static_cast<std::size_t>(rows), c.vocab, seed());
     ids[1 % ids.size()] = -1;  // an invalid id: its row adds to no token (but to its position)
-    const auto dout = course::random_vector(static_cast<std::size_t>(rows * c.dim), seed() + 1);
-    std::vector<double> want_tok, want_pos;
-    embedding_backward_reference(ids, dout, c, want_tok, want_pos);
-    DeviceBuffer<std::int32_t> d_ids(ids);
-    DeviceBuffer<float> d_dout(dout), d_tok(want_tok.size()), d_pos(want_pos.size());
-    m04::EmbeddingBackwardArgs a;
-    a.ids = d_ids.data();
-    a.dout = d_dout.data();
-    a.token_grad = d_tok.data();
-    a.position_grad = d_pos.data();
-    a.batch = c.batch;
-    a.seq = c.seq;
-    a.vocab = c.vocab;
-    a.dim = c.dim;
+    EmbeddingBackwardProblem p(c, ids, seed() + 1);
+    const std::vector<double>& want_tok = p.want_tok;
+    const std::vector<double>& want_pos = p.want_pos;
     std::vector<float> first_tok, first_pos;
     for (int run = 0; run < 2; ++run) {
-      d_tok.poison();
-      d_pos.poison();
-      m04::embedding_backward(a);
-      const auto tok = d_tok.download(), pos = d_pos.download();
+      p.d_tok.poison();
+      p.d_pos.poison();
+      m04::embedding_backward(p.args);
+      const auto tok = p.d_tok.download(), pos = p.d_pos.download();
       if (run == 0) {
         // A token's sum has up to `rows` terms, a position's `batch`.
         EXPECT_MATCHES(course::compare(tok, want_tok, course::tolerance_for(course::DType::f32, rows)));
@@ -170,28 +185,17 @@ TEST_F(EmbeddingTest, BackwardSumsRowsPerTokenAndPerPosition) {
 
 TEST_F(EmbeddingTest, BackwardComputesOnlyTheRequestedGradient) {
   const EmbeddingCase c{2, 5, 7, 12, true};
-  const auto ids = random_ids(10, c.vocab, seed());
-  const auto dout = course::random_vector(static_cast<std::size_t>(10 * c.dim), seed() + 1);
-  std::vector<double> want_tok, want_pos;
-  embedding_backward_reference(ids, dout, c, want_tok, want_pos);
-  DeviceBuffer<std::int32_t> d_ids(ids);
-  DeviceBuffer<float> d_dout(dout), d_tok(want_tok.size()), d_pos(want_pos.size());
-  m04::EmbeddingBackwardArgs a;
-  a.ids = d_ids.data();
-  a.dout = d_dout.data();
-  a.batch = c.batch;
-  a.seq = c.seq;
-  a.vocab = c.vocab;
-  a.dim = c.dim;
-  a.token_grad = d_tok.data();
-  d_tok.poison();
+  EmbeddingBackwardProblem p(c, random_ids(10, c.vocab, seed()), seed() + 1);
+  m04::EmbeddingBackwardArgs a = p.args;
+  a.position_grad = nullptr;
+  p.d_tok.poison();
   m04::embedding_backward(a);
-  EXPECT_MATCHES(course::compare(d_tok.download(), want_tok, course::tolerance_for(course::DType::f32, 10)));
+  EXPECT_MATCHES(course::compare(p.d_tok.download(), p.want_tok, course::tolerance_for(course::DType::f32, 10)));
   a.token_grad = nullptr;
-  a.position_grad = d_pos.data();
-  d_pos.poison();
+  a.position_grad = p.d_pos.data();
+  p.d_pos.poison();
   m04::embedding_backward(a);
-  EXPECT_MATCHES(course::compare(d_pos.download(), want_pos, course::tolerance_for(course::DType::f32, c.batch)));
+  EXPECT_MATCHES(course::compare(p.d_pos.download(), p.want_pos, course::tolerance_for(course::DType::f32, c.batch)));
 }
 
 // ------------------------------------------------------------------- bias add -----
