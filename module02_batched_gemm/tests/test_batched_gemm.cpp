@@ -385,7 +385,36 @@ struct HostStrided {
   StridedBatchedGemmArgs<float> args() {
     return course::m02::contiguous_strided_args<float>(a, b, c, 2, 3, 5, 6, 4, /*b_transposed=*/true);
   }
+  /// The six matrices' pointers into a, b, c (what a pointer-array call reads).
+  std::vector<const float*> a_ptrs() const { return every(a, 20); }
+  std::vector<const float*> b_ptrs() const { return every(b, 24); }
+  std::vector<float*> c_ptrs() { return every(c, 30); }
+
+ private:
+  template <class T>
+  static std::vector<T*> every(T* base, int step) {
+    std::vector<T*> p;
+    for (int i = 0; i < 6; ++i) p.push_back(base + i * step);
+    return p;
+  }
 };
+
+/// The pointer-array arguments of HostStrided's shape (B = 2, H = 3, M = 5, N = 6, K = 4,
+/// B stored N x K, dense leading dimensions), pointer arrays not set.
+template <class T>
+PtrArrayBatchedGemmArgs<T> ptr_array_shape() {
+  PtrArrayBatchedGemmArgs<T> p;
+  p.M = 5;
+  p.N = 6;
+  p.K = 4;
+  p.batch = 2;
+  p.num_heads = 3;
+  p.lda = 4;
+  p.ldb = 4;
+  p.ldc = 6;
+  p.b_transposed = true;
+  return p;
+}
 
 /// Calls impl::batched_gemm_strided with `s` for every fp32 step.
 void strided_all_f32_steps(const StridedBatchedGemmArgs<float>& s) {
@@ -479,24 +508,10 @@ TEST(BgemmArgsTest, ATransposedRowStrideAndSpanAreChecked) {
   EXPECT_NO_THROW(course::m02::validate_strided_layout(one, "test"));
   one.a_transposed = false;  // now A is 5 x 4 with row stride 5: its last element is a[23]
   expect_invalid([&] { course::m02::validate_strided_layout(one, "test"); }, {"'c'", "intersects A"});
-  PtrArrayBatchedGemmArgs<float> p;
-  p.M = 5;
-  p.N = 6;
-  p.K = 4;
-  p.batch = 2;
-  p.num_heads = 3;
-  p.lda = 4;
-  p.ldb = 4;
-  p.ldc = 6;
-  p.b_transposed = true;
+  PtrArrayBatchedGemmArgs<float> p = ptr_array_shape<float>();
   p.a_transposed = true;
-  std::vector<const float*> a, b;
-  std::vector<float*> c;
-  for (int i = 0; i < 6; ++i) {
-    a.push_back(h.a + i * 20);
-    b.push_back(h.b + i * 24);
-    c.push_back(h.c + i * 30);
-  }
+  const auto a = h.a_ptrs(), b = h.b_ptrs();
+  const auto c = h.c_ptrs();
   expect_invalid([&] { course::m02::validate_ptr_array_contents(p, a, b, c, "test"); }, {"'lda' = 4", "M = 5"});
   p.lda = 5;
   EXPECT_NO_THROW(course::m02::validate_ptr_array_contents(p, a, b, c, "test"));
@@ -512,21 +527,13 @@ TEST(BgemmArgsTest, ATransposedIsRejectedByBf16Steps) {
     if (course::m02::step_input(info.step) != BgemmInput::bf16) continue;
     expect_invalid([&] { impl::batched_gemm_strided(info.step, s); },
                    {"'a_transposed' = true", "supported by the fp32 steps", info.name});
-    PtrArrayBatchedGemmArgs<bf16> p;  // host arrays: the option is named before the arrays are looked at
+    PtrArrayBatchedGemmArgs<bf16> p = ptr_array_shape<bf16>();  // host arrays: the option is named before the arrays are looked at
     const bf16* ap[6] = {};
     float* cp[6] = {};
     p.a_ptrs = ap;
     p.b_ptrs = ap;
     p.c_ptrs = cp;
-    p.M = 5;
-    p.N = 6;
-    p.K = 4;
-    p.batch = 2;
-    p.num_heads = 3;
     p.lda = 5;
-    p.ldb = 4;
-    p.ldc = 6;
-    p.b_transposed = true;
     p.a_transposed = true;
     expect_invalid([&] { impl::batched_gemm_ptr_array(info.step, p); }, {"'a_transposed' = true", info.name});
   }
@@ -544,19 +551,10 @@ TEST(BgemmArgsTest, PtrArrayArgumentsAreNamed) {
   HostStrided h;
   const float* ap[6] = {};
   float* cp[6] = {};
-  PtrArrayBatchedGemmArgs<float> p;
+  PtrArrayBatchedGemmArgs<float> p = ptr_array_shape<float>();
   p.a_ptrs = ap;
   p.b_ptrs = ap;
   p.c_ptrs = cp;
-  p.M = 5;
-  p.N = 6;
-  p.K = 4;
-  p.batch = 2;
-  p.num_heads = 3;
-  p.lda = 4;
-  p.ldb = 4;
-  p.ldc = 6;
-  p.b_transposed = true;
   const auto call = [](const PtrArrayBatchedGemmArgs<float>& q) {
     impl::batched_gemm_ptr_array(BgemmStep::register_blocked, q);
   };
@@ -571,23 +569,9 @@ TEST(BgemmArgsTest, PtrArrayArgumentsAreNamed) {
 
 TEST(BgemmArgsTest, PtrArrayContentsAreChecked) {
   HostStrided h;
-  PtrArrayBatchedGemmArgs<float> p;
-  p.M = 5;
-  p.N = 6;
-  p.K = 4;
-  p.batch = 2;
-  p.num_heads = 3;
-  p.lda = 4;
-  p.ldb = 4;
-  p.ldc = 6;
-  p.b_transposed = true;
-  std::vector<const float*> a, b;
-  std::vector<float*> c;
-  for (int i = 0; i < 6; ++i) {
-    a.push_back(h.a + i * 20);
-    b.push_back(h.b + i * 24);
-    c.push_back(h.c + i * 30);
-  }
+  const PtrArrayBatchedGemmArgs<float> p = ptr_array_shape<float>();
+  const auto a = h.a_ptrs(), b = h.b_ptrs();
+  const auto c = h.c_ptrs();
   EXPECT_NO_THROW(course::m02::validate_ptr_array_contents(p, a, b, c, "test"));
   // Interleaved heads ([B, N, H, d]-style, ldc = 3*6) do not share elements: accepted.
   {
