@@ -90,9 +90,11 @@ __global__ void naive_slice_sum_kernel(const float* x, Slices sl, const float* s
   if (s >= sl.count) return;
   const float* xs = x + s * sl.x_slice;
   const float m = slice_max[s];
-  float sum = 0.f;
-  for (std::int64_t i = 0; i < sl.length; ++i) sum += expf(xs[i * sl.x_elem] - m);
-  slice_sum[s] = sum;
+  // One thread adds the whole slice (up to millions of values): compensated, or a
+  // 65536-long column of near-equal values sums 4e-4 off (see cc::CompensatedSum).
+  cc::CompensatedSum sum;
+  for (std::int64_t i = 0; i < sl.length; ++i) sum.add(expf(xs[i * sl.x_elem] - m));
+  slice_sum[s] = sum.sum;
 }
 
 __global__ void naive_normalize_kernel(const float* x, float* y, Slices sl, const float* slice_max,
@@ -201,10 +203,11 @@ __global__ void __launch_bounds__(kStripCols* kStripRows)
     for (std::int64_t r = threadIdx.y; r < rows; r += kStripRows) m = fmaxf(m, x[r * ldx + c]);
   m = strip_all_reduce(m, cc::Max{}, red);
 
-  float s = 0.f;
+  // Each thread adds rows / kStripRows values (65536 for a 2^20-row column): compensated.
+  cc::CompensatedSum part;
   if (active)
-    for (std::int64_t r = threadIdx.y; r < rows; r += kStripRows) s += expf(x[r * ldx + c] - m);
-  s = strip_all_reduce(s, cc::Sum{}, red);
+    for (std::int64_t r = threadIdx.y; r < rows; r += kStripRows) part.add(expf(x[r * ldx + c] - m));
+  const float s = strip_all_reduce(part.sum, cc::Sum{}, red);
 
   if (!active) return;
   const float inv = 1.f / s;

@@ -312,16 +312,18 @@ inline void validate_attention_backward_args(const AttentionBackwardArgs& a, Att
       same_layout = x_dims[i].extent == y_dims[i].extent && x_dims[i].stride == y_dims[i].stride;
     return !same_layout || detail::same_layout_views_overlap(delta / static_cast<std::intptr_t>(sizeof(float)), x_dims);
   };
-  for (std::size_t g = 0; g < std::size(grads); ++g) {
+  // Inputs first, for every gradient: a gradient pointed at an input is named as the one at
+  // fault even when its span also runs into another gradient's buffer.
+  for (const Range& g : grads)
     for (const Range& in : inputs)
-      require_arg(!cv::ranges_intersect(grads[g].p, grads[g].bytes, in.p, in.bytes), fn, grads[g].name, grads[g].p,
+      require_arg(!cv::ranges_intersect(g.p, g.bytes, in.p, in.bytes), fn, g.name, g.p,
                   msg("overlaps ", in.name, ": the backward pass is not in place (gradients are written while ",
                       "the inputs are read)")
                       .c_str());
+  for (std::size_t g = 0; g < std::size(grads); ++g)
     for (std::size_t other = g + 1; other < std::size(grads); ++other)
       require_arg(!gradient_views_overlap(grads[g], grad_dims[g], grads[other], grad_dims[other]), fn,
-                  grads[g].name, grads[g].p, msg("overlaps ", grads[other].name).c_str());
-  }
+                  grads[g].name, grads[g].p, msg("overlaps '", grads[other].name, "'").c_str());
 
   // The workspace: D (flash steps, O(N)) or P and dP (naive, O(N^2)).
   const std::size_t need = attention_backward_workspace_bytes(step, a);
