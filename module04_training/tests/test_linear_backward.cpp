@@ -136,6 +136,7 @@ TEST_P(LinearBackwardTest, NullOutputsAreSkipped) {
   // The inputs a skipped gradient needs may be null too; nothing requested is a no-op.
   DeviceBuffer<float> dy(70 * 45), db(45), dx(70 * 33), w(33 * 45);
   dy.upload(course::random_vector(70 * 45, seed()));
+  w.upload(course::random_vector(33 * 45, seed() + 1));  // dX = dY W^T reads every element of W
   EXPECT_NO_THROW(impl::linear_backward(
       GetParam().step, course::m04::make_linear_backward_args(nullptr, nullptr, dy.data(), nullptr, nullptr,
                                                               db.data(), 70, 33, 45)));
