@@ -15,7 +15,8 @@
 #   --sanitize REGEX   only binaries whose name matches (default: all *_solution and *_exercise)
 # Environment: SANITIZER_TIMEOUT (s per run, 300), SANITIZER_LARGE_TIMEOUT (s per Large run,
 #   900; 0 skips the Large runs), SANITIZER_FUZZ_CASES (random cases per fuzz test under a
-#   sanitizer, 4), SANITIZER_JOBS, CTEST_JOBS.
+#   sanitizer, 4), SANITIZER_RACECHECK_SHARDS (processes per binary under racecheck, 6),
+#   SANITIZER_JOBS, CTEST_JOBS.
 # Logs (few files, so a remote run can return them all): env.txt build.log ctest.log
 # sanitizer.log bench.txt bench_<module>.json summary.txt
 set -uo pipefail
@@ -116,16 +117,20 @@ if ((run_sanitizer)); then
   sandir=$out/sanitizer-runs
   rm -rf "$sandir" && mkdir -p "$sandir"
   # One compute-sanitizer run per (tool, binary), a few at a time; each writes its own log.
-  sanitize() {  # tool binary [name in the log] [gtest filter] [time limit]
+  # A shard "i/n" runs every n-th test from the i-th (GoogleTest's sharding): racecheck is
+  # slow enough that one binary's unit tests outlast the time limit in a single process.
+  sanitize() {  # tool binary [name in the log] [gtest filter] [time limit] [shard i/n]
     local tool=$1 bin=$2 name=${3:-$1} filter=${4:--*Large*:*Planted*} limit=${5:-${SANITIZER_TIMEOUT:-300}}
-    local log="$sandir/$name.$(basename "$bin").log" rc errs
-    COURSE_FUZZ_CASES=${SANITIZER_FUZZ_CASES:-4} timeout "$limit" compute-sanitizer --tool "$tool" \
+    local shard=${6:-0/1} rc errs
+    local log="$sandir/$name.$(basename "$bin").${shard%/*}.log"
+    GTEST_SHARD_INDEX=${shard%/*} GTEST_TOTAL_SHARDS=${shard#*/} COURSE_FUZZ_CASES=${SANITIZER_FUZZ_CASES:-4} \
+      timeout "$limit" compute-sanitizer --tool "$tool" \
       --error-exitcode 99 --print-limit 20 "$bin" --gtest_filter="$filter" --gtest_brief=1 >"$log" 2>&1
     rc=$?
     errs=$(sed -n 's/.*\(ERROR\|RACECHECK\) SUMMARY: \([0-9]*\) \(error\|hazard\).*/\2/p' "$log" | tail -1)
     [[ -z "$errs" ]] && errs="?"
     ((rc == 124)) && errs="timeout"
-    echo "$name $(basename "$bin") rc=$rc errors=$errs" >>"$log"
+    echo "$name $(basename "$bin") shard $shard rc=$rc errors=$errs" >>"$log"
   }
   jobs_max=${SANITIZER_JOBS:-4}
   pool() { while (($(jobs -rp | wc -l) >= jobs_max)); do wait -n; done; "$@" & }
@@ -133,7 +138,14 @@ if ((run_sanitizer)); then
   for bin in $bins; do
     tools="memcheck"
     [[ "$bin" == *_solution ]] && tools="memcheck racecheck initcheck synccheck"
-    for tool in $tools; do pool sanitize "$tool" "$bin"; done
+    for tool in $tools; do
+      if [[ "$tool" == racecheck ]]; then
+        n=${SANITIZER_RACECHECK_SHARDS:-6}
+        for ((i = 0; i < n; ++i)); do pool sanitize racecheck "$bin" racecheck "" "" "$i/$n"; done
+      else
+        pool sanitize "$tool" "$bin"
+      fi
+    done
   done
   # The planted bugs include deliberate races: racecheck must see them (short runs).
   for bin in $bins; do
