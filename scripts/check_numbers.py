@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Check that every measured number quoted in the course agrees with docs/results.md.
 
-usage: scripts/check_numbers.py [--page docs/results.md] [--list]
+usage: scripts/check_numbers.py [--page docs/results.md] [--list] [--update]
 
 The results page (scripts/make_results.py, from one GPU run) is the only source of
 measured numbers. Banners, READMEs and lessons quote its rows in one greppable form:
@@ -29,6 +29,12 @@ page's columns is computed from the page's two values, allowing for their roundi
 A line with "Measured (" or "Measured:" must quote a row or say pending, and a
 number after "measured" with a unit must be a quote: no measured number lives anywhere
 else. Exit 1 with file:line, the quoted number and the page's for every disagreement.
+
+--update rewrites, in place, every disagreeing number to the page's: a value at the
+quote's number of decimals, a ratio recomputed from the page as the check computes it
+(at the quote's decimals), and a "pending" whose rows the page now has becomes their
+values (with the unit, except in a table whose header names it). It prints
+file:line: old -> new for each change, then checks again.
 """
 import argparse
 import itertools
@@ -103,6 +109,16 @@ def decimals(s):
     return len(s.split(".")[1]) if "." in s else 0
 
 
+def fmt(x, like):
+    """x printed with as many decimals as the string like."""
+    return f"{float(x):.{decimals(like)}f}"
+
+
+def numbers(m, group):
+    """Spans of the numbers of a matched 'a / b' list, in the matched text."""
+    return [(m.start(group) + n.start(), m.start(group) + n.end()) for n in re.finditer(NUM, m.group(group))]
+
+
 def agrees(quoted, page, extra=0.0):
     """quoted equals page at the coarser printed precision (plus extra for computed ratios)."""
     tol = 0.5 * 10 ** -min(decimals(quoted), decimals(page)) + extra + 1e-9
@@ -112,12 +128,30 @@ def agrees(quoted, page, extra=0.0):
 class Checker:
     def __init__(self, page):
         self.page, self.errors, self.quotes, self.pending = page, [], 0, 0
+        self.fixes = []  # (path, line number, start, end, new text): what --update writes
+        self.spot = None  # (path, line number, map from the quote's text to the line's columns)
 
     def fail(self, where, msg):
         self.errors.append(f"{where}: {msg}")
 
-    def ratio(self, where, key, ref, quoted):
-        """Checks `quoted of ref` for the row key."""
+    def fix(self, span, new):
+        """The quote's text at span (a, b) should read new."""
+        path, n, at = self.spot
+        self.fixes.append((path, n, at[span[0]], at[span[1] - 1] + 1, new))
+
+    def update(self):
+        """Writes self.fixes into the files; returns the lines 'file:line: old -> new'."""
+        done = []
+        for path, group in itertools.groupby(sorted(set(self.fixes)), key=lambda f: f[0]):
+            group, lines = list(group), path.read_bytes().decode().splitlines(keepends=True)
+            done += [f"{path.relative_to(ROOT)}:{n}: {lines[n - 1][a:b]} -> {new}" for _, n, a, b, new in group]
+            for _, n, a, b, new in reversed(group):  # right to left: the columns still hold
+                lines[n - 1] = lines[n - 1][:a] + new + lines[n - 1][b:]
+            path.write_bytes("".join(lines).encode())
+        return done
+
+    def ratio(self, where, key, ref, quoted, span):
+        """Checks `quoted of ref` for the row key; span: where quoted is in the quote."""
         op, impl, step, shape = key
         row = self.page.rows[key]
         if ref == "copy" or (impl == "solution" and ref == self.page.compared.get((op, shape))):
@@ -126,6 +160,7 @@ class Checker:
                 self.fail(where, f"{'/'.join(key)}: the page has no {ref} ratio")
             elif not agrees(quoted, page_value):
                 self.fail(where, f"{'/'.join(key)}: {quoted} of {ref}, the page says {page_value}")
+                self.fix(span, fmt(page_value, quoted))
             return
         ref_key = tuple(ref.split("/")) if "/" in ref else (op, "library", ref, shape)
         if len(ref_key) != 4 or not self.page.has(ref_key):
@@ -140,22 +175,33 @@ class Checker:
         rounding = r * (0.5 * 10 ** -decimals(a) / float(a) + 0.5 * 10 ** -decimals(b) / float(b))
         if not agrees(quoted, f"{r:.{max(decimals(quoted), 2)}f}", rounding):
             self.fail(where, f"{'/'.join(key)}: {quoted} of {ref}, the page's {a} / {b} = {r:.3f}")
+            self.fix(span, fmt(r, quoted))
 
-    def quote(self, where, pattern, text, whole, next_line=""):
+    def quote(self, where, pattern, text, whole, spot, next_line="", header=""):
         """Checks one quote of the rows `pattern` (braces allowed); text follows the colon.
         whole: the quote must be all of text (a table cell). next_line: the line after it,
-        which must not carry on the quote (a quote lives on one line)."""
+        which must not carry on the quote (a quote lives on one line). spot: (path, line
+        number, column of text in the line), for --update. header: the table's header line."""
         keys = [tuple(r.split("/")) for r in expand(pattern)]
         if any(len(k) != 4 for k in keys):
             self.fail(where, f"'{pattern}' is not op/impl/step/shape")
             return
-        text = text.strip().replace("**", "")
+        lead, text = len(text) - len(text.lstrip()), text.strip()
+        stars = {i for m in re.finditer(r"\*\*", text) for i in (m.start(), m.start() + 1)}
+        # the column in the line of each character of the text read below
+        self.spot = spot[:2] + ([spot[2] + lead + i for i in range(len(text)) if i not in stars],)
+        text = text.replace("**", "")
         if text.startswith("pending"):
             self.pending += 1
             for k in keys:
                 if self.page.has(k):
                     self.fail(where, f"{'/'.join(k)} is on the page now ({self.page.rows[k]['value']} "
                                      f"{self.page.rows[k]['unit']}): quote it instead of 'pending'")
+            if all(self.page.has(k) for k in keys):
+                unit = self.page.rows[keys[0]]["unit"]
+                bare = whole and re.search(rf"(?<![\w/]){re.escape(unit)}\b", header)
+                self.fix((0, len("pending")), " / ".join(self.page.rows[k]["value"] for k in keys)
+                         + ("" if bare else f" {unit}"))
             return
         missing = [k for k in keys if not self.page.has(k)]
         if missing:
@@ -204,21 +250,24 @@ class Checker:
                     self.fail(where, f"{'/'.join(key)}: unit {m.group('unit')}, the page's is {row['unit']}")
                 elif not agrees(v, row["value"]):
                     self.fail(where, f"{'/'.join(key)}: {v} {row['unit']}, the page says {row['value']}")
+                    self.fix(numbers(m, "values")[i], fmt(row["value"], v))
             if ratios:
-                self.ratio(where, key, refs[i] if len(refs) > 1 else refs[0], ratios.split(" / ")[i])
+                self.ratio(where, key, refs[i] if len(refs) > 1 else refs[0], ratios.split(" / ")[i],
+                           numbers(m, "ratios" if m.group("ratios") else "ratios_only")[i])
 
     def file(self, path):
         rel = path.relative_to(ROOT)
         lines = path.read_text(errors="replace").splitlines()
-        columns = {}  # Markdown table being read: column -> row template
+        columns, header = {}, ""  # Markdown table being read: column -> row template, its header line
         for n, line in enumerate(lines, 1):
             where = f"{rel}:{n}"
-            cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.lstrip().startswith("|") else None
+            cells, starts = table_cells(line)
             if cells is None:
                 columns = {}
             elif not columns and any(HEADER_RE.search(c) for c in cells) and n < len(lines) \
                     and re.match(r"\s*\|\s*:?-{3,}", lines[n]):  # a header: a | --- | line follows
                 columns = {i: HEADER_RE.search(c).group("row") for i, c in enumerate(cells) if HEADER_RE.search(c)}
+                header = line
                 continue
             elif columns and not cells[0].startswith("---"):
                 step = re.search(r"`([^`]+)`", cells[0])
@@ -233,10 +282,10 @@ class Checker:
                     impl, _, word = step.group(1).rpartition("/")
                     if len(parts) == 4:
                         parts[1], parts[2] = impl or parts[1], parts[2].replace("{step}", word)
-                    self.quote(where, "/".join(parts), cell, whole=True)
+                    self.quote(where, "/".join(parts), cell, whole=True, spot=(path, n, starts[i]), header=header)
                 continue
             for m in QUOTE_RE.finditer(line):
-                self.quote(where, m.group("row"), line[m.end():], whole=False,
+                self.quote(where, m.group("row"), line[m.end():], whole=False, spot=(path, n, m.end()),
                            next_line=lines[n] if n < len(lines) else "")
             if re.search(r"\bMeasured( \(|:)", line) and not line.lstrip().startswith("#") \
                     and "(results:" not in line and "pending" not in line:
@@ -245,6 +294,21 @@ class Checker:
             m = re.search(rf"\bmeasured:? ~?{NUM}(?:-{NUM})? ?(GB/s|TB/s|TFLOP/s|ms|us)\b", line, re.I)
             if m:
                 self.fail(where, f"'{m.group(0)}': quote the results row instead of copying the number")
+
+
+def table_cells(line):
+    """A Markdown table line's stripped cells and the column where each starts; (None, None)
+    for another line."""
+    if not line.lstrip().startswith("|"):
+        return None, None
+    s = line.strip()
+    pos = len(line) - len(line.lstrip()) + len(s) - len(s.lstrip("|"))
+    cells, starts = [], []
+    for c in s.strip("|").split("|"):
+        cells.append(c.strip())
+        starts.append(pos + len(c) - len(c.lstrip()))
+        pos += len(c) + 1
+    return cells, starts
 
 
 def scanned_files():
@@ -258,15 +322,24 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--page", type=pathlib.Path, default=ROOT / "docs" / "results.md")
     ap.add_argument("--list", action="store_true", help="print the page's row names and exit")
+    ap.add_argument("--update", action="store_true",
+                    help="rewrite every disagreeing quote to the page's numbers, then check again")
     args = ap.parse_args()
     page = Page(args.page)
     if args.list:
         print("\n".join("/".join(k) + f"  {v['value']} {v['unit']}" for k, v in page.rows.items()))
         return 0
-    checker = Checker(page)
     files = list(scanned_files())
+    checker = Checker(page)
     for path in files:
         checker.file(path)
+    if args.update:
+        changes = checker.update()
+        print("\n".join(changes + [f"[check_numbers] updated {len(changes)} numbers in "
+                                    f"{len({c.split(':')[0] for c in changes})} files"]))
+        checker = Checker(page)
+        for path in files:
+            checker.file(path)
     for e in checker.errors:
         print(e)
     status = "FAILED" if checker.errors else "ok"

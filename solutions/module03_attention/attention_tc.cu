@@ -13,7 +13,7 @@
 /// mma.sync m16n8k16 bf16 = 4096 FLOPs, ~60-70% of the wgmma peak of 989 TFLOP/s) at the
 /// benchmark shapes B*N = 16384 tokens, H*d = 2048, N = 1024 .. 16384 (attention_tc_flash.cu
 /// has the numbers). Step 4 (fused, fp32) for comparison:
-/// Measured (results: attn_f32/solution/fused/B4_H16_N4096_d64): 33.9 TFLOP/s
+/// Measured (results: attn_f32/solution/fused/B4_H16_N4096_d64): 33.8 TFLOP/s
 /// FlashAttention-2 runs ~300-350 TFLOP/s on these shapes.
 
 #include "attention_tc_device.cuh"
