@@ -210,17 +210,23 @@ def attention_vs_n_section(rows, op, images, title):
              "| d | causal | N | top step | TFLOP/s | FA2 | cuDNN | top / FA2 | top / cuDNN |",
              "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
     keys = sorted(data)
+    # A curve against N needs two N at least (a --quick run has one): then the table alone.
+    plot = any(len(v) >= 2 for v in data.values())
+    # One colour per step or backend on every panel (a panel may lack some of them).
+    run_order = list(dict.fromkeys(name for v in data.values() for per_n in v.values() for name in per_n))
+    every = sorted(run_order, key=lambda n: (n.startswith("pytorch"), run_order.index(n)))
+    colour = {name: plt.cm.tab10(i % 10) for i, name in enumerate(every)}
     fig, axes = plt.subplots(2, len(keys), figsize=(4.2 * len(keys), 7), squeeze=False)
     for col, (d, causal) in enumerate(keys):
         by_n = data[(d, causal)]
         ns = sorted(by_n)
-        order = list(dict.fromkeys(n for v in by_n.values() for n in v))  # ladder order, as run
-        names = sorted(order, key=lambda n: (n.startswith("pytorch"), order.index(n)))
         ax = axes[0][col]
-        for name in names:
+        for name in every:
             pts = [(n, by_n[n][name]) for n in ns if name in by_n[n]]
+            if not pts:
+                continue
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "o--" if name.startswith("pytorch") else "o-",
-                    label=name, ms=3)
+                    label=name, ms=3, color=colour[name])
         ax.set_xscale("log", base=2)
         ax.set_title(f"d = {d}{', causal' if causal else ''}")
         ax.set_ylabel("TFLOP/s")
@@ -243,12 +249,18 @@ def attention_vs_n_section(rows, op, images, title):
         ax2.set_xscale("log", base=2)
         ax2.set_xlabel("N")
         ax2.set_ylabel("fraction")
-        ax2.legend(fontsize=7)
+        if ax2.get_lines()[1:]:  # a fraction curve besides the 1.0 line
+            ax2.legend(fontsize=7)
     axes[0][0].legend(fontsize=6)
     fig.suptitle(title)
     fig.tight_layout()
     slug = re.sub(r"[^A-Za-z0-9]+", "_", op)
-    fig.savefig(images / f"results_torch_{slug}.png", dpi=110)
+    image = images / f"results_torch_{slug}.png"
+    if not plot:
+        plt.close(fig)
+        image.unlink(missing_ok=True)
+        return lines + [""]
+    fig.savefig(image, dpi=110)
     plt.close(fig)
     return lines + ["", f"![{title}](images/results_torch_{slug}.png)", ""]
 
