@@ -416,7 +416,8 @@ void launch_tensor_core(const OpA& A, const OpB& B, const OpC& C, const Problem&
 // P*V at S2 gains most over step 4 (its numbers above): the shared-memory limit is gone.
 // An earlier run had P*V 0.84 and Q*K^T 0.78 at S2: S2 sits at the 0.80 line. In a short
 // standalone timing loop P*V at S2 reached 0.94-0.96 and Q*K^T 0.80-0.83; the bench
-// keeps each row running for 0.2 s, and our kernels lose more to the hot GPU than
+// keeps each row running far longer (0.2 s by default; the results page's run used
+// 0.05 s per row, 3 repetitions), and our kernels lose more to the hot GPU than
 // cuBLAS does. Q*K^T at S2 writes 2 GiB of fp32 scores: cuBLAS stores them at ~3.4 TB/s,
 // this kernel at ~2.7. Tried and dropped (0.78-0.83, no gain): 2-8 tiles per block as
 // one pipelined stream of slabs (one tile's stores overlapping the next one's loads),
