@@ -95,6 +95,20 @@ int case_count(int default_count) {
   return default_count;
 }
 
+int cases_per_part() { return case_count(kCasesPerPart); }
+
+int large_cases() { return std::min(case_count(kLargeCases), kLargeCases); }
+
+Part make_part(const std::string& op, const std::string& step, int part_index, bool large, std::uint64_t seed) {
+  return Part{op, step, large ? kParts : part_index, large ? large_cases() : cases_per_part(), seed};
+}
+
+std::string part_name(int part) { return part < kParts ? "part" + std::to_string(part) : "large"; }
+
+std::string test_name(const std::string& step, const std::string& variant, int part) {
+  return step + "_" + (variant.empty() ? "" : variant + "_") + part_name(part);
+}
+
 std::int64_t only_case() {
   if (const char* s = std::getenv("COURSE_FUZZ_ONLY")) return std::atoll(s);
   return -1;

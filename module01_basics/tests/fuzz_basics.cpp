@@ -34,9 +34,15 @@ using course::DeviceBuffer;
 using course::StepInfo;
 using course::fuzz::draw_row_stride;
 using course::fuzz::fake_address;
+using course::fuzz::kCasesPerStep;
+using course::fuzz::kLargeCases;
+using course::fuzz::make_part;
 using course::fuzz::Part;
 using course::fuzz::Rng;
 using course::fuzz::round_up;
+using course::fuzz::step_name;
+using course::fuzz::step_part_name;
+using course::fuzz::test_name;
 using course::fuzz::ValueRange;
 using course::fuzz::Verdict;
 using course::m01::MatmulArgs;
@@ -50,16 +56,7 @@ using course::m01::TcMatmulStep;
 using course::m01::checks::Op;
 using course::testing::GpuTest;
 
-constexpr int kParts = 4;           ///< gtest tests per step: ctest runs them in parallel
-constexpr int kCasesPerPart = 128;  ///< 4 x 128 = 512 random cases per step
-constexpr int kLargeCases = 3;      ///< large cases per step (own test, *Large*)
-
-int cases_per_part() { return course::fuzz::case_count(kCasesPerPart); }
-int large_cases() { return std::min(course::fuzz::case_count(kLargeCases), kLargeCases); }
-
 bool one_signed(const ValueRange& r) { return r.lo >= 0.0 || r.hi <= 0.0; }
-
-std::string part_name(int part) { return part < kParts ? "part" + std::to_string(part) : "large"; }
 
 // =============================================================== reductions =====
 
@@ -116,8 +113,7 @@ class FuzzReduce : public GpuTest, public ::testing::WithParamInterface<ReducePa
     const auto& [info, op, part_index] = GetParam();
     const ReduceStep step = info.step;
     const Op o = op;
-    const Part part{to_string(op), info.name, large ? kParts : part_index, large ? large_cases() : cases_per_part(),
-                    seed()};
+    const Part part = make_part(to_string(op), info.name, part_index, large, seed());
     COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(course::fuzz::run_cases(
         part, [&](Rng& rng) { return draw_reduce(rng, o, step, large); },
         [&](const ReduceCase& c, std::uint64_t s) { return check_reduce(step, c, s); })));
@@ -136,18 +132,12 @@ TEST_P(FuzzReduceLarge, RandomCases) {
 }
 
 std::string reduce_param_name(const ::testing::TestParamInfo<ReduceParam>& info) {
-  return std::string(std::get<0>(info.param).name) + "_" + to_string(std::get<1>(info.param)) + "_" +
-         part_name(std::get<2>(info.param));
+  const auto& [step, op, part] = info.param;
+  return test_name(step.name, to_string(op), part);  // "warp_shuffle_dot_part0"
 }
 
-INSTANTIATE_TEST_SUITE_P(Steps, FuzzReduce,
-                         ::testing::Combine(::testing::ValuesIn(course::m01::kReduceSteps),
-                                            ::testing::Values(Op::l2_norm, Op::dot), ::testing::Range(0, kParts)),
-                         reduce_param_name);
-INSTANTIATE_TEST_SUITE_P(Steps, FuzzReduceLarge,
-                         ::testing::Combine(::testing::ValuesIn(course::m01::kReduceSteps),
-                                            ::testing::Values(Op::l2_norm, Op::dot), ::testing::Values(kParts)),
-                         reduce_param_name);
+COURSE_FUZZ_INSTANTIATE(FuzzReduce, FuzzReduceLarge, reduce_param_name, ::testing::ValuesIn(course::m01::kReduceSteps),
+                        ::testing::Values(Op::l2_norm, Op::dot));
 
 // ------------------------------------------------------ reductions: bad inputs -----
 
@@ -217,9 +207,7 @@ TEST_P(FuzzReduceBadInputs, RejectedByNameContextHealthy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, FuzzReduceBadInputs, ::testing::ValuesIn(course::m01::kReduceSteps),
-                         [](const ::testing::TestParamInfo<StepInfo<ReduceStep>>& i) {
-                           return std::string(i.param.name);
-                         });
+                         step_name<ReduceStep>);
 
 // ================================================================== softmax =====
 
@@ -289,8 +277,8 @@ class FuzzSoftmax : public GpuTest, public ::testing::WithParamInterface<Softmax
     const auto& [info, dim, part_index] = GetParam();
     const SoftmaxStep step = info.step;
     const int d = dim;
-    const Part part{"softmax", std::string(info.name) + "/dim" + std::to_string(dim), large ? kParts : part_index,
-                    large ? large_cases() : cases_per_part(), seed()};
+    const Part part =
+        make_part("softmax", std::string(info.name) + "/dim" + std::to_string(dim), part_index, large, seed());
     COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(course::fuzz::run_cases(
         part, [&](Rng& rng) { return draw_softmax(rng, d, large); },
         [&](const SoftmaxCase& c, std::uint64_t s) { return check_softmax(step, c, s); })));
@@ -303,18 +291,12 @@ TEST_P(FuzzSoftmax, RandomCases) { run(false); }
 TEST_P(FuzzSoftmaxLarge, RandomCases) { run(true); }
 
 std::string softmax_param_name(const ::testing::TestParamInfo<SoftmaxParam>& info) {
-  return std::string(std::get<0>(info.param).name) + "_dim" + std::to_string(std::get<1>(info.param)) + "_" +
-         part_name(std::get<2>(info.param));
+  const auto& [step, dim, part] = info.param;
+  return test_name(step.name, "dim" + std::to_string(dim), part);  // "naive_three_pass_dim0_part0"
 }
 
-INSTANTIATE_TEST_SUITE_P(Steps, FuzzSoftmax,
-                         ::testing::Combine(::testing::ValuesIn(course::m01::kSoftmaxSteps), ::testing::Values(1, 0),
-                                            ::testing::Range(0, kParts)),
-                         softmax_param_name);
-INSTANTIATE_TEST_SUITE_P(Steps, FuzzSoftmaxLarge,
-                         ::testing::Combine(::testing::ValuesIn(course::m01::kSoftmaxSteps), ::testing::Values(1, 0),
-                                            ::testing::Values(kParts)),
-                         softmax_param_name);
+COURSE_FUZZ_INSTANTIATE(FuzzSoftmax, FuzzSoftmaxLarge, softmax_param_name,
+                        ::testing::ValuesIn(course::m01::kSoftmaxSteps), ::testing::Values(1, 0));
 
 // --------------------------------------------------------- softmax: bad inputs -----
 
@@ -378,9 +360,7 @@ TEST_P(FuzzSoftmaxBadInputs, RejectedByNameContextHealthy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, FuzzSoftmaxBadInputs, ::testing::ValuesIn(course::m01::kSoftmaxSteps),
-                         [](const ::testing::TestParamInfo<StepInfo<SoftmaxStep>>& i) {
-                           return std::string(i.param.name);
-                         });
+                         step_name<SoftmaxStep>);
 
 // =================================================================== matmul =====
 
@@ -418,7 +398,7 @@ class FuzzMatmul : public GpuTest, public ::testing::WithParamInterface<MatmulPa
   void run(bool large) {
     const auto& [info, part_index] = GetParam();
     const MatmulStep step = info.step;
-    const Part part{"matmul", info.name, large ? kParts : part_index, large ? large_cases() : cases_per_part(), seed()};
+    const Part part = make_part("matmul", info.name, part_index, large, seed());
     COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(course::fuzz::run_cases(
         part, [&](Rng& rng) { return draw_matmul(rng, large); },
         [&](const MatmulProblem& p, std::uint64_t s) {
@@ -436,17 +416,8 @@ class FuzzMatmulLarge : public FuzzMatmul {};
 TEST_P(FuzzMatmul, RandomCases) { run(false); }
 TEST_P(FuzzMatmulLarge, RandomCases) { run(true); }
 
-std::string matmul_param_name(const ::testing::TestParamInfo<MatmulParam>& info) {
-  return std::string(std::get<0>(info.param).name) + "_" + part_name(std::get<1>(info.param));
-}
-
-INSTANTIATE_TEST_SUITE_P(Steps, FuzzMatmul,
-                         ::testing::Combine(::testing::ValuesIn(course::m01::kMatmulSteps),
-                                            ::testing::Range(0, kParts)),
-                         matmul_param_name);
-INSTANTIATE_TEST_SUITE_P(Steps, FuzzMatmulLarge,
-                         ::testing::Combine(::testing::ValuesIn(course::m01::kMatmulSteps), ::testing::Values(kParts)),
-                         matmul_param_name);
+COURSE_FUZZ_INSTANTIATE(FuzzMatmul, FuzzMatmulLarge, step_part_name<MatmulStep>,
+                        ::testing::ValuesIn(course::m01::kMatmulSteps));
 
 // ---------------------------------------------------------- matmul: bad inputs -----
 
@@ -493,9 +464,7 @@ TEST_P(FuzzMatmulBadInputs, RejectedByNameContextHealthy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, FuzzMatmulBadInputs, ::testing::ValuesIn(course::m01::kMatmulSteps),
-                         [](const ::testing::TestParamInfo<StepInfo<MatmulStep>>& i) {
-                           return std::string(i.param.name);
-                         });
+                         step_name<MatmulStep>);
 
 // ================================================================ matmul_tc =====
 
@@ -522,8 +491,7 @@ class FuzzMatmulTc : public GpuTest, public ::testing::WithParamInterface<TcPara
   void run(bool large) {
     const auto& [info, part_index] = GetParam();
     const TcMatmulStep step = info.step;
-    const Part part{"matmul_tc", info.name, large ? kParts : part_index, large ? large_cases() : cases_per_part(),
-                    seed()};
+    const Part part = make_part("matmul_tc", info.name, part_index, large, seed());
     COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(course::fuzz::run_cases(
         part, [&](Rng& rng) { return draw_tc(rng, large); },
         [&](const TcShape& s, std::uint64_t sd) {
@@ -542,18 +510,8 @@ class FuzzMatmulTcLarge : public FuzzMatmulTc {};
 TEST_P(FuzzMatmulTc, RandomCases) { run(false); }
 TEST_P(FuzzMatmulTcLarge, RandomCases) { run(true); }
 
-std::string tc_param_name(const ::testing::TestParamInfo<TcParam>& info) {
-  return std::string(std::get<0>(info.param).name) + "_" + part_name(std::get<1>(info.param));
-}
-
-INSTANTIATE_TEST_SUITE_P(Steps, FuzzMatmulTc,
-                         ::testing::Combine(::testing::ValuesIn(course::m01::kTcMatmulSteps),
-                                            ::testing::Range(0, kParts)),
-                         tc_param_name);
-INSTANTIATE_TEST_SUITE_P(Steps, FuzzMatmulTcLarge,
-                         ::testing::Combine(::testing::ValuesIn(course::m01::kTcMatmulSteps),
-                                            ::testing::Values(kParts)),
-                         tc_param_name);
+COURSE_FUZZ_INSTANTIATE(FuzzMatmulTc, FuzzMatmulTcLarge, step_part_name<TcMatmulStep>,
+                        ::testing::ValuesIn(course::m01::kTcMatmulSteps));
 
 // ------------------------------------------------------- matmul_tc: bad inputs -----
 
@@ -603,16 +561,12 @@ TEST_P(FuzzMatmulTcBadInputs, RejectedByNameContextHealthy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, FuzzMatmulTcBadInputs, ::testing::ValuesIn(course::m01::kTcMatmulSteps),
-                         [](const ::testing::TestParamInfo<StepInfo<TcMatmulStep>>& i) {
-                           return std::string(i.param.name);
-                         });
+                         step_name<TcMatmulStep>);
 
 // ======================================= the generators themselves (CPU only) =====
 // Every case a generator draws must pass the op's own validation (a generator that drifts
 // outside the contract would test nothing), and every feature of the contract must occur.
 // This runs without a GPU: validation only looks at addresses, never dereferences them.
-
-constexpr int kCasesPerStep = kParts * kCasesPerPart;
 
 TEST(FuzzGenerators, ReduceCasesAreValidAndCoverTheContract) {
   const std::uint64_t seed = course::testing::test_seed();

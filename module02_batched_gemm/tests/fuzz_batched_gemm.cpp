@@ -31,8 +31,12 @@ using bf16 = __nv_bfloat16;
 using course::DeviceBuffer;
 using course::StepInfo;
 using course::fuzz::fake_address;
+using course::fuzz::kCasesPerStep;
+using course::fuzz::kLargeCases;
+using course::fuzz::make_part;
 using course::fuzz::Part;
 using course::fuzz::Rng;
+using course::fuzz::step_name;
 using course::fuzz::ValueRange;
 using course::fuzz::Verdict;
 using course::m02::BgemmInput;
@@ -44,13 +48,6 @@ using course::m02::checks::Case;
 using course::m02::checks::Layout;
 using course::testing::GpuTest;
 
-constexpr int kParts = 4;
-constexpr int kCasesPerPart = 128;  ///< 4 x 128 = 512 random cases per step and API
-constexpr int kLargeCases = 3;
-
-int cases_per_part() { return course::fuzz::case_count(kCasesPerPart); }
-int large_cases() { return std::min(course::fuzz::case_count(kLargeCases), kLargeCases); }
-std::string part_name(int part) { return part < kParts ? "part" + std::to_string(part) : "large"; }
 const char* op_name(Api api) { return api == Api::strided ? "batched_gemm_strided" : "batched_gemm_ptr_array"; }
 
 bool is_fp32(BgemmStep step) { return course::m02::step_input(step) == BgemmInput::f32; }
@@ -130,8 +127,7 @@ class FuzzBgemm : public GpuTest, public ::testing::WithParamInterface<BgemmPara
     const auto& [info, api, part_index] = GetParam();
     const BgemmStep step = info.step;
     const Api a = api;
-    const Part part{op_name(api), info.name, large ? kParts : part_index, large ? large_cases() : cases_per_part(),
-                    seed()};
+    const Part part = make_part(op_name(api), info.name, part_index, large, seed());
     COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(course::fuzz::run_cases(
         part, [&](Rng& rng) { return draw_bgemm(rng, step, large); },
         [&](const Case& c, std::uint64_t s) { return check_bgemm(a, step, c, s); })));
@@ -144,19 +140,12 @@ TEST_P(FuzzBgemm, RandomCases) { run(false); }
 TEST_P(FuzzBgemmLarge, RandomCases) { run(true); }
 
 std::string bgemm_param_name(const ::testing::TestParamInfo<BgemmParam>& info) {
-  return std::string(std::get<0>(info.param).name) + "_" + course::m02::checks::to_string(std::get<1>(info.param)) +
-         "_" + part_name(std::get<2>(info.param));
+  const auto& [step, api, part] = info.param;
+  return course::fuzz::test_name(step.name, course::m02::checks::to_string(api), part);  // "smem_tiled_strided_part0"
 }
 
-INSTANTIATE_TEST_SUITE_P(Steps, FuzzBgemm,
-                         ::testing::Combine(::testing::ValuesIn(course::m02::kBgemmSteps),
-                                            ::testing::Values(Api::strided, Api::ptr_array),
-                                            ::testing::Range(0, kParts)),
-                         bgemm_param_name);
-INSTANTIATE_TEST_SUITE_P(Steps, FuzzBgemmLarge,
-                         ::testing::Combine(::testing::ValuesIn(course::m02::kBgemmSteps),
-                                            ::testing::Values(Api::strided, Api::ptr_array), ::testing::Values(kParts)),
-                         bgemm_param_name);
+COURSE_FUZZ_INSTANTIATE(FuzzBgemm, FuzzBgemmLarge, bgemm_param_name, ::testing::ValuesIn(course::m02::kBgemmSteps),
+                        ::testing::Values(Api::strided, Api::ptr_array));
 
 // ------------------------------------------------------------------ bad inputs -----
 
@@ -295,9 +284,7 @@ TEST_P(FuzzBgemmBadInputs, PtrArrayRejectedByNameContextHealthy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, FuzzBgemmBadInputs, ::testing::ValuesIn(course::m02::kBgemmSteps),
-                         [](const ::testing::TestParamInfo<StepInfo<BgemmStep>>& i) {
-                           return std::string(i.param.name);
-                         });
+                         step_name<BgemmStep>);
 
 // ======================================= the generator itself (CPU only) =====
 // Every drawn case must pass the API's own validation (both APIs: the strided layout and
@@ -328,9 +315,9 @@ TEST(FuzzGenerators, BgemmCasesAreValidAndCoverTheContract) {
   const std::uint64_t seed = course::testing::test_seed();
   for (const auto& info : course::m02::kBgemmSteps) {
     course::fuzz::Coverage cov(std::string("batched_gemm/") + info.name);
-    for (int i = 0; i < kParts * kCasesPerPart + kLargeCases; ++i) {
+    for (int i = 0; i < kCasesPerStep + kLargeCases; ++i) {
       Rng rng(course::fuzz::case_seed(seed, i));
-      const Case c = draw_bgemm(rng, info.step, i >= kParts * kCasesPerPart);
+      const Case c = draw_bgemm(rng, info.step, i >= kCasesPerStep);
       if (is_fp32(info.step))
         EXPECT_NO_THROW(validate_drawn<float>(c, info.step)) << c.str();
       else

@@ -30,8 +30,13 @@ using course::DeviceBuffer;
 using course::StepInfo;
 using course::fuzz::draw_divisor;
 using course::fuzz::fake_address;
+using course::fuzz::kCasesPerStep;
+using course::fuzz::kLargeCases;
+using course::fuzz::make_part;
 using course::fuzz::Part;
 using course::fuzz::Rng;
+using course::fuzz::step_name;
+using course::fuzz::step_part_name;
 using course::fuzz::ValueRange;
 using course::fuzz::Verdict;
 using course::m03::AttentionArgs;
@@ -40,14 +45,6 @@ using course::m03::checks::BHND;
 using course::m03::checks::BNHD;
 using course::m03::checks::Case;
 using course::testing::GpuTest;
-
-constexpr int kParts = 4;
-constexpr int kCasesPerPart = 128;  ///< 4 x 128 = 512 random cases per step
-constexpr int kLargeCases = 3;
-
-int cases_per_part() { return course::fuzz::case_count(kCasesPerPart); }
-int large_cases() { return std::min(course::fuzz::case_count(kLargeCases), kLargeCases); }
-std::string part_name(int part) { return part < kParts ? "part" + std::to_string(part) : "large"; }
 
 /// The steps that take fp32 AttentionArgs.
 std::vector<StepInfo<AttentionStep>> fp32_steps() {
@@ -113,6 +110,15 @@ Case draw_attention(Rng& rng, AttentionStep step, bool large) {
   return c;
 }
 
+/// What a checking helper's check_case (fp32 or tensor-core) reported, as a Verdict.
+template <class Report>
+Verdict verdict_of(const Report& r) {
+  Verdict v;
+  v.ratio = r.worst_ratio;
+  if (!r.report.empty()) v.fail(r.report);
+  return v;
+}
+
 using AttnParam = std::tuple<StepInfo<AttentionStep>, int>;
 
 class FuzzAttention : public GpuTest, public ::testing::WithParamInterface<AttnParam> {
@@ -120,16 +126,11 @@ class FuzzAttention : public GpuTest, public ::testing::WithParamInterface<AttnP
   void run(bool large) {
     const auto& [info, part_index] = GetParam();
     const AttentionStep step = info.step;
-    const Part part{"attention", info.name, large ? kParts : part_index, large ? large_cases() : cases_per_part(),
-                    seed()};
+    const Part part = make_part("attention", info.name, part_index, large, seed());
     COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(course::fuzz::run_cases(
         part, [&](Rng& rng) { return draw_attention(rng, step, large); },
         [&](const Case& c, std::uint64_t s) {
-          const auto r = course::m03::checks::check_case(&impl::attention, step, c, s);
-          Verdict v;
-          v.ratio = r.worst_ratio;
-          if (!r.report.empty()) v.fail(r.report);
-          return v;
+          return verdict_of(course::m03::checks::check_case(&impl::attention, step, c, s));
         })));
   }
 };
@@ -139,16 +140,8 @@ class FuzzAttentionLarge : public FuzzAttention {};
 TEST_P(FuzzAttention, RandomCases) { run(false); }
 TEST_P(FuzzAttentionLarge, RandomCases) { run(true); }
 
-std::string attn_param_name(const ::testing::TestParamInfo<AttnParam>& info) {
-  return std::string(std::get<0>(info.param).name) + "_" + part_name(std::get<1>(info.param));
-}
-
-INSTANTIATE_TEST_SUITE_P(Steps, FuzzAttention,
-                         ::testing::Combine(::testing::ValuesIn(fp32_steps()), ::testing::Range(0, kParts)),
-                         attn_param_name);
-INSTANTIATE_TEST_SUITE_P(Steps, FuzzAttentionLarge,
-                         ::testing::Combine(::testing::ValuesIn(fp32_steps()), ::testing::Values(kParts)),
-                         attn_param_name);
+COURSE_FUZZ_INSTANTIATE(FuzzAttention, FuzzAttentionLarge, step_part_name<AttentionStep>,
+                        ::testing::ValuesIn(fp32_steps()));
 
 // ------------------------------------------------ tensor-core (bf16) steps -----
 
@@ -217,16 +210,11 @@ class FuzzAttentionTc : public GpuTest, public ::testing::WithParamInterface<Att
   void run(bool large) {
     const auto& [info, part_index] = GetParam();
     const AttentionStep step = info.step;
-    const Part part{"attention_bf16", info.name, large ? kParts : part_index, large ? large_cases() : cases_per_part(),
-                    seed()};
+    const Part part = make_part("attention_bf16", info.name, part_index, large, seed());
     COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(course::fuzz::run_cases(
         part, [&](Rng& rng) { return draw_attention_tc(rng, step, large); },
         [&](const TcCase& c, std::uint64_t s) {
-          const auto r = course::m03::tc_checks::check_case(&impl::attention, step, c, s);
-          Verdict v;
-          v.ratio = r.worst_ratio;
-          if (!r.report.empty()) v.fail(r.report);
-          return v;
+          return verdict_of(course::m03::tc_checks::check_case(&impl::attention, step, c, s));
         })));
   }
 };
@@ -236,12 +224,8 @@ class FuzzAttentionTcLarge : public FuzzAttentionTc {};
 TEST_P(FuzzAttentionTc, RandomCases) { run(false); }
 TEST_P(FuzzAttentionTcLarge, RandomCases) { run(true); }
 
-INSTANTIATE_TEST_SUITE_P(Steps, FuzzAttentionTc,
-                         ::testing::Combine(::testing::ValuesIn(bf16_steps()), ::testing::Range(0, kParts)),
-                         attn_param_name);
-INSTANTIATE_TEST_SUITE_P(Steps, FuzzAttentionTcLarge,
-                         ::testing::Combine(::testing::ValuesIn(bf16_steps()), ::testing::Values(kParts)),
-                         attn_param_name);
+COURSE_FUZZ_INSTANTIATE(FuzzAttentionTc, FuzzAttentionTcLarge, step_part_name<AttentionStep>,
+                        ::testing::ValuesIn(bf16_steps()));
 
 // ------------------------------------------------------------------ bad inputs -----
 
@@ -360,10 +344,7 @@ TEST_P(FuzzAttentionBadInputs, RejectedByNameContextHealthy) {
       EXPECT_TRUE(course::fuzz::rejects([&] { impl::attention(static_cast<AttentionStep>(99), a); }, "'step' = 99")));
 }
 
-INSTANTIATE_TEST_SUITE_P(Steps, FuzzAttentionBadInputs, ::testing::ValuesIn(fp32_steps()),
-                         [](const ::testing::TestParamInfo<StepInfo<AttentionStep>>& i) {
-                           return std::string(i.param.name);
-                         });
+INSTANTIATE_TEST_SUITE_P(Steps, FuzzAttentionBadInputs, ::testing::ValuesIn(fp32_steps()), step_name<AttentionStep>);
 
 // The tensor-core steps (bf16 tensors): the same sweep through AttentionArgsBf16, whose
 // contract differs in head dims (32..128), stride granularity (8 elements) and options.
@@ -444,9 +425,7 @@ TEST_P(FuzzAttentionBf16BadInputs, RejectedByNameContextHealthy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, FuzzAttentionBf16BadInputs, ::testing::ValuesIn(bf16_steps()),
-                         [](const ::testing::TestParamInfo<StepInfo<AttentionStep>>& i) {
-                           return std::string(i.param.name);
-                         });
+                         step_name<AttentionStep>);
 
 // ======================================= the generator itself (CPU only) =====
 // Every drawn case must pass validate_attention_args (addresses only, never dereferenced)
@@ -457,9 +436,9 @@ TEST(FuzzGenerators, AttentionCasesAreValidAndCoverTheContract) {
   for (const auto& info : fp32_steps()) {
     const auto sup = course::m03::step_support(info.step);
     course::fuzz::Coverage cov(std::string("attention/") + info.name);
-    for (int i = 0; i < kParts * kCasesPerPart + kLargeCases; ++i) {
+    for (int i = 0; i < kCasesPerStep + kLargeCases; ++i) {
       Rng rng(course::fuzz::case_seed(seed, i));
-      const Case c = draw_attention(rng, info.step, i >= kParts * kCasesPerPart);
+      const Case c = draw_attention(rng, info.step, i >= kCasesPerStep);
       // The strides the checking helper gives the kernel (make_tensor, as in run_device).
       using course::m03::checks::make_tensor;
       using course::m03::checks::strides_of;
@@ -521,9 +500,9 @@ TEST(FuzzGenerators, AttentionTcCasesAreValidAndCoverTheContract) {
   using course::m03::tc_checks::strides_of;
   for (const auto& info : bf16_steps()) {
     course::fuzz::Coverage cov(std::string("attention_bf16/") + info.name);
-    for (int i = 0; i < kParts * kCasesPerPart + kLargeCases; ++i) {
+    for (int i = 0; i < kCasesPerStep + kLargeCases; ++i) {
       Rng rng(course::fuzz::case_seed(seed, i));
-      const TcCase c = draw_attention_tc(rng, info.step, i >= kParts * kCasesPerPart);
+      const TcCase c = draw_attention_tc(rng, info.step, i >= kCasesPerStep);
       course::m03::AttentionArgsBf16 a;  // the strides run_device gives the kernel
       a.q = fake_address<__nv_bfloat16>(1);
       a.k = fake_address<__nv_bfloat16>(2);

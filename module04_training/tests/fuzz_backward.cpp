@@ -32,9 +32,14 @@ using course::StepInfo;
 using course::fuzz::draw_divisor;
 using course::fuzz::draw_row_stride;
 using course::fuzz::fake_address;
+using course::fuzz::kCasesPerStep;
+using course::fuzz::kLargeCases;
+using course::fuzz::make_part;
 using course::fuzz::Part;
 using course::fuzz::Rng;
 using course::fuzz::round_up;
+using course::fuzz::step_name;
+using course::fuzz::step_part_name;
 using course::fuzz::ValueRange;
 using course::fuzz::Verdict;
 using course::m04::AttentionBackwardArgs;
@@ -46,14 +51,6 @@ using course::m04::SoftmaxBackwardStep;
 using course::m04::attention_checks::BHND;
 using course::m04::attention_checks::BNHD;
 using course::testing::GpuTest;
-
-constexpr int kParts = 4;
-constexpr int kCasesPerPart = 128;  ///< 4 x 128 = 512 random cases per step
-constexpr int kLargeCases = 3;
-
-int cases_per_part() { return course::fuzz::case_count(kCasesPerPart); }
-int large_cases() { return std::min(course::fuzz::case_count(kLargeCases), kLargeCases); }
-std::string part_name(int part) { return part < kParts ? "part" + std::to_string(part) : "large"; }
 
 // ========================================================== softmax backward =====
 
@@ -124,8 +121,8 @@ class FuzzSoftmaxBackward : public GpuTest, public ::testing::WithParamInterface
     const auto& [info, dim, part_index] = GetParam();
     const SoftmaxBackwardStep step = info.step;
     const int d = dim;
-    const Part part{"softmax_backward", std::string(info.name) + "/dim" + std::to_string(dim),
-                    large ? kParts : part_index, large ? large_cases() : cases_per_part(), seed()};
+    const Part part =
+        make_part("softmax_backward", std::string(info.name) + "/dim" + std::to_string(dim), part_index, large, seed());
     COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(course::fuzz::run_cases(
         part, [&](Rng& rng) { return draw_softmax_backward(rng, d, large); },
         [&](const SmbCase& c, std::uint64_t s) { return check_softmax_backward(step, c, s); })));
@@ -138,18 +135,12 @@ TEST_P(FuzzSoftmaxBackward, RandomCases) { run(false); }
 TEST_P(FuzzSoftmaxBackwardLarge, RandomCases) { run(true); }
 
 std::string smb_param_name(const ::testing::TestParamInfo<SmbParam>& info) {
-  return std::string(std::get<0>(info.param).name) + "_dim" + std::to_string(std::get<1>(info.param)) + "_" +
-         part_name(std::get<2>(info.param));
+  const auto& [step, dim, part] = info.param;
+  return course::fuzz::test_name(step.name, "dim" + std::to_string(dim), part);  // "two_pass_dim0_part0"
 }
 
-INSTANTIATE_TEST_SUITE_P(Steps, FuzzSoftmaxBackward,
-                         ::testing::Combine(::testing::ValuesIn(course::m04::kSoftmaxBackwardSteps),
-                                            ::testing::Values(1, 0), ::testing::Range(0, kParts)),
-                         smb_param_name);
-INSTANTIATE_TEST_SUITE_P(Steps, FuzzSoftmaxBackwardLarge,
-                         ::testing::Combine(::testing::ValuesIn(course::m04::kSoftmaxBackwardSteps),
-                                            ::testing::Values(1, 0), ::testing::Values(kParts)),
-                         smb_param_name);
+COURSE_FUZZ_INSTANTIATE(FuzzSoftmaxBackward, FuzzSoftmaxBackwardLarge, smb_param_name,
+                        ::testing::ValuesIn(course::m04::kSoftmaxBackwardSteps), ::testing::Values(1, 0));
 
 class FuzzSoftmaxBackwardBadInputs : public GpuTest,
                                      public ::testing::WithParamInterface<StepInfo<SoftmaxBackwardStep>> {};
@@ -217,9 +208,7 @@ TEST_P(FuzzSoftmaxBackwardBadInputs, RejectedByNameContextHealthy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, FuzzSoftmaxBackwardBadInputs, ::testing::ValuesIn(course::m04::kSoftmaxBackwardSteps),
-                         [](const ::testing::TestParamInfo<StepInfo<SoftmaxBackwardStep>>& i) {
-                           return std::string(i.param.name);
-                         });
+                         step_name<SoftmaxBackwardStep>);
 
 // =========================================================== linear backward =====
 
@@ -271,8 +260,7 @@ class FuzzLinearBackward : public GpuTest, public ::testing::WithParamInterface<
   void run(bool large) {
     const auto& [info, part_index] = GetParam();
     const BiasGradStep step = info.step;
-    const Part part{"linear_backward", info.name, large ? kParts : part_index, large ? large_cases() : cases_per_part(),
-                    seed()};
+    const Part part = make_part("linear_backward", info.name, part_index, large, seed());
     COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(course::fuzz::run_cases(
         part, [&](Rng& rng) { return draw_linear_backward(rng, large); },
         [&](const LinCase& c, std::uint64_t s) { return check_linear_backward(step, c, s); })));
@@ -284,18 +272,8 @@ class FuzzLinearBackwardLarge : public FuzzLinearBackward {};
 TEST_P(FuzzLinearBackward, RandomCases) { run(false); }
 TEST_P(FuzzLinearBackwardLarge, RandomCases) { run(true); }
 
-std::string lin_param_name(const ::testing::TestParamInfo<LinParam>& info) {
-  return std::string(std::get<0>(info.param).name) + "_" + part_name(std::get<1>(info.param));
-}
-
-INSTANTIATE_TEST_SUITE_P(Steps, FuzzLinearBackward,
-                         ::testing::Combine(::testing::ValuesIn(course::m04::kBiasGradSteps),
-                                            ::testing::Range(0, kParts)),
-                         lin_param_name);
-INSTANTIATE_TEST_SUITE_P(Steps, FuzzLinearBackwardLarge,
-                         ::testing::Combine(::testing::ValuesIn(course::m04::kBiasGradSteps),
-                                            ::testing::Values(kParts)),
-                         lin_param_name);
+COURSE_FUZZ_INSTANTIATE(FuzzLinearBackward, FuzzLinearBackwardLarge, step_part_name<BiasGradStep>,
+                        ::testing::ValuesIn(course::m04::kBiasGradSteps));
 
 class FuzzLinearBackwardBadInputs : public GpuTest, public ::testing::WithParamInterface<StepInfo<BiasGradStep>> {};
 
@@ -347,9 +325,7 @@ TEST_P(FuzzLinearBackwardBadInputs, RejectedByNameContextHealthy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, FuzzLinearBackwardBadInputs, ::testing::ValuesIn(course::m04::kBiasGradSteps),
-                         [](const ::testing::TestParamInfo<StepInfo<BiasGradStep>>& i) {
-                           return std::string(i.param.name);
-                         });
+                         step_name<BiasGradStep>);
 
 // ======================================================== attention backward =====
 
@@ -419,8 +395,7 @@ class FuzzAttentionBackward : public GpuTest, public ::testing::WithParamInterfa
   void run(bool large) {
     const auto& [info, part_index] = GetParam();
     const AttentionBackwardStep step = info.step;
-    const Part part{"attention_backward", info.name, large ? kParts : part_index,
-                    large ? large_cases() : cases_per_part(), seed()};
+    const Part part = make_part("attention_backward", info.name, part_index, large, seed());
     COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(course::fuzz::run_cases(
         part, [&](Rng& rng) { return draw_attention_backward(rng, step, large); },
         [&](const AbCase& c, std::uint64_t s) {
@@ -438,18 +413,8 @@ class FuzzAttentionBackwardLarge : public FuzzAttentionBackward {};
 TEST_P(FuzzAttentionBackward, RandomCases) { run(false); }
 TEST_P(FuzzAttentionBackwardLarge, RandomCases) { run(true); }
 
-std::string ab_param_name(const ::testing::TestParamInfo<AbParam>& info) {
-  return std::string(std::get<0>(info.param).name) + "_" + part_name(std::get<1>(info.param));
-}
-
-INSTANTIATE_TEST_SUITE_P(Steps, FuzzAttentionBackward,
-                         ::testing::Combine(::testing::ValuesIn(course::m04::kAttentionBackwardSteps),
-                                            ::testing::Range(0, kParts)),
-                         ab_param_name);
-INSTANTIATE_TEST_SUITE_P(Steps, FuzzAttentionBackwardLarge,
-                         ::testing::Combine(::testing::ValuesIn(course::m04::kAttentionBackwardSteps),
-                                            ::testing::Values(kParts)),
-                         ab_param_name);
+COURSE_FUZZ_INSTANTIATE(FuzzAttentionBackward, FuzzAttentionBackwardLarge, step_part_name<AttentionBackwardStep>,
+                        ::testing::ValuesIn(course::m04::kAttentionBackwardSteps));
 
 class FuzzAttentionBackwardBadInputs : public GpuTest,
                                        public ::testing::WithParamInterface<StepInfo<AttentionBackwardStep>> {};
@@ -546,10 +511,7 @@ TEST_P(FuzzAttentionBackwardBadInputs, RejectedByNameContextHealthy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, FuzzAttentionBackwardBadInputs,
-                         ::testing::ValuesIn(course::m04::kAttentionBackwardSteps),
-                         [](const ::testing::TestParamInfo<StepInfo<AttentionBackwardStep>>& i) {
-                           return std::string(i.param.name);
-                         });
+                         ::testing::ValuesIn(course::m04::kAttentionBackwardSteps), step_name<AttentionBackwardStep>);
 
 // ===================================== the generators themselves (CPU only) =====
 // Every drawn case must pass the op's own validation (addresses only, never dereferenced),
@@ -560,9 +522,9 @@ TEST(FuzzGenerators, SoftmaxBackwardCasesAreValidAndCoverTheContract) {
   for (const auto& info : course::m04::kSoftmaxBackwardSteps)
     for (const int dim : {1, 0}) {
       course::fuzz::Coverage cov(std::string("softmax_backward/") + info.name + "/dim" + std::to_string(dim));
-      for (int i = 0; i < kParts * kCasesPerPart + kLargeCases; ++i) {
+      for (int i = 0; i < kCasesPerStep + kLargeCases; ++i) {
         Rng rng(course::fuzz::case_seed(seed, i));
-        const SmbCase c = draw_softmax_backward(rng, dim, i >= kParts * kCasesPerPart);
+        const SmbCase c = draw_softmax_backward(rng, dim, i >= kCasesPerStep);
         SoftmaxBackwardArgs a;
         a.y = fake_address<float>(1, c.offset);
         a.dy = fake_address<float>(2, c.offset);
@@ -597,9 +559,9 @@ TEST(FuzzGenerators, SoftmaxBackwardCasesAreValidAndCoverTheContract) {
 TEST(FuzzGenerators, LinearBackwardCasesAreValidAndCoverTheContract) {
   const std::uint64_t seed = course::testing::test_seed();
   course::fuzz::Coverage cov("linear_backward");
-  for (int i = 0; i < kParts * kCasesPerPart + kLargeCases; ++i) {
+  for (int i = 0; i < kCasesPerStep + kLargeCases; ++i) {
     Rng rng(course::fuzz::case_seed(seed, i));
-    const LinCase c = draw_linear_backward(rng, i >= kParts * kCasesPerPart);
+    const LinCase c = draw_linear_backward(rng, i >= kCasesPerStep);
     LinearBackwardArgs a = course::m04::make_linear_backward_args(
         fake_address<float>(1, c.offset), fake_address<float>(2, c.offset), fake_address<float>(3, c.offset),
         c.want_dx ? fake_address<float>(4, c.offset) : nullptr, c.want_dw ? fake_address<float>(5, c.offset) : nullptr,
@@ -633,9 +595,9 @@ TEST(FuzzGenerators, AttentionBackwardCasesAreValidAndCoverTheContract) {
   for (const auto& info : course::m04::kAttentionBackwardSteps) {
     const auto sup = course::m04::step_support(info.step);
     course::fuzz::Coverage cov(std::string("attention_backward/") + info.name);
-    for (int i = 0; i < kParts * kCasesPerPart + kLargeCases; ++i) {
+    for (int i = 0; i < kCasesPerStep + kLargeCases; ++i) {
       Rng rng(course::fuzz::case_seed(seed, i));
-      const AbCase c = draw_attention_backward(rng, info.step, i >= kParts * kCasesPerPart);
+      const AbCase c = draw_attention_backward(rng, info.step, i >= kCasesPerStep);
       // The strides the checking helper gives the kernel (make_tensor, as in DeviceProblem).
       AttentionBackwardArgs a = course::m04::make_attention_backward_args(
           fake_address<float>(1), fake_address<float>(2), fake_address<float>(3), fake_address<float>(4),

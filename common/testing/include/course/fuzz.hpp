@@ -20,6 +20,7 @@
 
 #include "course/compare.hpp"
 #include "course/error.hpp"
+#include "course/impl.hpp"
 
 #include <gtest/gtest.h>
 
@@ -28,6 +29,7 @@
 #include <initializer_list>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -133,6 +135,54 @@ class Coverage {
   std::int64_t cases_ = 0;
   std::vector<std::pair<std::string, std::int64_t>> hits_;
 };
+
+// ------------------------------------------------------- a step's tests -----
+// Every op's random cases run as parameterized tests over (step, [variant,] part): parts
+// 0 .. kParts-1 draw cases_per_part() cases each (one gtest test per part, so ctest runs
+// them in parallel) and part kParts is the op's *Large* test, with large_cases() cases.
+
+constexpr int kParts = 4;           ///< gtest tests per step: ctest runs them in parallel
+constexpr int kCasesPerPart = 128;  ///< 4 x 128 = 512 random cases per step
+constexpr int kLargeCases = 3;      ///< large cases per step (own test, *Large*)
+/// Cases a generator's CPU-only coverage test draws per step (plus kLargeCases large ones).
+constexpr int kCasesPerStep = kParts * kCasesPerPart;
+
+/// Cases in each of parts 0 .. kParts-1: case_count(kCasesPerPart).
+int cases_per_part();
+/// Cases in the large part: case_count(kLargeCases), but never more than kLargeCases.
+int large_cases();
+/// The Part a test runs: part `part_index` of `op` / `step`, or the large part.
+Part make_part(const std::string& op, const std::string& step, int part_index, bool large, std::uint64_t seed);
+
+/// "part0" .. "part3", or "large" for part kParts: how every fuzz test's name ends.
+std::string part_name(int part);
+/// A fuzz test's name: "<step>_<variant>_<part>", e.g. "naive_three_pass_dim0_part0"
+/// ("<step>_<part>" when the variant is empty: "naive_part0", "flash_large").
+std::string test_name(const std::string& step, const std::string& variant, int part);
+/// The name of a (step, part) test, for INSTANTIATE_TEST_SUITE_P: "naive_part0".
+template <class Step>
+std::string step_part_name(const ::testing::TestParamInfo<std::tuple<StepInfo<Step>, int>>& info) {
+  return test_name(std::get<0>(info.param).name, "", std::get<1>(info.param));
+}
+
+/// The name of a test over a step alone (an op's bad-input sweep): the step's name.
+template <class Step>
+std::string step_name(const ::testing::TestParamInfo<StepInfo<Step>>& info) {
+  return info.param.name;
+}
+
+/// The part parameters: parts 0 .. kParts-1, and the large part alone.
+inline auto parts() { return ::testing::Range(0, kParts); }
+inline auto large_part() { return ::testing::Values(kParts); }
+
+/// Instantiates a step's two fuzz suites, "Steps/<Fixture>" over Combine(params..., parts())
+/// and "Steps/<LargeFixture>" over Combine(params..., large_part()), both named by name_fn:
+///
+///     COURSE_FUZZ_INSTANTIATE(FuzzMatmul, FuzzMatmulLarge, step_part_name<MatmulStep>,
+///                             ::testing::ValuesIn(course::m01::kMatmulSteps));
+#define COURSE_FUZZ_INSTANTIATE(Fixture, LargeFixture, name_fn, ...)                                           \
+  INSTANTIATE_TEST_SUITE_P(Steps, Fixture, ::testing::Combine(__VA_ARGS__, ::course::fuzz::parts()), name_fn); \
+  INSTANTIATE_TEST_SUITE_P(Steps, LargeFixture, ::testing::Combine(__VA_ARGS__, ::course::fuzz::large_part()), name_fn)
 
 // Pieces every generator uses.
 
