@@ -185,6 +185,15 @@ void launch_mma_sync(const TcMatmulArgs& a) {
   throw NotImplemented("matmul_tc step mma_sync", __FILE__);
 }
 
+void launch_wgmma(const TcMatmulArgs&) { throw NotImplemented("matmul_tc step wgmma", __FILE__); }
+void launch_tma_warp_specialized(const TcMatmulArgs&) {
+  throw NotImplemented("matmul_tc step tma_warp_specialized", __FILE__);
+}
+void launch_persistent(const TcMatmulArgs&) { throw NotImplemented("matmul_tc step persistent", __FILE__); }
+void launch_cluster_multicast(const TcMatmulArgs&) {
+  throw NotImplemented("matmul_tc step cluster_multicast", __FILE__);
+}
+
 }  // namespace
 
 void matmul_tc(TcMatmulStep step, const TcMatmulArgs& args) {
@@ -196,6 +205,10 @@ void matmul_tc(TcMatmulStep step, const TcMatmulArgs& args) {
   switch (step) {
     case TcMatmulStep::wmma: launch_wmma(args); return;
     case TcMatmulStep::mma_sync: launch_mma_sync(args); return;
+    case TcMatmulStep::wgmma: launch_wgmma(args); return;
+    case TcMatmulStep::tma_warp_specialized: launch_tma_warp_specialized(args); return;
+    case TcMatmulStep::persistent: launch_persistent(args); return;
+    case TcMatmulStep::cluster_multicast: launch_cluster_multicast(args); return;
   }
   require_arg(false, "matmul_tc", "step", static_cast<int>(step), "is not a TcMatmulStep");
 }

@@ -1,5 +1,5 @@
 // Tensor-core matmul benchmarks: C (fp32) = A (bf16) * B (bf16), every step (solution and
-// exercise) at 8192^3 and 4096^3, beside the library row
+// exercise) at 8192^3, 4096^3, 2048^3 and 8192x8192x1024, beside the library row
 // "hgemm_bf16/library/cublas_gemmex/<shape>": cublasGemmEx with bf16 inputs, fp32 output
 // and CUBLAS_COMPUTE_32F, row-major through the operand swap (C^T = B^T * A^T in cuBLAS's
 // column-major view). Counters: TFLOP/s (2*M*N*K per call) and, as the ceiling, the cuBLAS
@@ -36,9 +36,12 @@ struct Shape {
   double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k); }
 };
 
-/// Both shapes' operands exceed the 50 MB L2 (4096^2 bf16 A and B = 64 MiB together, C
-/// 64 MiB), so no buffer rotation is needed.
-const Shape kShapes[] = {{8192, 8192, 8192}, {4096, 4096, 4096}};
+/// The four shapes: two large cubes, a small cube and a short-K one. The large
+/// shapes' operands exceed the 50 MB L2 (4096^2 bf16 A and B = 64 MiB together, C 64 MiB);
+/// at 2048^3 A and B (16 MiB) stay in L2 between calls, for cuBLAS as for the course's
+/// steps, and the kernel is compute-bound anyway (2 * 2048 FLOPs per loaded element), so no
+/// buffer rotation is needed.
+const Shape kShapes[] = {{8192, 8192, 8192}, {4096, 4096, 4096}, {2048, 2048, 2048}, {8192, 8192, 1024}};
 
 /// Random bf16 A and B (uniform [-1, 1), never zeros: tensor cores are measurably faster
 /// on zeros) and C, allocated once per shape per process.

@@ -18,6 +18,7 @@
 #include "module01/matmul_tc.hpp"
 
 #include "course/cuda/mma_ptx.cuh"
+#include "matmul_tc_parts.cuh"
 #include "course/device.hpp"
 
 #include <cuda_bf16.h>
@@ -35,40 +36,11 @@ namespace {
 using m01::TcMatmulArgs;
 using m01::TcMatmulStep;
 using bf16 = __nv_bfloat16;
-
-/// Tiles of C are handed to blocks in groups of kGroupM tile-rows: consecutive
-/// blocks walk down a column of kGroupM tiles before moving right. Blocks running at
-/// the same time then share A rows and B columns, so one wave reads ~kGroupM times less
-/// of B from HBM than a plain row-by-row order (B is 128 MiB at 8192^2, far above L2).
-constexpr int kGroupM = 8;
-
-/// Maps the 1-D block index to the (tile row, tile column) of C this block computes.
-template <int kGroup = kGroupM>
-__device__ __forceinline__ void grouped_tile(int pid, int tiles_m, int tiles_n, int& tile_m, int& tile_n) {
-  const int per_group = kGroup * tiles_n;
-  const int group = pid / per_group;
-  const int first_m = group * kGroup;
-  const int rows = min(tiles_m - first_m, kGroup);  // the last group may be short
-  const int local = pid - group * per_group;
-  tile_m = first_m + local % rows;
-  tile_n = local / rows;
-}
-
-/// Number of blocks for a tm x tn grid of tiles (throws if it does not fit a 1-D grid).
-unsigned grid_blocks(std::int64_t m, std::int64_t n, int bm, int bn, const char* fn) {
-  const std::int64_t tiles = ((m + bm - 1) / bm) * ((n + bn - 1) / bn);
-  require_arg(tiles <= INT_MAX, fn, "m*n", m * n, "needs more than 2^31-1 tiles of C");
-  return static_cast<unsigned>(tiles);
-}
-
-/// The kernels index rows and columns with int (and add a tile size to them without
-/// overflow); sizes of 2^30 and beyond are refused.
-void require_int_sizes(const TcMatmulArgs& a, const char* fn) {
-  constexpr std::int64_t kLimit = std::int64_t{1} << 30;
-  require_arg(a.m < kLimit, fn, "m", a.m, "must be < 2^30");
-  require_arg(a.n < kLimit, fn, "n", a.n, "must be < 2^30");
-  require_arg(a.k < kLimit, fn, "k", a.k, "must be < 2^30");
-}
+using tc_parts::allow_dynamic_smem;
+using tc_parts::grid_blocks;
+using tc_parts::grouped_tile;
+using tc_parts::kGroupM;
+using tc_parts::store_pair;
 
 // ============================================================================
 // Step 1: wmma.
@@ -368,19 +340,6 @@ struct SlabCopier {
   }
 };
 
-/// Store two horizontally adjacent accumulators (row, col) and (row, col+1), masked.
-__device__ __forceinline__ void store_pair(float* C, int M, int N, std::int64_t ldc, bool vec_ok, int row,
-                                           int col, float v0, float v1) {
-  if (row >= M) return;
-  float* p = C + static_cast<std::int64_t>(row) * ldc + col;
-  if (vec_ok && col + 1 < N) {
-    *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
-  } else {
-    if (col < N) p[0] = v0;
-    if (col + 1 < N) p[1] = v1;
-  }
-}
-
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     matmul_tc_mma_sync_kernel(const bf16* __restrict__ A, const bf16* __restrict__ B, float* __restrict__ C,
@@ -539,26 +498,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   cp_async_wait<0>();  // no copy may outlive the block (the trailing groups are empty)
 }
 
-/// Raise the kernel's dynamic shared-memory limit to what it needs (above the 48 KB
-/// default), after checking the device can give it.
-template <class Kernel>
-void allow_dynamic_smem(Kernel kernel, int bytes, const char* what) {
-  const int optin = static_cast<int>(device_properties().sharedMemPerBlockOptin);
-  if (bytes > optin) {
-    std::ostringstream os;
-    os << what << " needs " << bytes << " bytes of shared memory per block; this device allows " << optin;
-    throw Error(os.str());
-  }
-  COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-}
-
 void launch_mma_sync(const TcMatmulArgs& a) {
   using Cfg = MmaCfg;
   const int tiles_m = static_cast<int>((a.m + Cfg::kBM - 1) / Cfg::kBM);
   const int tiles_n = static_cast<int>((a.n + Cfg::kBN - 1) / Cfg::kBN);
   const unsigned tiles = grid_blocks(a.m, a.n, Cfg::kBM, Cfg::kBN, "matmul_tc(mma_sync)");
-  // float2 stores need an even ldc and an 8-byte aligned C (col is always even).
-  const bool vec_ok = a.ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(a.c) % 8 == 0;
+  const bool vec_ok = tc_parts::vec2_store_ok(a);
   auto kernel = matmul_tc_mma_sync_kernel<Cfg>;
   allow_dynamic_smem(kernel, Cfg::kSmemBytes, "matmul_tc(mma_sync)");
   kernel<<<tiles, Cfg::kThreads, Cfg::kSmemBytes, a.stream>>>(
@@ -571,10 +516,14 @@ void launch_mma_sync(const TcMatmulArgs& a) {
 
 void matmul_tc(TcMatmulStep step, const TcMatmulArgs& args) {
   m01::validate_tc_matmul_args(args, "matmul_tc");
-  require_int_sizes(args, "matmul_tc");
+  tc_parts::require_int_sizes(args, "matmul_tc");
   switch (step) {
     case TcMatmulStep::wmma: launch_wmma(args); return;
     case TcMatmulStep::mma_sync: launch_mma_sync(args); return;
+    case TcMatmulStep::wgmma: tc_parts::launch_wgmma(args); return;
+    case TcMatmulStep::tma_warp_specialized: tc_parts::launch_tma_warp_specialized(args); return;
+    case TcMatmulStep::persistent: tc_parts::launch_persistent(args); return;
+    case TcMatmulStep::cluster_multicast: tc_parts::launch_cluster_multicast(args); return;
   }
   require_arg(false, "matmul_tc", "step", static_cast<int>(step), "is not a TcMatmulStep");
 }

@@ -11,6 +11,7 @@
 
 #include "batched_gemm_device.cuh"
 
+#include "course/cuda/hopper_ptx.cuh"
 #include "course/cuda/mma_ptx.cuh"
 #include "course/device.hpp"
 #include "course/error.hpp"
@@ -569,42 +570,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
 #else
   (void)A, (void)B, (void)C, (void)M, (void)N, (void)K, (void)alpha, (void)tiles_n;
-  __trap();  // never launched: the host checks wgmma_available() first
+  __trap();  // never launched: the host checks cuda::sm90a_code_available() first
 #endif
-}
-
-/// Reports whether this binary carries sm_90a code for the current device: a one-off
-/// probe kernel (compiled for every target) says which target the driver picked.
-__global__ void wgmma_probe_kernel(int* out) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  *out = 1;
-#else
-  *out = 0;
-#endif
-}
-
-bool wgmma_available() {
-  int device = 0;
-  COURSE_CUDA_CHECK(cudaGetDevice(&device));
-  static int cached_device = -1;
-  static bool cached = false;
-  if (device == cached_device) return cached;
-  int major = 0, minor = 0;
-  COURSE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  COURSE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  bool ok = false;
-  if (major == 9 && minor == 0) {
-    DeviceBuffer<int> flag(1);
-    wgmma_probe_kernel<<<1, 1>>>(flag.data());
-    if (cudaGetLastError() == cudaSuccess) {  // no sm_90 code at all: "no kernel image"
-      int host = 0;
-      COURSE_CUDA_CHECK(cudaMemcpy(&host, flag.data(), sizeof(int), cudaMemcpyDeviceToHost));
-      ok = host == 1;
-    }
-  }
-  cached_device = device;
-  cached = ok;
-  return ok;
 }
 
 template <class Cfg, class OpA, class OpB, class OpC>
@@ -619,7 +586,7 @@ void launch_wgmma_cfg(const OpA& A, const OpB& B, const OpC& C, const Problem& p
 
 template <class OpA, class OpB, class OpC>
 void launch_wgmma(const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
-  if (!wgmma_available())
+  if (!cuda::sm90a_code_available())
     throw Unsupported("batched_gemm step wgmma",
                       "a Hopper GPU (compute capability 9.0) and a build for sm_90a "
                       "(CMAKE_CUDA_ARCHITECTURES=90a; wgmma is not in plain sm_90)");

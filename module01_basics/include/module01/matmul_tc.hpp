@@ -15,6 +15,12 @@
 /// lda = tc_leading_dim(K), ldb = tc_leading_dim(N). The padding is never read.
 /// Any M, N, K >= 1 is allowed: partial tiles at the edges are zero-filled on load
 /// and masked on store. C has no alignment requirement beyond float's own.
+///
+/// Steps wgmma and later use Hopper-only instructions (wgmma, setmaxnreg: sm_90a; TMA,
+/// mbarrier, clusters: sm_90). On another GPU, or from a binary built without sm_90a,
+/// they throw course::Unsupported (tests report SKIPPED with the reason). Their loads go
+/// through the TMA, whose tensor maps need the same contract: a 16-byte aligned base and
+/// row strides that are multiples of 16 bytes.
 
 #include "course/error.hpp"
 #include "course/impl.hpp"
@@ -30,6 +36,10 @@ namespace course::m01 {
 enum class TcMatmulStep {
   wmma,      ///< nvcuda::wmma 16x16x16 fragments, A/B tiles staged through shared memory
   mma_sync,  ///< PTX mma.sync m16n8k16 + ldmatrix, swizzled shared memory, cp.async pipeline
+  wgmma,     ///< Hopper wgmma m64n256k16 from 128-byte-swizzled shared memory, cp.async pipeline (sm_90a)
+  tma_warp_specialized,  ///< TMA loads into an mbarrier ring; a producer warpgroup and two consumer warpgroups
+  persistent,            ///< one block per SM loops over tiles: the next tile's loads overlap this tile's stores
+  cluster_multicast,     ///< clusters of 2 blocks share each B tile: one TMA read, multicast to both
 };
 
 inline constexpr StepInfo<TcMatmulStep> kTcMatmulSteps[] = {
@@ -37,6 +47,14 @@ inline constexpr StepInfo<TcMatmulStep> kTcMatmulSteps[] = {
      "nvcuda::wmma 16x16x16 fragments; 128x128x32 block tile staged through shared memory"},
     {TcMatmulStep::mma_sync, "mma_sync",
      "PTX mma.sync m16n8k16 + ldmatrix on XOR-swizzled shared memory, multi-stage cp.async pipeline"},
+    {TcMatmulStep::wgmma, "wgmma",
+     "Hopper warpgroup MMA (m64n256k16) reading both operands from 128-byte-swizzled shared memory"},
+    {TcMatmulStep::tma_warp_specialized, "tma_warp_specialized",
+     "TMA copies complete on an mbarrier ring; a producer warpgroup feeds two consumer warpgroups"},
+    {TcMatmulStep::persistent, "persistent",
+     "one block per SM walks a tile schedule: the next tile's loads overlap this tile's epilogue"},
+    {TcMatmulStep::cluster_multicast, "cluster_multicast",
+     "2-block clusters: each B tile is read once from L2 and multicast into both blocks"},
 };
 static_assert(steps_in_enum_order(kTcMatmulSteps), "kTcMatmulSteps must list TcMatmulStep in enum order");
 

@@ -1,0 +1,35 @@
+#pragma once
+/// @file tma.hpp
+/// @brief Host side of Hopper's tensor memory accelerator (TMA): building the tensor
+/// map (a 128-byte CUtensorMap) that describes a 2-D bf16 matrix in global memory and
+/// the box one copy moves, for kernels that load tiles with cp.async.bulk.tensor
+/// (course/cuda/hopper_ptx.cuh). Pass the map to the kernel by value as a
+/// `const __grid_constant__ CUtensorMap` parameter.
+///
+/// The driver function that encodes the map (cuTensorMapEncodeTiled) is looked up
+/// through the CUDA runtime (cudaGetDriverEntryPointByVersion), so nothing links
+/// against the driver library and programs still start on machines without a GPU.
+
+#include <cuda.h>  // CUtensorMap and its enums (types only; no driver library is linked)
+
+#include <cstdint>
+
+namespace course {
+
+/// The swizzle a TMA copy applies as it writes the box into shared memory.
+enum class TmaSwizzle {
+  none,      ///< rows stored as they are
+  bytes128,  ///< 128-byte swizzle: 16-byte chunk c of row r lands at c ^ (r % 8); the layout
+             ///< wgmma's 128-byte-swizzle descriptors read (box rows must be exactly 128 bytes)
+};
+
+/// A tensor map for the row-major bf16 matrix at `base` with `rows` x `cols` elements and
+/// a leading dimension of `ld` elements; one copy moves a box of `box_rows` x `box_cols`
+/// (box_cols contiguous). Elements outside rows x cols read as zeros.
+/// Requirements (checked, course::InvalidArgument naming the value): base 16-byte
+/// aligned, ld * 2 a multiple of 16 bytes, 1 <= box dims <= 256, with bytes128 the box row
+/// is 128 bytes (box_cols = 64). Throws course::Error if the driver refuses the map.
+CUtensorMap make_tma_map_bf16_2d(const void* base, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                                 int box_rows, int box_cols, TmaSwizzle swizzle);
+
+}  // namespace course

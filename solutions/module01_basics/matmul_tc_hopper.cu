@@ -1,0 +1,487 @@
+/// @file matmul_tc_hopper.cu
+/// @brief The Hopper rungs of the tensor-core matmul ladder (module 1), C (fp32) = A * B (bf16):
+///   3. wgmma                 warpgroup MMA from 128-byte-swizzled shared memory, fed by cp.async
+///   4. tma_warp_specialized  TMA copies on an mbarrier ring; 1 producer + 2 consumer warpgroups
+///   5. persistent            one block per SM walks the tiles: next loads overlap this epilogue
+///   6. cluster_multicast     2-block clusters; each B tile read once from L2, multicast to both
+///
+/// Every step computes the same 128 x 256 tile of C per block, as two warpgroups of 64 x 256
+/// (wgmma m64n256k16: 128 fp32 accumulators per thread), over K in slabs of 64. The
+/// shared-memory tile layouts are the same in every step, the ones wgmma's 128-byte-swizzle
+/// descriptors describe (and the TMA's SWIZZLE_128B writes):
+///   A slab [128 m][64 k], K-major: row m is 128 bytes, 16-byte chunk c at c ^ (m % 8).
+///   B slab [64 k][256 n], MN-major (B is row-major K x N): four 64-column blocks of
+///     [64 k][64 n], row k 128 bytes, chunk c at c ^ (k % 8); wgmma transposes on the fly.
+/// So what changes from step to step is only WHO moves the data and WHEN.
+///
+/// Numbers for 8192^3 on an H100/H200 SXM (132 SMs): 1.10e12 FLOPs; dense bf16 peak
+/// ~990 TFLOP/s at the boost clock, cuBLAS ~650-750 under sustained load. One slab of one
+/// block is 2 * 128 * 256 * 64 = 4.2 MFLOP against 48 KB of loads: at ~5 TFLOP/s per SM
+/// that is ~0.85 us per slab and ~57 GB/s of L2 -> shared traffic per SM, ~7.5 TB/s over
+/// the chip: L2 bandwidth, not HBM (A and B are read ~8-16x less from HBM thanks to
+/// grouped tile order), is the resource the later steps economise.
+
+#include "matmul_tc_parts.cuh"
+
+#include "course/cuda/hopper_ptx.cuh"
+#include "course/cuda/mma_ptx.cuh"
+#include "course/device.hpp"
+#include "course/error.hpp"
+#include "course/tma.hpp"
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace course::solution::tc_parts {
+namespace {
+
+using m01::TcMatmulArgs;
+using bf16 = __nv_bfloat16;
+namespace cc = ::course::cuda;
+
+// ---------------------------------------------------------------- shared by steps 3-6 ---
+
+constexpr int kBM = 128, kBN = 256, kBK = 64;
+constexpr std::uint32_t kABytes = kBM * kBK * 2;        // 16 KB: 128 rows of 128 bytes
+constexpr std::uint32_t kBBlockBytes = kBK * 64 * 2;    //  8 KB: one [64 k][64 n] block of B
+constexpr std::uint32_t kBBytes = kBN * kBK * 2;        // 32 KB: four blocks
+constexpr std::uint32_t kStageBytes = kABytes + kBBytes;  // 48 KB per pipeline stage
+
+/// Throws course::Unsupported unless the Hopper instructions can run here.
+void require_sm90a(const char* step) {
+  if (!cc::sm90a_code_available())
+    throw Unsupported(step,
+                      "a Hopper GPU (compute capability 9.0) and a build for sm_90a "
+                      "(CMAKE_CUDA_ARCHITECTURES=90a; wgmma and setmaxnreg are not in plain sm_90)");
+}
+
+/// Consumer warpgroup `wg` (0 or 1: rows 64 wg .. 64 wg + 63 of the tile) multiplies one
+/// slab: four k16 steps of wgmma m64n256k16, both operands read from shared memory through
+/// descriptors. K-major A: a k16 step is 32 bytes further along the 128-byte rows, groups of
+/// 8 rows are 1024 bytes apart (sbo). MN-major B: a k16 step is 16 rows (2048 bytes)
+/// further; lbo = 8 KB to the next 64-column block, sbo = 1024 between groups of 8 k-rows.
+/// Issued only: the caller commits and waits.
+__device__ __forceinline__ void wgmma_slab(float (&acc)[128], std::uint32_t stage_a, std::uint32_t stage_b, int wg) {
+  const std::uint32_t a = stage_a + wg * 64 * 128;
+#pragma unroll
+  for (int ks = 0; ks < kBK / 16; ++ks) {
+    const std::uint64_t da = cc::wgmma_desc_sw128(a + ks * 32, 16, 1024);
+    const std::uint64_t db = cc::wgmma_desc_sw128(stage_b + ks * 16 * 128, kBBlockBytes, 1024);
+    cc::wgmma_m64n256k16_bf16_f32</*kBMnMajor=*/true>(acc, da, db);
+  }
+}
+
+/// The epilogue of one warpgroup, straight from its accumulators: warp w of the group owns
+/// rows 16 w .. 16 w + 15 of its 64, and acc[4 j + 2 h], acc[4 j + 2 h + 1] is the pair of
+/// columns (8 j + 2 t, + 1) of row g + 8 h (g = lane / 4, t = lane % 4). One warp store
+/// writes 8 rows x 32 bytes: whole 32-byte sectors.
+__device__ __forceinline__ void store_warpgroup_tile(const float (&acc)[128], float* C, int M, int N,
+                                                     std::int64_t ldc, bool vec_ok, int row0, int n0) {
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + warp * 16 + lane / 4 + 8 * h;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j)
+      store_pair(C, M, N, ldc, vec_ok, row, n0 + 8 * j + 2 * (lane % 4), acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+  }
+}
+
+__device__ __forceinline__ void zero(float (&acc)[128]) {
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+}
+
+/// Dynamic shared memory rounded up to the 1024-byte alignment of the swizzle atoms
+/// (8 rows x 128 bytes); the launch asks for 1 KB extra to make room.
+__device__ __forceinline__ std::uint32_t aligned_smem_base(unsigned char* raw) {
+  return (cc::smem_u32(raw) + 1023u) & ~1023u;
+}
+
+// ============================================================================
+// Step 3: wgmma.
+// What limits mma_sync on Hopper: mma.sync is Ampere's instruction. Each warp loads its
+// fragments into registers with ldmatrix before every mma (shared-memory bandwidth), and
+// a warp can keep only a 64 x 64 tile of accumulators. Hopper's wgmma is issued by a
+// WARPGROUP (4 warps, 128 threads) and reads A and B straight from shared memory: one
+// m64n256k16 multiplies a 64 x 16 slice of A by a 16 x 256 slice of B into 64 x 256 fp32
+// accumulators spread over the group (128 per thread). B is read from shared memory once
+// per 64 rows instead of once per warp.
+// Changes from mma_sync:
+//  * Block tile 128 x 256 (was 128 x 256 of 8 warps), two warpgroups of 64 x 256.
+//  * Shared memory in the 128-byte-swizzle layout (file banner); wgmma descriptors
+//    (wgmma_slab) instead of ldmatrix addresses. No fragment registers at all.
+//  * The same cp.async pipeline feeds it, 4 stages of 48 KB. The tensor cores read
+//    shared memory through the async proxy, so each copying thread runs
+//    fence.proxy.async after its copies land, before the block barrier.
+//  * wgmma is asynchronous: issue slab kt, commit, then wait until at most ONE group is
+//    pending (slab kt-1's is complete). So the copies of slab kt+2 may overwrite the stage
+//    slab kt-2 used: two stages in flight, one being read, one draining.
+// Prediction (8192^3): the tensor cores are fed from shared memory at 3x less bandwidth
+// per FLOP than mma_sync, so the kernel should leave mma_sync's 0.67 of cuBLAS behind,
+// ~0.75-0.85. What it still pays for: all 256 threads stop at one barrier per slab and
+// issue 12 cp.async each, i.e. the math waits for the slowest warp's copies; and one
+// block per SM (192 KB of stages) leaves nothing to overlap the epilogue with.
+// Measured (results: hgemm_bf16/solution/wgmma/8192x8192x8192): pending
+// ============================================================================
+namespace wgmma_step {
+constexpr int kThreads = 256;  // two warpgroups, both copy and compute
+constexpr int kStages = 4;
+constexpr int kSmemBytes = kStages * static_cast<int>(kStageBytes) + 1024;
+
+/// Per-thread cp.async copies of one slab into the 128-byte-swizzle layouts. Thread t copies
+/// chunk column t % 8 of A rows t / 8 + 32 i (i < 4) and chunk column t % 32 of B rows
+/// t / 32 + 8 i (i < 8): both row steps are multiples of 8, so each thread's chunks share
+/// one swizzle. Chunks past M, N or K copy 0 source bytes: cp.async writes the zeros.
+struct SlabCopier {
+  const bf16* a;  // this thread's first A chunk of the next slab
+  const bf16* b;  // ... of B
+  std::int64_t a_step, b_step, b_slab;  // 32 rows of A, 8 rows of B, 64 rows of B (elements)
+  std::uint32_t a_dst, b_dst;           // byte offsets inside a stage
+  int a_rows, b_cols;                   // rows of A / columns of B left from this thread's first
+  int a_k;                              // K minus the k of this thread's A chunk in the next slab
+  int b_k;                              // K minus the k of this thread's first B row in the next slab
+
+  __device__ __forceinline__ SlabCopier(const bf16* A, const bf16* B, int M, int N, int K, std::int64_t lda,
+                                        std::int64_t ldb, int m0, int n0) {
+    const int t = threadIdx.x;
+    const int ar = t / 8, ac = t % 8, br = t / 32, bc = t % 32;
+    a = A + static_cast<std::int64_t>(m0 + ar) * lda + ac * 8;
+    b = B + static_cast<std::int64_t>(br) * ldb + n0 + bc * 8;
+    a_step = 32 * lda;
+    b_step = 8 * ldb;
+    b_slab = kBK * ldb;
+    a_dst = ar * 128 + ((ac ^ (ar % 8)) * 16);
+    b_dst = kABytes + (bc / 8) * kBBlockBytes + br * 128 + (((bc % 8) ^ (br % 8)) * 16);
+    a_rows = M - (m0 + ar);
+    b_cols = N - (n0 + bc * 8);
+    a_k = K - ac * 8;
+    b_k = K - br;
+  }
+  __device__ __forceinline__ void copy_next(std::uint32_t stage, const bf16* A, const bf16* B) {
+    const int a_bytes = 2 * max(0, min(a_k, 8));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const bool ok = i * 32 < a_rows && a_bytes > 0;
+      cc::cp_async_16_zfill(stage + a_dst + i * 32 * 128, ok ? a + i * a_step : A, ok ? a_bytes : 0);
+    }
+    const int b_bytes = 2 * max(0, min(b_cols, 8));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const bool ok = i * 8 < b_k && b_bytes > 0;
+      cc::cp_async_16_zfill(stage + b_dst + i * 8 * 128, ok ? b + i * b_step : B, ok ? b_bytes : 0);
+    }
+    a += kBK;
+    b += b_slab;
+    a_k -= kBK;
+    b_k -= kBK;
+  }
+};
+
+__global__ void __launch_bounds__(kThreads, 1)
+    matmul_tc_wgmma_kernel(const bf16* __restrict__ A, const bf16* __restrict__ B, float* __restrict__ C, int M,
+                           int N, int K, std::int64_t lda, std::int64_t ldb, std::int64_t ldc, int tiles_m,
+                           int tiles_n, bool vec_ok) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const std::uint32_t smem = aligned_smem_base(smem_raw);
+  int tile_m, tile_n;
+  grouped_tile(static_cast<int>(blockIdx.x), tiles_m, tiles_n, tile_m, tile_n);
+  const int m0 = tile_m * kBM, n0 = tile_n * kBN;
+  const int wg = threadIdx.x / 128;
+  const int k_tiles = (K + kBK - 1) / kBK;
+  SlabCopier copier(A, B, M, N, K, lda, ldb, m0, n0);
+
+  // Prologue: slabs 0 .. kStages-3 in flight (commit group g = slab g, empty groups included).
+#pragma unroll
+  for (int s = 0; s < kStages - 2; ++s) {
+    if (s < k_tiles) copier.copy_next(smem + s * kStageBytes, A, B);
+    cc::cp_async_commit();
+  }
+  float acc[128];
+  zero(acc);
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    // 1. Wait for slab kt, publish it to every warp and to the async proxy. The barrier
+    //    also certifies that every warpgroup's slab kt-2 wgmmas are complete (each waited
+    //    for them at the end of iteration kt-1), so that stage may be refilled.
+    cc::cp_async_wait<kStages - 3>();
+    cc::fence_proxy_async_smem();
+    __syncthreads();
+    // 2. Refill: slab kt+2 into the stage slab kt-2 used.
+    const int next = kt + kStages - 2;
+    if (next < k_tiles) copier.copy_next(smem + (next % kStages) * kStageBytes, A, B);
+    cc::cp_async_commit();
+    // 3. Math: issue slab kt; wait until only it may still run (slab kt-1 is done).
+    const std::uint32_t stage = smem + (kt % kStages) * kStageBytes;
+    cc::wgmma_fence();
+    wgmma_slab(acc, stage, stage + kABytes, wg);
+    cc::wgmma_commit();
+    cc::wgmma_wait<1>();
+  }
+  cc::wgmma_wait<0>();
+  cc::cp_async_wait<0>();
+  store_warpgroup_tile(acc, C, M, N, ldc, vec_ok, m0 + 64 * wg, n0);
+#else
+  (void)A, (void)B, (void)C, (void)M, (void)N, (void)K, (void)lda, (void)ldb, (void)ldc, (void)tiles_m,
+      (void)tiles_n, (void)vec_ok;
+  __trap();  // never launched: the host checks sm90a_code_available() first
+#endif
+}
+}  // namespace wgmma_step
+
+// ============================================================================
+// Steps 4-6: one warp-specialized kernel, three configurations.
+//
+// Step 4, tma_warp_specialized. What limits step 3: every thread both copies and
+// computes, and everyone meets at a barrier per slab -- the math waits for the slowest
+// copy issue. Changes:
+//  * The TMA (tensor memory accelerator) copies a whole 2-D box -- the A slab (128 rows x
+//    128 bytes) in one instruction, B in four 64 x 64 boxes -- and writes it swizzled, the
+//    layout wgmma reads. One thread issues a stage's 5 copies. Edges are free: the TMA
+//    zero-fills whatever lies outside the matrix (the tensor map knows its shape).
+//  * Warp specialization: warpgroup 0 is the PRODUCER (one thread issues copies), warpgroups
+//    1-2 are CONSUMERS (wgmma + epilogue). They meet only at two barriers per stage:
+//      full[s]:  the producer arrives with expect_tx(48 KB); the TMA counts the bytes down;
+//                consumers wait on it (phase parity flips each time the ring wraps).
+//      empty[s]: each consumer warpgroup arrives once its wgmmas on stage s are complete;
+//                the producer waits on it before refilling s.
+//    No __syncthreads in the loop: the producer runs up to 4 stages ahead.
+//  * setmaxnreg: the producer needs ~40 registers, the consumers ~170 (128 accumulators).
+//    The block starts with 168 each (384 threads, 1 block/SM); the producer gives back
+//    (dec 40) and the consumers take (inc 232): 128*40 + 256*232 <= 64 K registers.
+// Prediction: the tensor cores no longer wait for copy issue: ~0.85-0.9 of cuBLAS at
+// 8192^3. Left on the table: the epilogue (256 MB of fp32 C at 8192^2, ~5% of the time)
+// runs while no loads are in flight, and a new block pays the pipeline fill.
+// Measured (results: hgemm_bf16/solution/tma_warp_specialized/8192x8192x8192): pending
+//
+// Step 5, persistent. Changes: the grid is one block per SM, and each block walks the tile
+// schedule (grouped order, 16 tile-rows per group) with a stride of the grid size. The
+// ring of stages and its phases carry over from tile to tile, so while the consumers store
+// tile i the producer is already loading tile i+1's first four slabs.
+// Prediction: hides the epilogue and the per-block fill: +3-6% over step 4.
+// Measured (results: hgemm_bf16/solution/persistent/8192x8192x8192): pending
+//
+// Step 6, cluster_multicast. Changes: blocks run in clusters of 2 that compute vertically
+// adjacent tiles (rows m and m+1, same columns), so they need the same B slabs. Each block
+// loads half of B (two of the four 64-column boxes) with `.multicast::cluster`: one read of
+// L2, written into both blocks' shared memory, completing on both blocks' full barriers.
+// So a stage may be refilled only when BOTH blocks' consumers are done with it: every
+// consumer arrives on the empty barrier of every block in the cluster (mapa + remote
+// arrive), and empty barriers count 2 x 2 arrivals. Per block, L2 -> SM traffic drops
+// from 48 to 32 KB per slab.
+// Prediction: L2 bandwidth (~7.5 TB/s needed at full rate, see the banner) stops being the
+// limit: +5-10%, to ~0.95-1.0 of cuBLAS.
+// Measured (results: hgemm_bf16/solution/cluster_multicast/8192x8192x8192): pending
+// ============================================================================
+namespace ws {
+constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
+constexpr int kStages = 4;
+constexpr int kProducerRegisters = 40;
+constexpr int kConsumerRegisters = 232;
+/// Stages, then the 2 x kStages barriers (8 bytes each), plus the 1 KB alignment slack.
+constexpr int kSmemBytes = kStages * static_cast<int>(kStageBytes) + 2 * kStages * 8 + 1024;
+/// Tile-rows per group of the tile order (L2 reuse between the blocks running together).
+constexpr int kGroupRows = 16;
+
+/// The tile schedule of every step 4-6 block. Tiles are grouped into "cluster tiles" of
+/// kCluster vertically adjacent tiles; cluster c of G takes cluster tiles c, c + G, ...,
+/// in grouped order; its block of rank r computes tile row kCluster * ctile_m + r.
+/// Without persistence the grid has one cluster per cluster tile: one trip each.
+template <int kCluster>
+struct TileSchedule {
+  int next, stride, total, ctiles_m, tiles_n;
+  __device__ __forceinline__ TileSchedule(int tiles_m, int tiles_n_) {
+    next = static_cast<int>(blockIdx.x) / kCluster;
+    stride = static_cast<int>(gridDim.x) / kCluster;
+    ctiles_m = (tiles_m + kCluster - 1) / kCluster;
+    tiles_n = tiles_n_;
+    total = ctiles_m * tiles_n;
+  }
+  /// The next tile of this block (false when the schedule is done).
+  __device__ __forceinline__ bool take(int& tile_m, int& tile_n) {
+    if (next >= total) return false;
+    int ctile_m;
+    grouped_tile<kGroupRows / kCluster>(next, ctiles_m, tiles_n, ctile_m, tile_n);
+    tile_m = ctile_m * kCluster + static_cast<int>(cc::cluster_ctarank());
+    next += stride;
+    return true;
+  }
+};
+
+/// A position in the ring of stages: index and the parity of the current pass.
+struct RingPosition {
+  int stage = 0;
+  std::uint32_t phase = 0;
+  __device__ __forceinline__ void advance() {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
+template <int kCluster>
+__global__ void __launch_bounds__(kThreads, 1)
+    matmul_tc_ws_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+                        float* __restrict__ C, int M, int N, int K, std::int64_t ldc, int tiles_m, int tiles_n,
+                        bool vec_ok) {
+  static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 blocks");
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const std::uint32_t smem = aligned_smem_base(smem_raw);
+  const std::uint32_t full_bar = smem + kStages * kStageBytes;  // full[s] at full_bar + 8 s
+  const std::uint32_t empty_bar = full_bar + kStages * 8;      // empty[s] at empty_bar + 8 s
+  const int wg = threadIdx.x / 128;
+  const int k_tiles = (K + kBK - 1) / kBK;
+
+  // Setup: one thread initialises the barriers; the fence publishes them to the TMA and to
+  // the other block of the cluster, the (cluster) barrier to every thread.
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      cc::mbarrier_init(full_bar + 8 * s, 1);                // the producer's arrive (+ bytes)
+      cc::mbarrier_init(empty_bar + 8 * s, 2 * kCluster);  // each consumer of each block
+    }
+    cc::fence_barrier_init();
+    cc::tma_prefetch_descriptor(&tmap_a);
+    cc::tma_prefetch_descriptor(&tmap_b);
+  }
+  if constexpr (kCluster > 1)
+    cc::cluster_sync();
+  else
+    __syncthreads();
+
+  TileSchedule<kCluster> schedule(tiles_m, tiles_n);
+  RingPosition ring;
+  int tile_m, tile_n;
+  if (wg == 0) {
+    // ---- Producer: one thread issues every copy; the other 127 only lower their registers.
+    cc::setmaxnreg_dec<kProducerRegisters>();
+    if (threadIdx.x == 0) {
+      const std::uint32_t rank = cc::cluster_ctarank();
+      while (schedule.take(tile_m, tile_n)) {
+        for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+          const std::uint32_t full = full_bar + 8 * ring.stage;
+          const std::uint32_t stage_a = smem + ring.stage * kStageBytes;
+          const std::uint32_t stage_b = stage_a + kABytes;
+          cc::mbarrier_wait(empty_bar + 8 * ring.stage, ring.phase ^ 1u);  // stage free (in every block)
+          cc::mbarrier_arrive_expect_tx(full, kStageBytes);  // 48 KB will land here, whoever sends them
+          cc::tma_load_2d(stage_a, &tmap_a, full, kt * kBK, tile_m * kBM);
+#pragma unroll
+          for (int j = 0; j < kBN / 64; ++j) {
+            const int n = tile_n * kBN + 64 * j;
+            if constexpr (kCluster == 1)
+              cc::tma_load_2d(stage_b + j * kBBlockBytes, &tmap_b, full, n, kt * kBK);
+            else if (j % kCluster == static_cast<int>(rank))  // my share of B, for both blocks
+              cc::tma_load_2d_multicast(stage_b + j * kBBlockBytes, &tmap_b, full, n, kt * kBK,
+                                        static_cast<std::uint16_t>((1u << kCluster) - 1));
+          }
+        }
+      }
+    }
+  } else {
+    // ---- Consumers: warpgroup 1 computes rows 0-63 of the tile, warpgroup 2 rows 64-127.
+    cc::setmaxnreg_inc<kConsumerRegisters>();
+    const int cw = wg - 1;
+    float acc[128];
+    while (schedule.take(tile_m, tile_n)) {
+      zero(acc);
+      for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+        cc::mbarrier_wait(full_bar + 8 * ring.stage, ring.phase);  // the stage's 48 KB have landed
+        const std::uint32_t stage_a = smem + ring.stage * kStageBytes;
+        cc::wgmma_fence();
+        wgmma_slab(acc, stage_a, stage_a + kABytes, cw);
+        cc::wgmma_commit();
+        cc::wgmma_wait<0>();
+        // Release the stage: one arrival per warpgroup, on the empty barrier of every block
+        // that the producers of this cluster may refill it for.
+        if (threadIdx.x % 128 == 0) {
+          if constexpr (kCluster == 1) {
+            cc::mbarrier_arrive(empty_bar + 8 * ring.stage);
+          } else {
+#pragma unroll
+            for (int r = 0; r < kCluster; ++r) cc::mbarrier_arrive_cluster(empty_bar + 8 * ring.stage, r);
+          }
+        }
+      }
+      store_warpgroup_tile(acc, C, M, N, ldc, vec_ok, tile_m * kBM + 64 * cw, tile_n * kBN);
+    }
+  }
+  // A block must not exit while its cluster peer may still arrive on its barriers.
+  if constexpr (kCluster > 1) cc::cluster_sync();
+#else
+  (void)tmap_a, (void)tmap_b, (void)C, (void)M, (void)N, (void)K, (void)ldc, (void)tiles_m, (void)tiles_n,
+      (void)vec_ok;
+  __trap();  // never launched: the host checks sm90a_code_available() first
+#endif
+}
+
+/// Launches the warp-specialized kernel: non-persistent (one cluster per cluster tile) or
+/// persistent (as many clusters as fit on the GPU at once, at most one per cluster tile).
+template <int kCluster>
+void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
+  require_sm90a(step);
+  const int tiles_m = static_cast<int>((a.m + kBM - 1) / kBM);
+  const int tiles_n = static_cast<int>((a.n + kBN - 1) / kBN);
+  const int ctiles = static_cast<int>(grid_blocks((a.m + kCluster - 1) / kCluster, a.n, kBM, kBN, step));
+  const CUtensorMap map_a = make_tma_map_bf16_2d(a.a, a.m, a.k, a.lda, kBM, kBK, TmaSwizzle::bytes128);
+  const CUtensorMap map_b = make_tma_map_bf16_2d(a.b, a.k, a.n, a.ldb, kBK, 64, TmaSwizzle::bytes128);
+  auto kernel = matmul_tc_ws_kernel<kCluster>;
+  allow_dynamic_smem(kernel, ws::kSmemBytes, step);
+
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = kCluster;
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  config.blockDim = dim3(ws::kThreads);
+  config.dynamicSmemBytes = ws::kSmemBytes;
+  config.stream = a.stream;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  int clusters = ctiles;
+  if (persistent) {
+    config.gridDim = dim3(ctiles * kCluster);
+    int fit = 0;
+    COURSE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&fit, kernel, &config));
+    require_arg(fit >= 1, step, "clusters that fit", fit, "must be >= 1 (not enough shared memory per SM?)");
+    clusters = std::min(ctiles, fit);
+  }
+  config.gridDim = dim3(clusters * kCluster);
+  COURSE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, map_a, map_b, a.c, static_cast<int>(a.m),
+                                       static_cast<int>(a.n), static_cast<int>(a.k), a.ldc, tiles_m, tiles_n,
+                                       vec2_store_ok(a)));
+  COURSE_CHECK_LAUNCH("matmul_tc_ws_kernel");
+}
+}  // namespace ws
+
+}  // namespace
+
+void launch_wgmma(const TcMatmulArgs& a) {
+  constexpr const char* step = "matmul_tc(wgmma)";
+  require_sm90a(step);
+  const int tiles_m = static_cast<int>((a.m + kBM - 1) / kBM);
+  const int tiles_n = static_cast<int>((a.n + kBN - 1) / kBN);
+  const unsigned tiles = grid_blocks(a.m, a.n, kBM, kBN, step);
+  allow_dynamic_smem(wgmma_step::matmul_tc_wgmma_kernel, wgmma_step::kSmemBytes, step);
+  wgmma_step::matmul_tc_wgmma_kernel<<<tiles, wgmma_step::kThreads, wgmma_step::kSmemBytes, a.stream>>>(
+      a.a, a.b, a.c, static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), a.lda, a.ldb, a.ldc,
+      tiles_m, tiles_n, vec2_store_ok(a));
+  COURSE_CHECK_LAUNCH("matmul_tc_wgmma_kernel");
+}
+
+void launch_tma_warp_specialized(const TcMatmulArgs& a) {
+  ws::launch_ws<1>(a, /*persistent=*/false, "matmul_tc(tma_warp_specialized)");
+}
+
+void launch_persistent(const TcMatmulArgs& a) { ws::launch_ws<1>(a, /*persistent=*/true, "matmul_tc(persistent)"); }
+
+void launch_cluster_multicast(const TcMatmulArgs& a) {
+  ws::launch_ws<2>(a, /*persistent=*/true, "matmul_tc(cluster_multicast)");
+}
+
+}  // namespace course::solution::tc_parts
