@@ -263,6 +263,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 // ring of stages and its phases carry over from tile to tile, so while the consumers store
 // tile i the producer is already loading tile i+1's first four slabs.
 // Prediction: hides the epilogue and the per-block fill: +3-6% over step 4.
+// Tried, no gain in one run: consumers keeping one slab's wgmmas in flight (wait_group 1,
+// releasing the previous stage) instead of draining each slab (wait_group 0): with two
+// consumer warpgroups, one issues while the other drains, and the tensor cores stay fed.
 // Measured (results: hgemm_bf16/solution/persistent/8192x8192x8192): pending
 //
 // Step 6, cluster_multicast. Changes: blocks run in clusters of 2 that compute vertically
@@ -275,6 +278,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 // from 48 to 32 KB per slab.
 // Prediction: L2 bandwidth (~7.5 TB/s needed at full rate, see the banner) stops being the
 // limit: +5-10%, to ~0.95-1.0 of cuBLAS.
+// A lesson from the first version: its remote arrive was `mbarrier.arrive.release.cluster`,
+// and the step ran at 0.65 of step 5 (2.46 vs 1.66 ms at 8192^3 in one run). A release at
+// cluster scope orders all of the thread's earlier memory accesses for the whole cluster:
+// a fence, twice per slab, on the critical path of both consumers. What the arrive has to
+// say -- "my wgmma reads of this stage are complete" -- was already established by
+// wgmma.wait_group, so the default arrive (release at CTA scope) is enough; with it the
+// step runs level with steps 4-5 (1.68 vs 1.68 ms in another run).
 // Measured (results: hgemm_bf16/solution/cluster_multicast/8192x8192x8192): pending
 // ============================================================================
 namespace ws {
@@ -387,6 +397,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     cc::setmaxnreg_inc<kConsumerRegisters>();
     const int cw = wg - 1;
     float acc[128];
+    // Release a stage: one arrival per warpgroup, on the empty barrier of every block that
+    // the producers of this cluster may refill it for.
+    auto release = [&](int stage) {
+      if (threadIdx.x % 128 == 0) {
+        if constexpr (kCluster == 1) {
+          cc::mbarrier_arrive(empty_bar + 8 * stage);
+        } else {
+#pragma unroll
+          for (int r = 0; r < kCluster; ++r) cc::mbarrier_arrive_cluster(empty_bar + 8 * stage, r);
+        }
+      }
+    };
     while (schedule.take(tile_m, tile_n)) {
       zero(acc);
       for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
@@ -396,16 +418,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_slab(acc, stage_a, stage_a + kABytes, cw);
         cc::wgmma_commit();
         cc::wgmma_wait<0>();
-        // Release the stage: one arrival per warpgroup, on the empty barrier of every block
-        // that the producers of this cluster may refill it for.
-        if (threadIdx.x % 128 == 0) {
-          if constexpr (kCluster == 1) {
-            cc::mbarrier_arrive(empty_bar + 8 * ring.stage);
-          } else {
-#pragma unroll
-            for (int r = 0; r < kCluster; ++r) cc::mbarrier_arrive_cluster(empty_bar + 8 * ring.stage, r);
-          }
-        }
+        release(ring.stage);
       }
       store_warpgroup_tile(acc, C, M, N, ldc, vec_ok, tile_m * kBM + 64 * cw, tile_n * kBN);
     }

@@ -77,15 +77,18 @@ __device__ __forceinline__ void mbarrier_arrive(std::uint32_t bar) {
 }
 
 /// One arrival on the barrier at the same shared-memory offset `bar` in block `cta_rank`
-/// of this cluster (`mapa` turns the local address into the peer's, then a release
-/// arrive at cluster scope). cta_rank may be this block's own rank.
+/// of this cluster (`mapa` turns the local address into the peer's). cta_rank may be this
+/// block's own rank. The arrive has the default semantics, release at CTA scope: enough to
+/// say "my reads of that stage are complete" (the reads were waited for before); a
+/// `.release.cluster` arrive would also order this thread's earlier memory writes for the
+/// peer, at the price of a cluster-wide fence on every call.
 __device__ __forceinline__ void mbarrier_arrive_cluster(std::uint32_t bar, std::uint32_t cta_rank) {
 #if COURSE_SM90_PTX
   asm volatile(
       "{\n"
       ".reg .b32 remote;\n"
       "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
       "}\n" ::"r"(bar),
       "r"(cta_rank)
       : "memory");
