@@ -31,7 +31,8 @@ TEST(BridgeAbi, ListsOpsAndSteps) {
   const std::string ops = course_list_ops();
   for (const char* op : {"l2_norm", "dot", "softmax", "matmul", "matmul_tc", "batched_gemm", "attention"})
     EXPECT_TRUE(contains(ops, op)) << ops;
-  EXPECT_STREQ(course_list_steps("softmax"), "naive_three_pass,block_per_row,warp_per_row,online_vectorized");
+  EXPECT_STREQ(course_list_steps("softmax"),
+               "naive_three_pass,block_per_row,warp_per_row,online_vectorized,cluster_columns");
   EXPECT_STREQ(course_list_steps("l2_norm"), course_list_steps("dot"));
   // Every listed op has steps and a summary for its first step, and says whether it is built.
   std::string rest = ops;

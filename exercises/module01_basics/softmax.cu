@@ -14,8 +14,10 @@
 
 #include "module01/softmax.hpp"
 
+#include "course/cuda/mma_ptx.cuh"
 #include "course/cuda/warp_reduce.cuh"
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cfloat>
@@ -220,6 +222,154 @@ void launch_online_vectorized(const SoftmaxArgs& a) {
   throw NotImplemented("softmax step online_vectorized", __FILE__);
 }
 
+
+// ----------------------------------------------------------------------------
+// Step 5: cluster_columns -- dim = 0 with x read ONCE (Hopper, sm_90).
+//
+// dim = 0 slices are columns: 16384 rows of one column are 64 KiB, more than a block's
+// registers, so step 4 reads x twice. Here a thread-block CLUSTER of C blocks (they run
+// together on one GPC and can read each other's shared memory: "distributed shared
+// memory", DSMEM) owns a strip of kCols = 32 columns (one 128-byte line per row).
+// Block `rank` of the cluster holds rows [rank * R, rank * R + R) of the strip in its
+// shared memory (R = block_rows, <= 1024 rows = 128 KiB):
+//   1. load     (given) cp.async copies of the block's R x 32 floats, then wait.
+//   2. partial  TODO(step 5a): fold your elements into one (m, s) pair per column with
+//               YOUR online_update, merge the block's pairs -> partial[32].
+//   3. exchange TODO(step 5b): cluster.sync(); read the C partial[] arrays of the
+//               cluster (cluster.map_shared_rank) and merge them IN RANK ORDER, so every
+//               block gets the same (m, s); a second cluster barrier before exiting.
+//   4. write    TODO(step 5c): y = exp(x - m) / s from shared memory.
+// The launch (cluster attribute, cluster size, fallback to step 4 where the GPU cannot
+// run it) is given. dim = 1 runs your online_vectorized.
+// Hints, one at a time: bash scripts/course.sh hint softmax/cluster_columns
+// ----------------------------------------------------------------------------
+namespace cg = ::cooperative_groups;
+
+constexpr int kCols = m01::kClusterStripCols;           // 32 columns per strip
+constexpr int kClusterThreads = 512;
+constexpr int kChunks = kCols / 4;                       // 8 float4 chunks per strip row
+constexpr int kPhases = kClusterThreads / kChunks;       // 64 row phases
+constexpr int kClusterMaxSmemBytes = static_cast<int>(m01::kClusterMaxBlockRows) * kCols * sizeof(float);
+
+/// Thread t handles chunk tx = t % 8 (columns 4 tx .. 4 tx + 3 of the strip) of the
+/// block's rows ty, ty + 64, ty + 128, ... (ty = t / 8), in every phase.
+template <bool kVec>
+__global__ void __launch_bounds__(kClusterThreads)
+    cluster_columns_kernel(const float* x, std::int64_t ldx, float* y, std::int64_t ldy, int rows, int cols,
+                           int block_rows) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ float4 strip[];  // [block_rows][8]: this block's rows of the strip
+  __shared__ MaxSum partial[kCols];  // the block's (m, s) per column: read by the whole cluster
+  __shared__ float2 column[kCols];   // (m, 1 / s) of each column, once merged
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int blocks = static_cast<int>(cluster.num_blocks());  // C; blocks [k C, (k + 1) C) form cluster k
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int tx = threadIdx.x % kChunks;
+  const int ty = threadIdx.x / kChunks;
+  const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x / blocks) * kCols + 4 * tx;  // first column
+  const int row0 = rank * block_rows;
+  const int my_rows = max(0, min(block_rows, rows - row0));
+  const int iters = ty < my_rows ? (my_rows - 1 - ty) / kPhases + 1 : 0;  // this thread's rows
+  auto slot = [&](int k) { return strip + (ty + k * kPhases) * kChunks + tx; };  // its k-th chunk
+  auto row_of = [&](int k) { return static_cast<std::int64_t>(row0) + ty + k * kPhases; };
+
+  // ---- 1. load (given): every copy in flight, then wait for this thread's copies.
+  for (int k = 0; k < iters; ++k) {
+    const float* src = x + row_of(k) * ldx;
+    float* d = reinterpret_cast<float*>(slot(k));
+    if (kVec && c0 + 4 <= cols) {
+      cc::cp_async_16_zfill(cc::smem_u32(d), src + c0, 16);
+    } else {
+      for (int u = 0; u < 4; ++u) {
+        if (c0 + u < cols) cc::cp_async_4_zfill(cc::smem_u32(d + u), src + c0 + u, 4);
+        else d[u] = 0.f;  // a column past the matrix: never written back
+      }
+    }
+  }
+  cc::cp_async_commit();
+  cc::cp_async_wait<0>();  // a thread reads back only its own chunks: no __syncthreads needed
+
+  // ---- 2. partial. TODO(step 5a)
+  // ---- 3. exchange. TODO(step 5b)
+  // ---- 4. write. TODO(step 5c): columns >= cols are not written; float4 stores only if kVec.
+  (void)y, (void)ldy, (void)partial, (void)column, (void)slot;
+#else
+  (void)x, (void)ldx, (void)y, (void)ldy, (void)rows, (void)cols, (void)block_rows;
+  __trap();  // never launched: the host checks cluster_fits() first
+#endif
+}
+
+/// Given: true when this GPU can run cluster_columns_kernel<kVec> in clusters of
+/// `blocks` (compute capability 9.0+, the kernel built for sm_90+, and
+/// cudaOccupancyMaxActiveClusters > 0 with 128 KiB blocks). Checked once per device.
+template <bool kVec>
+bool cluster_fits(int blocks) {
+  static int known_device = -1;
+  static bool fits[5] = {};
+  int device = 0, major = 0;
+  COURSE_CUDA_CHECK(cudaGetDevice(&device));
+  int i = 0;
+  while ((1 << i) < blocks) ++i;
+  if (device == known_device) return fits[i];
+  auto* kernel = cluster_columns_kernel<kVec>;
+  cudaFuncAttributes attr{};
+  COURSE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  COURSE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  for (int j = 0; j < 5; ++j) fits[j] = false;
+  if (major >= 9 && attr.ptxVersion >= 90) {
+    COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kClusterMaxSmemBytes));
+    const bool size16 = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+    for (int j = 0; j < (size16 ? 5 : 4); ++j) {
+      cudaLaunchAttribute cluster{};
+      cluster.id = cudaLaunchAttributeClusterDimension;
+      cluster.val.clusterDim = {1u << j, 1, 1};
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(1u << j);
+      cfg.blockDim = dim3(kClusterThreads);
+      cfg.dynamicSmemBytes = kClusterMaxSmemBytes;
+      cfg.attrs = &cluster;
+      cfg.numAttrs = 1;
+      int active = 0;
+      fits[j] = cudaOccupancyMaxActiveClusters(&active, kernel, &cfg) == cudaSuccess && active > 0;
+    }
+    (void)cudaGetLastError();  // a refused query must not surface at the next launch check
+  }
+  known_device = device;
+  return fits[i];
+}
+
+/// Given: ceil(cols / 32) strips x C blocks, in clusters of C along x.
+template <bool kVec>
+void launch_cluster_kernel(const SoftmaxArgs& a, int blocks) {
+  const std::int64_t block_rows = (a.rows + blocks - 1) / blocks;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim = {static_cast<unsigned>(blocks), 1, 1};
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid_size(a.cols, kCols) * static_cast<unsigned>(blocks));
+  cfg.blockDim = dim3(kClusterThreads);
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(block_rows) * kCols * sizeof(float);
+  cfg.stream = a.stream;
+  cfg.attrs = &cluster;
+  cfg.numAttrs = 1;
+  COURSE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, cluster_columns_kernel<kVec>, a.x, a.ldx, a.y, a.ldy,
+                                       static_cast<int>(a.rows), static_cast<int>(a.cols),
+                                       static_cast<int>(block_rows)));
+  COURSE_CHECK_LAUNCH("cluster_columns_kernel");
+}
+
+void launch_cluster_columns(const SoftmaxArgs& a) {
+  if (a.dim == 1) return launch_online_vectorized(a);  // your step 4
+  // TODO(step 5): delete the throw once the kernel's phases 2-4 are written.
+  throw NotImplemented("softmax step cluster_columns", __FILE__);
+  const int blocks = m01::cluster_columns_blocks(a.rows);  // 0: a column taller than 16 x 1024 rows
+  const bool vec4 = reinterpret_cast<std::uintptr_t>(a.x) % 16 == 0 &&
+                    reinterpret_cast<std::uintptr_t>(a.y) % 16 == 0 && a.ldx % 4 == 0 && a.ldy % 4 == 0;
+  if (blocks > 0 && vec4 && cluster_fits<true>(blocks)) return launch_cluster_kernel<true>(a, blocks);
+  if (blocks > 0 && !vec4 && cluster_fits<false>(blocks)) return launch_cluster_kernel<false>(a, blocks);
+  launch_online_vectorized(a);  // fallback: your step 4 (two passes over x)
+}
+
 }  // namespace
 
 void softmax(SoftmaxStep step, const SoftmaxArgs& args) {
@@ -230,6 +380,7 @@ void softmax(SoftmaxStep step, const SoftmaxArgs& args) {
     case SoftmaxStep::block_per_row: return launch_block_per_row(args);
     case SoftmaxStep::warp_per_row: return launch_warp_per_row(args);
     case SoftmaxStep::online_vectorized: return launch_online_vectorized(args);
+    case SoftmaxStep::cluster_columns: return launch_cluster_columns(args);
   }
   throw NotImplemented(std::string("softmax step ") + std::to_string(static_cast<int>(step)), __FILE__);
 }

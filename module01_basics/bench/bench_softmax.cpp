@@ -1,5 +1,5 @@
 // Softmax benchmarks: every step (solution and exercise) on the three target shapes
-// along dim = 1 and one shape along dim = 0, beside the ceiling row
+// along dim = 1 and two shapes along dim = 0, beside the ceiling row
 // "softmax/library/d2d_copy/<shape>": a cudaMemcpyAsync of the same bytes (there is no
 // cuBLAS softmax; a copy reads and writes exactly what an ideal softmax does), so the
 // summary's sol/lib column is the fraction of copy speed.
@@ -29,9 +29,10 @@ struct Shape {
   }
 };
 
-/// The target shapes (dim = 1) and one dim = 0 shape. Each matrix is >= 256 MiB, far
-/// larger than the 50 MB L2, so no buffer rotation is needed.
-const Shape kShapes[] = {{65536, 1024, 1}, {16384, 4096, 1}, {4096, 32768, 1}, {16384, 4096, 0}};
+/// The target shapes (dim = 1) and two dim = 0 shapes (cluster_columns' targets: columns
+/// of 16384 rows in 16-block clusters, of 4096 rows in 8-block clusters). Each matrix is
+/// >= 256 MiB, far larger than the 50 MB L2, so no buffer rotation is needed.
+const Shape kShapes[] = {{65536, 1024, 1}, {16384, 4096, 1}, {4096, 32768, 1}, {16384, 4096, 0}, {4096, 32768, 0}};
 
 /// Input, output and naive workspace of one shape, allocated once per process.
 struct Buffers {

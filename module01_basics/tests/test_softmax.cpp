@@ -164,6 +164,70 @@ INSTANTIATE_TEST_SUITE_P(Steps, SoftmaxTest,
                          ::testing::Combine(::testing::ValuesIn(course::m01::kSoftmaxSteps), ::testing::Values(1, 0)),
                          param_name);
 
+// ---- dim = 0: tall columns around cluster_columns' cluster sizes ------------------
+
+class SoftmaxColumnsTest : public GpuTest, public ::testing::WithParamInterface<course::StepInfo<SoftmaxStep>> {
+ protected:
+  Outcome run(const Case& c) {
+    return run_case([](SoftmaxStep s, const SoftmaxArgs& a) { impl::softmax(s, a); }, GetParam().step, c,
+                    seed() + static_cast<std::uint64_t>(c.rows * 7919 + c.cols * 31 + c.ldx * 3 + c.ldy + c.offset));
+  }
+};
+
+/// One dim = 0 layout for `rows` rows; cluster_columns takes the float4 path (16-byte
+/// cp.async, float4 stores) when x and y are 16-byte aligned and ldx, ldy % 4 == 0.
+Case column_layout(int which, std::int64_t rows) {
+  switch (which) {
+    case 0: return {rows, 70, 0, 0, 0, -4.0, 4.0};  // ldx = 70: scalar path; last strip 6 columns wide
+    case 1: {  // float4 path, whole strips, padded rows, masked entries
+      Case c{rows, 64, 0, 68, 72, -30.0, 30.0};
+      c.masked = 0.3;
+      return c;
+    }
+    case 2: return {rows, 13, 0, 16, 20, 80.0, 120.0};                       // one strip narrower than 32
+    case 3: return {rows, 45, 0, 48, 48, -8.0, 8.0, /*in_place=*/true};      // in place, float4 path
+    default: {  // ld % 4 == 0 but x and y 4 bytes past a 16-byte boundary: scalar path
+      Case c{rows, 40, 0, 44, 44, -4.0, 4.0};
+      c.offset = 1;
+      return c;
+    }
+  }
+}
+
+TEST_P(SoftmaxColumnsTest, TallColumnsAroundClusterSizes) {
+  // Rows at the edges of every cluster size C = 1, 2, 4, 8, 16 (512 rows per block), the
+  // 16-block clusters' growing blocks (up to 1024 rows = 16384), and the fallback beyond.
+  const std::int64_t t = course::m01::kClusterTargetBlockRows, top = course::m01::kClusterMaxRows;
+  const std::int64_t all_rows[] = {1,         t - 1,     t,         t + 1,  2 * t,  2 * t + 1, 4 * t, 4 * t + 1,
+                                   8 * t,     8 * t + 1, 16 * t,    16 * t + 1, 12345, top, top + 1};
+  int i = 0;
+  for (const std::int64_t rows : all_rows) {
+    for (const int which : {i % 5, (i + 2) % 5}) {
+      const Case c = column_layout(which, rows);
+      SCOPED_TRACE(c.str() + ", cluster of " + std::to_string(course::m01::cluster_columns_blocks(rows)) +
+                   " blocks (0: fallback)");
+      Outcome o;
+      COURSE_SKIP_IF_NOT_IMPLEMENTED(o = run(c));
+      EXPECT_TRUE(Accepted(o));
+    }
+    ++i;
+  }
+}
+
+TEST_P(SoftmaxColumnsTest, ManyStripsOfTallestColumns) {
+  // 16-block clusters of 1024-row blocks (128 KiB each), more clusters than fit at once.
+  const Case c{course::m01::kClusterMaxRows, 300, 0, 0, 0, -8.0, 8.0};
+  SCOPED_TRACE(c.str());
+  Outcome o;
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(o = run(c));
+  EXPECT_TRUE(Accepted(o));
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, SoftmaxColumnsTest, ::testing::ValuesIn(course::m01::kSoftmaxSteps),
+                         [](const ::testing::TestParamInfo<course::StepInfo<SoftmaxStep>>& info) {
+                           return std::string(info.param.name);
+                         });
+
 // ---- planted bugs: the checking helper must reject each -------------------------
 
 class SoftmaxPlantedTest : public GpuTest {
@@ -189,6 +253,12 @@ TEST_F(SoftmaxPlantedTest, DroppedTailIsRejected) {
 
 TEST_F(SoftmaxPlantedTest, WrongDimIsRejected) {
   expect_rejected(course::planted::softmax_wrong_dim, {3, 33, 0, 0, 0, -4.0, 4.0});
+}
+
+TEST_F(SoftmaxPlantedTest, ClusterWithoutExchangeIsRejected) {
+  // 2000 rows: a cluster of 4 blocks per strip; each normalizes only its 500 rows.
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(
+      expect_rejected(course::planted::softmax_cluster_no_exchange, {2000, 70, 0, 0, 0, -4.0, 4.0}));
 }
 
 // ---- argument validation: host-side, before any launch (no GPU needed) -----------
@@ -256,6 +326,27 @@ TEST(SoftmaxArgsTest, NaiveWorkspaceOverlappingXOrYIsNamed) {
   // Steps without a workspace ignore the field.
   a.workspace = g_fake;
   EXPECT_NO_THROW(course::m01::validate_softmax_args(a, SoftmaxStep::block_per_row, "test"));
+}
+
+TEST(SoftmaxArgsTest, ClusterSizeFollowsRows) {
+  using course::m01::cluster_columns_blocks;
+  const std::pair<std::int64_t, int> expected[] = {{1, 1},     {512, 1},   {513, 2},   {1024, 2},  {1025, 4},
+                                                   {2048, 4},  {2049, 8},  {4096, 8},  {4097, 16}, {8192, 16},
+                                                   {8193, 16}, {16384, 16}, {16385, 0}, {1 << 20, 0}};
+  for (const auto& [rows, blocks] : expected) EXPECT_EQ(cluster_columns_blocks(rows), blocks) << rows << " rows";
+  // Every block's rows fit kClusterMaxBlockRows, and C is the smallest power of two
+  // giving <= kClusterTargetBlockRows rows per block (or the largest cluster).
+  for (std::int64_t rows = 1; rows <= course::m01::kClusterMaxRows; rows += 97) {
+    const int c = cluster_columns_blocks(rows);
+    ASSERT_GT(c, 0) << rows;
+    EXPECT_LE((rows + c - 1) / c, course::m01::kClusterMaxBlockRows) << rows;
+    if (c > 1 && c < course::m01::kClusterMaxBlocks) {
+      EXPECT_GT((rows + c / 2 - 1) / (c / 2), course::m01::kClusterTargetBlockRows) << rows;
+    }
+    if (c < course::m01::kClusterMaxBlocks) {
+      EXPECT_LE((rows + c - 1) / c, course::m01::kClusterTargetBlockRows) << rows;
+    }
+  }
 }
 
 TEST(SoftmaxArgsTest, EmptyMatrixIsANoOp) {

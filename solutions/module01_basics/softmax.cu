@@ -12,16 +12,24 @@
 ///
 /// dim = 0 (normalize columns) is supported by every step. A "slice" is one row
 /// (dim = 1) or one column (dim = 0); the slice-generic naive kernels cover both, and
-/// the later steps use column-strip kernels for dim = 0 (see block_per_row).
+/// the later steps use column-strip kernels for dim = 0 (see block_per_row). Step 5,
+/// cluster_columns, is the dim = 0 step: it holds whole columns on chip across the
+/// blocks of a thread-block cluster (sm_90), so x is read once.
 
 #include "module01/softmax.hpp"
 
+#include "course/cuda/mma_ptx.cuh"
 #include "course/cuda/warp_reduce.cuh"
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cfloat>
 #include <cstdint>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 namespace course::solution {
 namespace {
@@ -349,7 +357,7 @@ void launch_warp_per_row(const SoftmaxArgs& a) {
 // Measured (results: softmax/solution/online_vectorized/65536x1024): 4016.1 GB/s = 0.95 of copy
 // Measured (results: softmax/solution/online_vectorized/16384x4096): 4027.3 GB/s = 0.95 of copy
 // Measured (results: softmax/solution/online_vectorized/4096x32768): 4034.0 GB/s = 0.95 of copy
-// (target 0.85); dim = 0 is not a target (see above):
+// (target 0.85); dim = 0 is not a target here (it is step 5's):
 // Measured (results: softmax/solution/online_vectorized/16384x4096_dim0): 1735.4 GB/s = 0.41 of copy
 // ============================================================================
 
@@ -593,6 +601,12 @@ void launch_online_rows(const SoftmaxArgs& a) {
   COURSE_CHECK_LAUNCH("online_stream_kernel");
 }
 
+/// float4 loads and stores are legal: x and y 16-byte aligned, row strides multiples of 4.
+bool float4_ok(const SoftmaxArgs& a) {
+  return reinterpret_cast<std::uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<std::uintptr_t>(a.y) % 16 == 0 &&
+         a.ldx % 4 == 0 && a.ldy % 4 == 0;
+}
+
 void launch_online_vectorized(const SoftmaxArgs& a) {
   if (a.dim == 0) {
     online_column_strip_kernel<<<blocks_for(a.cols, kOnlineStripCols, "online_vectorized"),
@@ -601,10 +615,313 @@ void launch_online_vectorized(const SoftmaxArgs& a) {
     COURSE_CHECK_LAUNCH("online_column_strip_kernel");
     return;
   }
-  const bool vec4 = reinterpret_cast<std::uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<std::uintptr_t>(a.y) % 16 == 0 &&
-                    a.ldx % 4 == 0 && a.ldy % 4 == 0;
-  if (vec4) launch_online_rows<4>(a);
+  if (float4_ok(a)) launch_online_rows<4>(a);
   else launch_online_rows<1>(a);
+}
+
+
+// ============================================================================
+// Step 5: cluster_columns.
+// dim = 1 runs online_vectorized's kernels unchanged (they reach ~0.95 of the copy).
+// This step is about dim = 0, where online_vectorized's column strips reach only ~0.4:
+// a column is a slice that cannot fit one block's registers (16384 rows x 4 B = 64 KiB
+// for ONE column), so x is read twice (online pass, then normalize) and 8-column
+// strips read 32-byte pieces of rows. A copy reads once: softmax along columns reaches
+// copy speed only if every column is held on chip between its reduction and its writes.
+//
+// The mapping. A strip of W = 32 neighbouring columns is owned by one thread-block
+// cluster of C blocks (sm_90: blocks of a cluster run at the same time on one GPC and
+// can read each other's shared memory, "distributed shared memory", DSMEM). Block b of
+// the cluster owns rows [b * R, min((b + 1) * R, rows)) of the strip, R = ceil(rows / C);
+// R x 32 floats = R x 128 B of shared memory. Phases of cluster_columns_kernel:
+//   1. load:     the block copies its R x 32 sub-strip into shared memory ONCE, with
+//                cp.async (16 bytes per copy when x allows float4, else 4), every copy
+//                in flight before the first wait. A warp copies 4 rows x 128 B: whole
+//                lines, coalesced. Columns >= cols are not read.
+//   2. partial:  each thread folds its own elements into one online (max, sum) pair per
+//                column (online_update4 over 4 rows at a time), batch by batch as its
+//                cp.async groups land, so this work hides under the load. Shuffles and
+//                a small shared array merge the block's pairs: partial[32].
+//   3. exchange: cluster barrier; then each block reads the C partial[] arrays of the
+//                cluster through DSMEM and merges them in rank order, so every block
+//                gets bit-identical (max, sum) per column; then it arrives on the
+//                cluster barrier again and waits on it only before exiting: its partial[]
+//                must outlive the peers' reads, but its writes need not wait for them.
+//   4. write:    y = exp(x - max) * (1 / sum) from shared memory, float4 stores when y
+//                allows them.
+//
+// Cluster size: the smallest power of two C with R <= 512 rows (64 KiB per block: up to
+// 3 blocks per SM); from C = 16 on, R grows to 1024 rows (128 KiB, 1 block per SM):
+// m01::cluster_columns_blocks(). C = 16 is a non-portable cluster size (needs
+// cudaFuncAttributeNonPortableClusterSizeAllowed). Columns taller than 16 x 1024 rows, a
+// GPU below compute capability 9.0, a build without sm_90 code, or a cluster the GPU
+// cannot schedule (cudaOccupancyMaxActiveClusters = 0) fall back to online_vectorized's
+// two-pass column strips: same answer, its speed.
+//
+// In place (y == x) stays correct: a block writes y only at the elements of x it copied
+// into its own shared memory, and writes them after its own copies completed (each
+// thread waits for its copies in phase 2, and the cluster barrier of phase 3 follows).
+// Other blocks of the cluster read only its partial[], never its part of x; other
+// clusters own other columns. Row padding is neither read nor written.
+//
+// Why W = 32: a row segment of 32 floats is one 128-byte line, so every DRAM access is a
+// full line and a warp's load is 4 whole lines. A wider strip would halve the number of
+// clusters for a given width (4096 columns -> 128 strips already) and double the shared
+// memory per row; a narrower one reads partial lines, as online_vectorized's 8-column
+// strips do (32-byte sectors).
+//
+// Prediction. Bytes: x read once + y written once = the copy's bytes (a strip's
+// statistics cross DSMEM: C x 32 pairs x 8 B per block, nothing). Per element: 2.25
+// exp (fold + write) on 16/clk/SM of MUFU and 3 shared-memory accesses (cp.async
+// write, fold read, write read): ~2.5 us of SM time per 128 KiB block, against ~8 us of
+// DRAM time at a fair share of the bandwidth; the fold hides under the load, the write
+// phase under the stores.
+// 4096 x 32768 (C = 8, 512 rows, 64 KiB, 3 blocks per SM, 8192 blocks): a block's
+// exchange and write overlap other blocks' loads: 0.90 of copy.
+// 16384 x 4096 (C = 16, 1024 rows, 128 KiB, 1 block per SM): each SM idles on its
+// block's load latency and cluster barriers, and a 16-block cluster needs 16 free SMs
+// of one GPC (cudaOccupancyMaxActiveClusters: ~7-8 clusters on 132 SMs, so ~10-15% of
+// the SMs sit out): 0.80-0.85 of copy, the weaker of the two.
+// Measured (results: softmax/solution/cluster_columns/16384x4096_dim0): pending
+// Measured (results: softmax/solution/cluster_columns/4096x32768_dim0): pending
+// ============================================================================
+namespace cg = ::cooperative_groups;
+
+constexpr int kClusterCols = m01::kClusterStripCols;           // W = 32: one 128-byte line per row
+constexpr int kClusterThreads = 512;
+constexpr int kClusterChunks = kClusterCols / 4;                // 8 float4 chunks per row of the strip
+constexpr int kClusterPhases = kClusterThreads / kClusterChunks;  // 64 row phases
+constexpr int kClusterWarps = kClusterThreads / cc::kWarpSize;  // 16
+constexpr int kClusterBatch = 4;  // row iterations per cp.async group (one online_update4)
+constexpr int kClusterMaxGroups = 4;
+constexpr int kClusterMaxSmemBytes = static_cast<int>(m01::kClusterMaxBlockRows) * kClusterCols * sizeof(float);
+static_assert(m01::kClusterMaxBlockRows <= kClusterPhases * kClusterBatch * kClusterMaxGroups,
+              "a thread's rows must fit kClusterMaxGroups cp.async groups");
+static_assert(kClusterWarps * cc::kWarpSize == kClusterThreads && kClusterPhases % (cc::kWarpSize / kClusterChunks) == 0,
+              "whole warps, each covering whole rows of the strip");
+static_assert(kClusterMaxGroups == 4, "cp_async_wait_pending has one case per pending count 0..3");
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900  // used only by the sm_90 kernel body below
+/// Wait until at most `pending` of this thread's cp.async groups are in flight
+/// (cp.async.wait_group takes an immediate: one case per possible count).
+__device__ __forceinline__ void cp_async_wait_pending(int pending) {
+  switch (pending) {
+    case 0: cc::cp_async_wait<0>(); break;
+    case 1: cc::cp_async_wait<1>(); break;
+    case 2: cc::cp_async_wait<2>(); break;
+    default: cc::cp_async_wait<kClusterMaxGroups - 1>(); break;
+  }
+}
+#endif
+
+/// Phase 1 for one 4-column chunk of one row: global row `src` -> shared `dst`.
+/// Columns >= cols are not read; their shared slots get 0 (their statistics are never used).
+template <bool kVec>
+__device__ __forceinline__ void load_strip_chunk(float4* dst, const float* src, std::int64_t c0, int cols) {
+  if (kVec && c0 + 4 <= cols) {
+    cc::cp_async_16_zfill(cc::smem_u32(dst), src + c0, 16);
+    return;
+  }
+  float* d = reinterpret_cast<float*>(dst);
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    if (c0 + u < cols) cc::cp_async_4_zfill(cc::smem_u32(d + u), src + c0 + u, 4);
+    else d[u] = 0.f;
+  }
+}
+
+/// Phase 4 for one chunk: row `dst` of y, columns c0..c0+3 that are < cols.
+template <bool kVec>
+__device__ __forceinline__ void store_strip_chunk(float* dst, std::int64_t c0, int cols, float4 v) {
+  if (kVec && c0 + 4 <= cols) {
+    *reinterpret_cast<float4*>(dst + c0) = v;
+    return;
+  }
+  const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int u = 0; u < 4; ++u)
+    if (c0 + u < cols) dst[c0 + u] = e[u];
+}
+
+/// Thread t handles chunk column tx = t % 8 (columns 4 tx .. 4 tx + 3 of the strip) of
+/// rows ty, ty + 64, ty + 128, ... (ty = t / 8) of its block's rows, in every phase: it
+/// reads back only what it copied itself, so phases 1-2 need no block barrier.
+template <bool kVec>
+__global__ void __launch_bounds__(kClusterThreads, 3)
+    cluster_columns_kernel(const float* x, std::int64_t ldx, float* y, std::int64_t ldy, int rows, int cols,
+                           int block_rows) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ float4 strip[];                            // [block_rows][8]: this block's x
+  __shared__ MaxSum warp_partial[kClusterWarps][kClusterCols];
+  __shared__ MaxSum partial[kClusterCols];                     // the block's pairs: read by the whole cluster
+  __shared__ float2 column[kClusterCols];                      // (max, 1 / sum) of each column
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int blocks = static_cast<int>(cluster.num_blocks());  // C; the cluster is blocks [k C, (k + 1) C)
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int tx = threadIdx.x % kClusterChunks;
+  const int ty = threadIdx.x / kClusterChunks;
+  const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x / blocks) * kClusterCols + 4 * tx;
+  const int row0 = rank * block_rows;
+  const int my_rows = max(0, min(block_rows, rows - row0));
+  const int iters = ty < my_rows ? (my_rows - 1 - ty) / kClusterPhases + 1 : 0;  // this thread's rows
+  const int groups = (iters + kClusterBatch - 1) / kClusterBatch;
+  auto slot = [&](int k) { return strip + (ty + k * kClusterPhases) * kClusterChunks + tx; };
+  auto row_of = [&](int k) { return static_cast<std::int64_t>(row0) + ty + k * kClusterPhases; };
+
+  // ---- 1. load: every copy in flight, one cp.async group per kClusterBatch rows.
+  for (int g = 0; g < groups; ++g) {
+    for (int k = g * kClusterBatch; k < min(iters, (g + 1) * kClusterBatch); ++k)
+      load_strip_chunk<kVec>(slot(k), x + row_of(k) * ldx, c0, cols);
+    cc::cp_async_commit();
+  }
+
+  // ---- 2. partial: fold each group as it lands; then the block's pair per column.
+  MaxSum acc[4] = {empty_max_sum(), empty_max_sum(), empty_max_sum(), empty_max_sum()};
+  for (int g = 0; g < groups; ++g) {
+    cp_async_wait_pending(groups - 1 - g);
+    const int k0 = g * kClusterBatch;
+    if (k0 + kClusterBatch <= iters) {
+      const float4 q0 = *slot(k0), q1 = *slot(k0 + 1), q2 = *slot(k0 + 2), q3 = *slot(k0 + 3);
+      acc[0] = online_update4(acc[0], make_float4(q0.x, q1.x, q2.x, q3.x));
+      acc[1] = online_update4(acc[1], make_float4(q0.y, q1.y, q2.y, q3.y));
+      acc[2] = online_update4(acc[2], make_float4(q0.z, q1.z, q2.z, q3.z));
+      acc[3] = online_update4(acc[3], make_float4(q0.w, q1.w, q2.w, q3.w));
+    } else {
+      for (int k = k0; k < iters; ++k) {
+        const float4 q = *slot(k);
+        acc[0] = online_update(acc[0], q.x);
+        acc[1] = online_update(acc[1], q.y);
+        acc[2] = online_update(acc[2], q.z);
+        acc[3] = online_update(acc[3], q.w);
+      }
+    }
+  }
+  // A warp holds 4 row phases of all 8 chunks: lanes l, l ^ 8, l ^ 16, l ^ 24 share a chunk.
+#pragma unroll
+  for (int offset = kClusterChunks; offset < cc::kWarpSize; offset *= 2)
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc[u] = merge(acc[u], warp_shfl_xor(acc[u], offset));
+  const int warp = threadIdx.x / cc::kWarpSize;
+  if (threadIdx.x % cc::kWarpSize < kClusterChunks)
+#pragma unroll
+    for (int u = 0; u < 4; ++u) warp_partial[warp][4 * tx + u] = acc[u];
+  __syncthreads();
+  const int col = threadIdx.x;  // the threads t < 32 work per column below
+  if (col < kClusterCols) {
+    MaxSum p = warp_partial[0][col];
+    for (int w = 1; w < kClusterWarps; ++w) p = merge(p, warp_partial[w][col]);
+    partial[col] = p;
+  }
+
+  // ---- 3. exchange: every block's partial[] is written before anyone reads it ...
+  cluster.sync();
+  if (col < kClusterCols) {
+    MaxSum all = *cluster.map_shared_rank(&partial[col], 0);
+    for (int b = 1; b < blocks; ++b) all = merge(all, *cluster.map_shared_rank(&partial[col], b));
+    column[col] = make_float2(all.m, 1.f / all.s);
+  }
+  __syncthreads();  // column[] is ready; and every DSMEM read of this block is done ...
+  auto arrived = cluster.barrier_arrive();  // ... which is what this arrival tells the peers
+
+  // ---- 4. write y from shared memory.
+  const float2 s0 = column[4 * tx], s1 = column[4 * tx + 1], s2 = column[4 * tx + 2], s3 = column[4 * tx + 3];
+#pragma unroll 4
+  for (int k = 0; k < iters; ++k) {
+    const float4 q = *slot(k);
+    store_strip_chunk<kVec>(y + row_of(k) * ldy, c0, cols,
+                            make_float4(fast_exp(q.x - s0.x) * s0.y, fast_exp(q.y - s1.x) * s1.y,
+                                        fast_exp(q.z - s2.x) * s2.y, fast_exp(q.w - s3.x) * s3.y));
+  }
+  cluster.barrier_wait(std::move(arrived));  // no block exits while a peer may still read its partial[]
+#else
+  (void)x, (void)ldx, (void)y, (void)ldy, (void)rows, (void)cols, (void)block_rows;
+  __trap();  // never launched: the host checks cluster_columns_fits() first
+#endif
+}
+
+/// The launch configuration of cluster_columns_kernel: `grid` blocks in clusters of `blocks`.
+cudaLaunchConfig_t cluster_launch_config(unsigned grid, int blocks, std::size_t smem_bytes, cudaStream_t stream,
+                                         cudaLaunchAttribute* attr) {
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = static_cast<unsigned>(blocks);
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(kClusterThreads);
+  cfg.dynamicSmemBytes = smem_bytes;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
+/// True when cluster_columns_kernel<kVec> can run clusters of `blocks` blocks (1..16) on
+/// the current GPU: compute capability >= 9.0, the kernel compiled for sm_90+ (a
+/// compute_80 build JIT-compiled on Hopper holds only the __trap), and at least one
+/// such cluster of 128 KiB blocks fits the GPU (cudaOccupancyMaxActiveClusters). Opts
+/// the kernel into 128 KiB of dynamic shared memory and, for 16, the non-portable size.
+/// Cached per device.
+template <bool kVec>
+bool cluster_columns_fits(int blocks) {
+  static std::mutex mutex;
+  static std::vector<std::pair<int, std::array<bool, 5>>> known;  // device -> fits, per log2(blocks)
+  int device = 0;
+  COURSE_CUDA_CHECK(cudaGetDevice(&device));
+  int log2_blocks = 0;
+  while ((1 << log2_blocks) < blocks) ++log2_blocks;
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const auto& [d, fits] : known)
+    if (d == device) return fits[log2_blocks];
+
+  std::array<bool, 5> fits{};
+  int major = 0;
+  COURSE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  cudaFuncAttributes attr{};
+  COURSE_CUDA_CHECK(cudaFuncGetAttributes(&attr, cluster_columns_kernel<kVec>));
+  if (major >= 9 && attr.ptxVersion >= 90) {
+    auto* kernel = cluster_columns_kernel<kVec>;
+    COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kClusterMaxSmemBytes));
+    // Refused (an error, not a crash) where the GPU has no non-portable sizes: then 16 does not fit.
+    const bool nonportable = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+    (void)cudaGetLastError();
+    for (int i = 0; i < 5; ++i) {
+      const int c = 1 << i;
+      if (c > 8 && !nonportable) break;
+      cudaLaunchAttribute cluster{};
+      const cudaLaunchConfig_t cfg = cluster_launch_config(static_cast<unsigned>(c), c, kClusterMaxSmemBytes, nullptr, &cluster);
+      int active = 0;
+      fits[i] = cudaOccupancyMaxActiveClusters(&active, kernel, &cfg) == cudaSuccess && active > 0;
+      (void)cudaGetLastError();  // a refused query must not surface at the next launch check
+    }
+  }
+  known.emplace_back(device, fits);
+  return fits[log2_blocks];
+}
+
+template <bool kVec>
+void launch_cluster_columns_kernel(const SoftmaxArgs& a, int blocks) {
+  const std::int64_t block_rows = (a.rows + blocks - 1) / blocks;
+  const std::int64_t strips = (a.cols + kClusterCols - 1) / kClusterCols;
+  cudaLaunchAttribute cluster{};
+  const cudaLaunchConfig_t cfg =
+      cluster_launch_config(blocks_for(strips * blocks, 1, "cluster_columns"), blocks,
+                            static_cast<std::size_t>(block_rows) * kClusterCols * sizeof(float), a.stream, &cluster);
+  COURSE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, cluster_columns_kernel<kVec>, a.x, a.ldx, a.y, a.ldy,
+                                       static_cast<int>(a.rows), static_cast<int>(a.cols),
+                                       static_cast<int>(block_rows)));
+  COURSE_CHECK_LAUNCH("cluster_columns_kernel");
+}
+
+void launch_cluster_columns(const SoftmaxArgs& a) {
+  if (a.dim == 1) return launch_online_vectorized(a);
+  const int blocks = m01::cluster_columns_blocks(a.rows);  // 0: columns too tall to hold
+  const bool vec4 = float4_ok(a);
+  if (blocks > 0 && vec4 && cluster_columns_fits<true>(blocks))
+    return launch_cluster_columns_kernel<true>(a, blocks);
+  if (blocks > 0 && !vec4 && cluster_columns_fits<false>(blocks))
+    return launch_cluster_columns_kernel<false>(a, blocks);
+  launch_online_vectorized(a);  // the fallback: two-pass column strips
 }
 
 }  // namespace
@@ -617,6 +934,7 @@ void softmax(SoftmaxStep step, const SoftmaxArgs& args) {
     case SoftmaxStep::block_per_row: return launch_block_per_row(args);
     case SoftmaxStep::warp_per_row: return launch_warp_per_row(args);
     case SoftmaxStep::online_vectorized: return launch_online_vectorized(args);
+    case SoftmaxStep::cluster_columns: return launch_cluster_columns(args);
   }
   require_arg(false, "softmax", "step", static_cast<int>(step), "is not a SoftmaxStep");
 }

@@ -128,7 +128,8 @@ def softmax(x: Any, dim: int = -1, *, step: Optional[str] = None, impl: str = "s
 
     x may have any row stride (a window of a wider matrix) but unit column stride. In
     place: ``out=x``. Steps: naive_three_pass, block_per_row, warp_per_row,
-    online_vectorized (default).
+    online_vectorized (default), cluster_columns (dim 0 read once with thread-block
+    clusters on sm_90; elsewhere, and for dim 1, as online_vectorized).
     """
     lib = library(impl)
     X = _matrix(A.as_array(x, "x"))

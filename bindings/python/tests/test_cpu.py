@@ -51,7 +51,7 @@ def test_bad_impl_is_named():
 def test_ops_and_steps_come_from_the_step_tables():
     assert ck.ops()[:7] == ["l2_norm", "dot", "softmax", "matmul", "matmul_tc", "batched_gemm", "attention"]
     assert [s for s, _ in ck.steps("softmax")] == ["naive_three_pass", "block_per_row", "warp_per_row",
-                                                   "online_vectorized"]
+                                                   "online_vectorized", "cluster_columns"]
     assert ck.steps("matmul")[-1][0] == "warp_tiled" and "warp" in ck.steps("matmul")[-1][1]
     assert ck.steps("l2_norm") == ck.steps("dot")
     for impl in IMPLS:
@@ -71,7 +71,7 @@ def test_unknown_op_and_step_are_clear(fake):
     with pytest.raises(ck.InvalidArgumentError) as e:
         ck.softmax(fake((4, 8)), step="fastest", out=fake((4, 8)))
     assert "softmax: argument 'step' = \"fastest\"" in str(e.value)
-    assert "naive_three_pass,block_per_row,warp_per_row,online_vectorized" in str(e.value)
+    assert "naive_three_pass,block_per_row,warp_per_row,online_vectorized,cluster_columns" in str(e.value)
     assert isinstance(e.value, ValueError)
     with pytest.raises(TypeError, match="step: expected a step name"):
         ck.softmax(fake((4, 8)), step=3, out=fake((4, 8)))

@@ -55,6 +55,7 @@ enum class SoftmaxStep {
   block_per_row,      ///< one block per row, block reductions, row re-read from L2 each pass
   warp_per_row,       ///< one warp per row held in registers, shuffles only (cols <= 1024)
   online_vectorized,  ///< online (max, sum) in one pass, float4 loads, dispatch by cols
+  cluster_columns,    ///< dim 0 read once: a thread-block cluster holds whole columns on chip
 };
 
 inline constexpr StepInfo<SoftmaxStep> kSoftmaxSteps[] = {
@@ -66,6 +67,9 @@ inline constexpr StepInfo<SoftmaxStep> kSoftmaxSteps[] = {
      "one warp per row kept in registers: read once, write once, shuffles only"},
     {SoftmaxStep::online_vectorized, "online_vectorized",
      "online max/sum update, float4 loads; rows that fit on chip read once, longer ones twice"},
+    {SoftmaxStep::cluster_columns, "cluster_columns",
+     "dim 0 read once: a thread-block cluster holds a strip of whole columns in shared memory and "
+     "merges (max, sum) through distributed shared memory; dim 1 as online_vectorized"},
 };
 static_assert(steps_in_enum_order(kSoftmaxSteps), "kSoftmaxSteps must list SoftmaxStep in enum order");
 
@@ -75,6 +79,29 @@ inline constexpr std::int64_t kWarpPerRowMaxCols = 1024;
 /// The longest row online_vectorized keeps on chip (a 1024-thread block x 32 floats in
 /// registers = 128 KiB). Longer rows stream: one online pass + one normalize pass.
 inline constexpr std::int64_t kOnChipMaxCols = 32768;
+
+/// cluster_columns (dim = 0): a strip of kClusterStripCols columns (one 128-byte segment
+/// per row) is split down the rows between the C blocks of a thread-block cluster. Each
+/// block aims at kClusterTargetBlockRows rows (64 KiB of shared memory: up to 3 blocks per
+/// SM); when C reaches kClusterMaxBlocks, blocks grow up to kClusterMaxBlockRows rows
+/// (128 KiB). Taller columns fall back to online_vectorized's two-pass column strips.
+inline constexpr int kClusterStripCols = 32;
+inline constexpr std::int64_t kClusterTargetBlockRows = 512;
+inline constexpr std::int64_t kClusterMaxBlockRows = 1024;
+inline constexpr int kClusterMaxBlocks = 16;
+/// The tallest column cluster_columns holds on chip: 16 blocks x 1024 rows.
+inline constexpr std::int64_t kClusterMaxRows = kClusterMaxBlocks * kClusterMaxBlockRows;
+
+/// The cluster size C cluster_columns uses for `rows` rows (dim = 0): the smallest power
+/// of two with ceil(rows / C) <= kClusterTargetBlockRows, at most kClusterMaxBlocks;
+/// 0 when even kClusterMaxBlocks blocks of kClusterMaxBlockRows rows cannot hold a column
+/// (the fallback). Whether the GPU can run the cluster is checked at launch.
+inline int cluster_columns_blocks(std::int64_t rows) {
+  if (rows > kClusterMaxRows) return 0;
+  int c = 1;
+  while (c < kClusterMaxBlocks && (rows + c - 1) / c > kClusterTargetBlockRows) c *= 2;
+  return c;
+}
 
 /// Device-side arguments of softmax. All pointers are device pointers.
 struct SoftmaxArgs {

@@ -24,4 +24,10 @@ void softmax_dropped_tail(m01::SoftmaxStep step, const m01::SoftmaxArgs& args);
 /// Ignores args.dim and always normalizes rows: right for dim = 1 only.
 void softmax_wrong_dim(m01::SoftmaxStep step, const m01::SoftmaxArgs& args);
 
+/// cluster_columns' mapping for dim = 0 (a 32-column strip split down the rows between
+/// the blocks of a thread-block cluster) with the DSMEM exchange skipped: each block
+/// normalizes its rows by its OWN (max, sum), so a column split over C blocks sums to C.
+/// Needs sm_90 (throws course::Unsupported elsewhere); dim = 1 runs a correct row kernel.
+void softmax_cluster_no_exchange(m01::SoftmaxStep step, const m01::SoftmaxArgs& args);
+
 }  // namespace course::planted
