@@ -700,6 +700,8 @@ static_assert(m01::kClusterMaxBlockRows <= kClusterPhases * kClusterBatch * kClu
 static_assert(kClusterWarps * cc::kWarpSize == kClusterThreads && kClusterPhases % (cc::kWarpSize / kClusterChunks) == 0,
               "whole warps, each covering whole rows of the strip");
 static_assert(kClusterMaxGroups == 4, "cp_async_wait_pending has one case per pending count 0..3");
+static_assert(kClusterWarps >= m01::kClusterMaxBlocks && kClusterThreads == m01::kClusterMaxBlocks * kClusterCols,
+              "phase 3: one thread per (block, column) pair, gathered into pairs[16][32]");
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900  // used only by the sm_90 kernel body below
 /// Wait until at most `pending` of this thread's cp.async groups are in flight
@@ -752,7 +754,7 @@ __global__ void __launch_bounds__(kClusterThreads, 3)
                            int block_rows) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ float4 strip[];                            // [block_rows][8]: this block's x
-  __shared__ MaxSum warp_partial[kClusterWarps][kClusterCols];
+  __shared__ MaxSum pairs[kClusterWarps][kClusterCols];  // phase 2: per warp; phase 3: per block of the cluster
   __shared__ MaxSum partial[kClusterCols];                     // the block's pairs: read by the whole cluster
   __shared__ float2 column[kClusterCols];                      // (max, 1 / sum) of each column
   const cg::cluster_group cluster = cg::this_cluster();
@@ -804,23 +806,30 @@ __global__ void __launch_bounds__(kClusterThreads, 3)
   const int warp = threadIdx.x / cc::kWarpSize;
   if (threadIdx.x % cc::kWarpSize < kClusterChunks)
 #pragma unroll
-    for (int u = 0; u < 4; ++u) warp_partial[warp][4 * tx + u] = acc[u];
+    for (int u = 0; u < 4; ++u) pairs[warp][4 * tx + u] = acc[u];
   __syncthreads();
   const int col = threadIdx.x;  // the threads t < 32 work per column below
   if (col < kClusterCols) {
-    MaxSum p = warp_partial[0][col];
-    for (int w = 1; w < kClusterWarps; ++w) p = merge(p, warp_partial[w][col]);
+    MaxSum p = pairs[0][col];
+    for (int w = 1; w < kClusterWarps; ++w) p = merge(p, pairs[w][col]);
     partial[col] = p;
   }
 
-  // ---- 3. exchange: every block's partial[] is written before anyone reads it ...
+  // ---- 3. exchange: every block's partial[] is written (and this block's pairs[] read)
+  // before anyone goes on. Then thread (b, c) = (t / 32, t % 32) fetches pair c of block b:
+  // all C x 32 remote reads in flight at once (one DSMEM latency, not C in a row) ...
   cluster.sync();
-  if (col < kClusterCols) {
-    MaxSum all = *cluster.map_shared_rank(&partial[col], 0);
-    for (int b = 1; b < blocks; ++b) all = merge(all, *cluster.map_shared_rank(&partial[col], b));
+  {
+    const int b = threadIdx.x / kClusterCols, c = threadIdx.x % kClusterCols;
+    if (b < blocks) pairs[b][c] = *cluster.map_shared_rank(&partial[c], b);
+  }
+  __syncthreads();
+  if (col < kClusterCols) {  // ... and the merge runs in rank order from local copies
+    MaxSum all = pairs[0][col];
+    for (int b = 1; b < blocks; ++b) all = merge(all, pairs[b][col]);
     column[col] = make_float2(all.m, 1.f / all.s);
   }
-  __syncthreads();  // column[] is ready; and every DSMEM read of this block is done ...
+  __syncthreads();  // column[] is ready; every DSMEM read of this block finished before the barrier above ...
   auto arrived = cluster.barrier_arrive();  // ... which is what this arrival tells the peers
 
   // ---- 4. write y from shared memory.
