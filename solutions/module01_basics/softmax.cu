@@ -753,10 +753,10 @@ __global__ void __launch_bounds__(kClusterThreads, 3)
     cluster_columns_kernel(const float* x, std::int64_t ldx, float* y, std::int64_t ldy, int rows, int cols,
                            int block_rows) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  extern __shared__ float4 strip[];                            // [block_rows][8]: this block's x
+  extern __shared__ float4 strip[];                      // [block_rows][8]: this block's x
   __shared__ MaxSum pairs[kClusterWarps][kClusterCols];  // phase 2: per warp; phase 3: per block of the cluster
-  __shared__ MaxSum partial[kClusterCols];                     // the block's pairs: read by the whole cluster
-  __shared__ float2 column[kClusterCols];                      // (max, 1 / sum) of each column
+  __shared__ MaxSum partial[kClusterCols];               // the block's pairs: read by the whole cluster
+  __shared__ float2 column[kClusterCols];                // (max, 1 / sum) of each column
   const cg::cluster_group cluster = cg::this_cluster();
   const int blocks = static_cast<int>(cluster.num_blocks());  // C; the cluster is blocks [k C, (k + 1) C)
   const int rank = static_cast<int>(cluster.block_rank());
