@@ -682,6 +682,12 @@ void launch_online_vectorized(const SoftmaxArgs& a) {
 // block's load latency and cluster barriers, and a 16-block cluster needs 16 free SMs
 // of one GPC (cudaOccupancyMaxActiveClusters: ~7-8 clusters on 132 SMs, so ~10-15% of
 // the SMs sit out): 0.80-0.85 of copy, the weaker of the two.
+// Tried in one run (time in us at 16384 x 4096 / 4096 x 32768, copy 132 / 259): W = 32 with
+// 512-row blocks (this step) 218 / 374; W = 32 with 256-row blocks 218 / 484; W = 16
+// (1024 rows: three 64 KiB blocks per SM at 16384 rows) 284 / 554; W = 16 with 512 rows
+// 285 / 603; W = 64 with 256 rows 311 / 401, with 128 rows 309 / 403. More blocks per SM
+// and smaller blocks did not help, so neither occupancy nor the exchange is the limit;
+// wider strips did not help either.
 // Measured (results: softmax/solution/cluster_columns/16384x4096_dim0): pending
 // Measured (results: softmax/solution/cluster_columns/4096x32768_dim0): pending
 // ============================================================================
