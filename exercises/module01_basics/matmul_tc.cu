@@ -2,6 +2,8 @@
 /// @brief YOUR ladder for C = A * B on tensor cores: bf16 inputs, fp32 accumulation (module 1).
 ///
 /// Read module01_basics/README.md, "Tensor-core matmul", then fill in one step at a time.
+/// Steps 1-2 (wmma, mma_sync) are in this file; the Hopper steps 3-6 (wgmma,
+/// tma_warp_specialized, persistent, cluster_multicast) in matmul_tc_hopper.cu.
 /// Run its tests with:   ctest --preset default -L exercise -R MatmulTc
 /// A step you have not written throws NotImplemented and its tests show SKIPPED.
 /// Hints, one at a time: `bash scripts/course.sh hint matmul_tc/<step>`
@@ -15,6 +17,7 @@
 #include "module01/matmul_tc.hpp"
 
 #include "course/cuda/mma_ptx.cuh"
+#include "matmul_tc_parts.cuh"
 #include "course/device.hpp"
 
 #include <cuda_bf16.h>
@@ -185,15 +188,6 @@ void launch_mma_sync(const TcMatmulArgs& a) {
   throw NotImplemented("matmul_tc step mma_sync", __FILE__);
 }
 
-void launch_wgmma(const TcMatmulArgs&) { throw NotImplemented("matmul_tc step wgmma", __FILE__); }
-void launch_tma_warp_specialized(const TcMatmulArgs&) {
-  throw NotImplemented("matmul_tc step tma_warp_specialized", __FILE__);
-}
-void launch_persistent(const TcMatmulArgs&) { throw NotImplemented("matmul_tc step persistent", __FILE__); }
-void launch_cluster_multicast(const TcMatmulArgs&) {
-  throw NotImplemented("matmul_tc step cluster_multicast", __FILE__);
-}
-
 }  // namespace
 
 void matmul_tc(TcMatmulStep step, const TcMatmulArgs& args) {
@@ -205,10 +199,10 @@ void matmul_tc(TcMatmulStep step, const TcMatmulArgs& args) {
   switch (step) {
     case TcMatmulStep::wmma: launch_wmma(args); return;
     case TcMatmulStep::mma_sync: launch_mma_sync(args); return;
-    case TcMatmulStep::wgmma: launch_wgmma(args); return;
-    case TcMatmulStep::tma_warp_specialized: launch_tma_warp_specialized(args); return;
-    case TcMatmulStep::persistent: launch_persistent(args); return;
-    case TcMatmulStep::cluster_multicast: launch_cluster_multicast(args); return;
+    case TcMatmulStep::wgmma: tc_parts::launch_wgmma(args); return;  // matmul_tc_hopper.cu
+    case TcMatmulStep::tma_warp_specialized: tc_parts::launch_tma_warp_specialized(args); return;
+    case TcMatmulStep::persistent: tc_parts::launch_persistent(args); return;
+    case TcMatmulStep::cluster_multicast: tc_parts::launch_cluster_multicast(args); return;
   }
   require_arg(false, "matmul_tc", "step", static_cast<int>(step), "is not a TcMatmulStep");
 }

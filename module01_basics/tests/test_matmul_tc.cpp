@@ -217,4 +217,45 @@ TEST_F(MatmulTcPlantedTest, PlantedKernelIsOtherwiseCorrect) {
   EXPECT_TRUE(Passes(m_edge));
 }
 
+/// The Hopper descriptor bugs (a cut-down copy of the wgmma step's kernel; sm_90a only,
+/// elsewhere the test skips). Both are wrong on every shape with K > 16: an awkward one and
+/// a tile-aligned one with several slabs.
+TEST_F(MatmulTcPlantedTest, CheckerRejectsPlantedWgmmaDescriptorBugs) {
+  const PlantedCase cases[] = {
+      {"wgmma_b_lbo_sbo_swapped", course::planted::wgmma_b_lbo_sbo_swapped_matmul_tc, {127, 129, 65}},
+      {"wgmma_b_lbo_sbo_swapped", course::planted::wgmma_b_lbo_sbo_swapped_matmul_tc, {256, 256, 256}},
+      {"wgmma_a_k_step_16_bytes", course::planted::wgmma_a_k_step_16_bytes_matmul_tc, {127, 129, 65}},
+      {"wgmma_a_k_step_16_bytes", course::planted::wgmma_a_k_step_16_bytes_matmul_tc, {256, 256, 256}},
+  };
+  for (const auto& pc : cases) {
+    SCOPED_TRACE(std::string(pc.name) + " on " + pc.shape.str());
+    TcCheck r;
+    COURSE_SKIP_IF_NOT_IMPLEMENTED(
+        r = run_and_check(pc.shape, seed(), [&](const TcMatmulArgs& a) { pc.fn(TcMatmulStep::wgmma, a); }));
+    EXPECT_FALSE(r.ok()) << pc.name << " was not caught";
+  }
+}
+
+/// The same wgmma kernel without a bug passes on the shapes above (and on a partial
+/// K-slab with a partial M tile): the rejections come from the descriptors alone.
+TEST_F(MatmulTcPlantedTest, PlantedWgmmaKernelIsOtherwiseCorrect) {
+  for (const Shape3& s : {Shape3{127, 129, 65}, Shape3{256, 256, 256}, Shape3{130, 40, 8}}) {
+    SCOPED_TRACE(s.str());
+    TcCheck r;
+    COURSE_SKIP_IF_NOT_IMPLEMENTED(r = run_and_check(s, seed(), [](const TcMatmulArgs& a) {
+      course::planted::wgmma_copy_matmul_tc(TcMatmulStep::wgmma, a);
+    }));
+    EXPECT_TRUE(Passes(r));
+  }
+  // Where neither bug shows (K <= 8, N <= 64), the bugged copies pass too.
+  const Shape3 hidden{130, 40, 8};
+  for (const auto fn : {course::planted::wgmma_b_lbo_sbo_swapped_matmul_tc,
+                        course::planted::wgmma_a_k_step_16_bytes_matmul_tc}) {
+    TcCheck r;
+    COURSE_SKIP_IF_NOT_IMPLEMENTED(
+        r = run_and_check(hidden, seed(), [fn](const TcMatmulArgs& a) { fn(TcMatmulStep::wgmma, a); }));
+    EXPECT_TRUE(Passes(r));
+  }
+}
+
 }  // namespace
