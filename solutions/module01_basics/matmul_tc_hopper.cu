@@ -279,7 +279,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 // Prediction: L2 bandwidth (~7.5 TB/s needed at full rate, see the banner) stops being the
 // limit: +5-10%, to ~0.95-1.0 of cuBLAS.
 // A lesson from the first version: its remote arrive was `mbarrier.arrive.release.cluster`,
-// and the step ran at 0.65 of step 5 (2.46 vs 1.66 ms at 8192^3 in one run). A release at
+// and the step ran at 0.67 of step 5's speed (2.46 vs 1.66 ms at 8192^3 in one run). A release at
 // cluster scope orders all of the thread's earlier memory accesses for the whole cluster:
 // a fence, twice per slab, on the critical path of both consumers. What the arrive has to
 // say -- "my wgmma reads of this stage are complete" -- was already established by

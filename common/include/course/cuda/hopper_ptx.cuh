@@ -129,8 +129,8 @@ __device__ __forceinline__ void mbarrier_wait(std::uint32_t bar, std::uint32_t p
 
 // ------------------------------------------------------------------ TMA ----------
 
-/// `cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes`
-/// One TMA copy of the box at (x = inner coordinate, y = outer coordinate) of the 2-D
+/// The PTX instruction cp.async.bulk.tensor, 2-D, global to shared memory, completing on an
+/// mbarrier by transaction bytes. One TMA copy of the box at (x = inner coordinate, y = outer coordinate) of the 2-D
 /// tensor `tmap` describes into shared memory at `dst`, counted down on `bar`. The
 /// box's shape and swizzle are in the tensor map (course/tma.hpp builds it on the host);
 /// elements outside the tensor arrive as zeros and still count as bytes. Issued by one
