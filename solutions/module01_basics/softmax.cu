@@ -79,9 +79,9 @@ unsigned blocks_for(std::int64_t work, int per_block, const char* step) {
 // coalesced (neighbouring threads = neighbouring columns): the lesson's first surprise.
 // Prediction (65536 x 1024, dim = 1): 10-30x slower than the copy; at 4096 x 32768
 // only 4096 threads exist (~1 warp per SM) and it is latency-bound: >100x.
-// Measured (results: softmax/solution/naive_three_pass/65536x1024): 274.8 GB/s = 0.06 of copy
-// Measured (results: softmax/solution/naive_three_pass/16384x4096): 229.0 GB/s = 0.05 of copy
-// Measured (results: softmax/solution/naive_three_pass/4096x32768): 57.7 GB/s = 0.01 of copy
+// Measured (results: softmax/solution/naive_three_pass/65536x1024): 268.2 GB/s = 0.06 of copy
+// Measured (results: softmax/solution/naive_three_pass/16384x4096): 228.4 GB/s = 0.05 of copy
+// Measured (results: softmax/solution/naive_three_pass/4096x32768): 57.5 GB/s = 0.01 of copy
 // (dim = 1).
 // ============================================================================
 __global__ void naive_slice_max_kernel(const float* x, Slices sl, float* slice_max) {
@@ -145,10 +145,10 @@ void launch_naive_three_pass(const SoftmaxArgs& a) {
 // Occupancy: 256 threads, few registers: 8 blocks (64 warps) per SM.
 // Prediction (65536 x 1024, dim = 1): 60-75% of the copy; the re-reads cost L2
 // bandwidth and each row pays two reduction latencies with only 4 elements per thread.
-// Measured (results: softmax/solution/block_per_row/65536x1024): 2674.2 GB/s = 0.63 of copy
-// Measured (results: softmax/solution/block_per_row/16384x4096): 3453.5 GB/s = 0.81 of copy
-// Measured (results: softmax/solution/block_per_row/4096x32768): 1778.5 GB/s = 0.42 of copy
-// Measured (results: softmax/solution/block_per_row/16384x4096_dim0): 786.4 GB/s = 0.19 of copy
+// Measured (results: softmax/solution/block_per_row/65536x1024): 2654.1 GB/s = 0.63 of copy
+// Measured (results: softmax/solution/block_per_row/16384x4096): 3452.0 GB/s = 0.82 of copy
+// Measured (results: softmax/solution/block_per_row/4096x32768): 1772.8 GB/s = 0.42 of copy
+// Measured (results: softmax/solution/block_per_row/16384x4096_dim0): 760.8 GB/s = 0.18 of copy
 //
 // dim = 0 -- column strips: a block owns 32 neighbouring columns (threadIdx.x) and
 // kStripRows row phases (threadIdx.y). A warp then reads 32 consecutive floats of
@@ -250,9 +250,9 @@ void launch_block_per_row(const SoftmaxArgs& a) {
 // of loads in flight, ~160 KiB per SM -- plenty to cover DRAM latency.
 // Prediction (65536 x 1024, dim = 1): 80-90% of the copy; scalar (4-byte) loads
 // cost 4x the load instructions of float4, the only thing left for the next step.
-// Measured (results: softmax/solution/warp_per_row/65536x1024): 3987.9 GB/s = 0.94 of copy
-// Measured (results: softmax/solution/warp_per_row/16384x4096): 3442.9 GB/s = 0.81 of copy
-// Measured (results: softmax/solution/warp_per_row/4096x32768): 1779.2 GB/s = 0.42 of copy
+// Measured (results: softmax/solution/warp_per_row/65536x1024): 3943.5 GB/s = 0.94 of copy
+// Measured (results: softmax/solution/warp_per_row/16384x4096): 3438.3 GB/s = 0.82 of copy
+// Measured (results: softmax/solution/warp_per_row/4096x32768): 1771.7 GB/s = 0.42 of copy
 // Rows longer than 1024 use block_per_row's kernels, hence its numbers there (within noise).
 // ============================================================================
 constexpr int kWarpsPerBlock = 8;
@@ -354,11 +354,11 @@ void launch_warp_per_row(const SoftmaxArgs& a) {
 // 16384 x 4096 (128 threads x 32 floats, ~9 blocks per SM) and 4096 x 32768
 // (1024 threads x 32 floats, 1 block per SM: the weakest, each SM idles on the
 // block reduction between rows with nothing else resident).
-// Measured (results: softmax/solution/online_vectorized/65536x1024): 4016.1 GB/s = 0.95 of copy
-// Measured (results: softmax/solution/online_vectorized/16384x4096): 4027.3 GB/s = 0.95 of copy
-// Measured (results: softmax/solution/online_vectorized/4096x32768): 4034.0 GB/s = 0.95 of copy
+// Measured (results: softmax/solution/online_vectorized/65536x1024): 3971.5 GB/s = 0.94 of copy
+// Measured (results: softmax/solution/online_vectorized/16384x4096): 3999.0 GB/s = 0.95 of copy
+// Measured (results: softmax/solution/online_vectorized/4096x32768): 4000.4 GB/s = 0.95 of copy
 // (target 0.85); dim = 0 is not a target here (it is step 5's):
-// Measured (results: softmax/solution/online_vectorized/16384x4096_dim0): 1735.4 GB/s = 0.41 of copy
+// Measured (results: softmax/solution/online_vectorized/16384x4096_dim0): 1732.7 GB/s = 0.41 of copy
 // ============================================================================
 
 /// A running softmax state: the max so far and the sum of exp(x_i - m) so far.
@@ -688,8 +688,12 @@ void launch_online_vectorized(const SoftmaxArgs& a) {
 // 285 / 603; W = 64 with 256 rows 311 / 401, with 128 rows 309 / 403. More blocks per SM
 // and smaller blocks did not help, so neither occupancy nor the exchange is the limit;
 // wider strips did not help either.
-// Measured (results: softmax/solution/cluster_columns/16384x4096_dim0): pending
-// Measured (results: softmax/solution/cluster_columns/4096x32768_dim0): pending
+// Measured (results: softmax/solution/cluster_columns/16384x4096_dim0): 2467.5 GB/s = 0.59 of copy
+// Measured (results: softmax/solution/cluster_columns/4096x32768_dim0): 2972.2 GB/s = 0.71 of copy
+// Target (0.9 of copy at both shapes) MISSED: 1.5x online_vectorized at 16384 x 4096 and 2x
+// at 4096 x 32768, still 0.6-0.7 of the copy. The sweep above rules out occupancy and the
+// exchange; no profile was taken. The next idea: a persistent cluster that double-buffers
+// strips, so one strip's loads overlap the previous strip's writes inside every block.
 // ============================================================================
 namespace cg = ::cooperative_groups;
 

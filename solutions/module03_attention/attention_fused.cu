@@ -64,7 +64,7 @@ namespace {
 // Measured (results: attn_f32/solution/fused/B4_H16_N4096_d64_causal): 33.4 TFLOP/s = 2.33 of cublas_materialized
 // Counting half the FLOPs, that is 2 x 33.4 / 33.8 = 1.98x faster than non-causal. At d = 128
 // cuBLAS's GEMMs are more efficient and this kernel is not:
-// Measured (results: attn_f32/solution/fused/B4_H16_N4096_d128): 33.2 TFLOP/s = 0.83 of cublas_materialized
+// Measured (results: attn_f32/solution/fused/B4_H16_N4096_d128): 33.1 TFLOP/s = 0.83 of cublas_materialized
 // Forcing 2 blocks per SM for d = 64 (no register cap) was slightly worse in a development run.
 //
 // ============================================================================
