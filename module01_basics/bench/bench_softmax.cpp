@@ -2,7 +2,10 @@
 // along dim = 1 and two shapes along dim = 0, beside the ceiling row
 // "softmax/library/d2d_copy/<shape>": a cudaMemcpyAsync of the same bytes (there is no
 // cuBLAS softmax; a copy reads and writes exactly what an ideal softmax does), so the
-// summary's sol/lib column is the fraction of copy speed.
+// summary's sol/lib column is the fraction of copy speed. The dim = 0 shapes add
+// "softmax/library/column_order_copy/<shape>_dim0": the same bytes moved in
+// cluster_columns' order (32-column strips, bench_softmax_order.cu), the ceiling of that
+// access order; the faster d2d_copy stays the reference.
 #include "course/bench.hpp"
 #include "course/device.hpp"
 #include "course/error.hpp"
@@ -12,6 +15,11 @@
 #include <cstdint>
 #include <string>
 #include <tuple>
+
+// Defined in bench_softmax_order.cu (a kernel needs nvcc); declared here, its only user.
+namespace course::m01::softmax_order {
+void column_order_copy(const float* x, float* y, std::int64_t rows, std::int64_t cols, cudaStream_t stream);
+}  // namespace course::m01::softmax_order
 
 namespace {
 
@@ -72,6 +80,16 @@ void bench_copy(benchmark::State& state, const Shape& s) {
   });
 }
 
+void bench_column_order_copy(benchmark::State& state, const Shape& s) {
+  bench::guard(state, [&] {
+    Buffers& b = buffers_for(s);
+    bench::time_calls(state, [&]() -> Buffers& { return b; }, [&](Buffers& buf) {
+      course::m01::softmax_order::column_order_copy(buf.x.data(), buf.y.data(), s.rows, s.cols, nullptr);
+    });
+    bench::set_bandwidth(state, bytes_moved(s));
+  });
+}
+
 const bool kRegistered = [] {
   for (const Shape& s : kShapes) {
     for (const auto& info : course::m01::kSoftmaxSteps) {
@@ -82,6 +100,9 @@ const bool kRegistered = [] {
     }
     bench::add_row(bench::row_name("softmax", "library", "d2d_copy", s.name()), benchmark::kMicrosecond,
                    [s](benchmark::State& st) { bench_copy(st, s); });
+    if (s.dim == 0)
+      bench::add_row(bench::row_name("softmax", "library", "column_order_copy", s.name()), benchmark::kMicrosecond,
+                     [s](benchmark::State& st) { bench_column_order_copy(st, s); });
   }
   return true;
 }();

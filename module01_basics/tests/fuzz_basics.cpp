@@ -214,8 +214,8 @@ INSTANTIATE_TEST_SUITE_P(Steps, FuzzReduceBadInputs, ::testing::ValuesIn(course:
 using SoftmaxCase = course::m01::checks::Case;
 
 /// Slice lengths around every size the steps dispatch on (a float4, a warp, warp_per_row's
-/// 1024 columns, online_vectorized's 32768 on-chip limit, cluster_columns' 512 rows per
-/// block and 16384-row limit for dim = 0), up to 70000; the other extent
+/// 1024 columns, online_vectorized's 32768 on-chip limit, cluster_columns' 256 rows held in
+/// registers, 1024 rows per block and 16384-row limit for dim = 0), up to 70000; the other extent
 /// keeps the matrix under ~2^18 elements. Large: up to 2^24 elements, long and short slices.
 SoftmaxCase draw_softmax(Rng& rng, int dim, bool large) {
   SoftmaxCase c;

@@ -195,11 +195,11 @@ Case column_layout(int which, std::int64_t rows) {
 }
 
 TEST_P(SoftmaxColumnsTest, TallColumnsAroundClusterSizes) {
-  // Rows at the edges of every cluster size C = 1, 2, 4, 8, 16 (512 rows per block), the
-  // 16-block clusters' growing blocks (up to 1024 rows = 16384), and the fallback beyond.
-  const std::int64_t t = course::m01::kClusterTargetBlockRows, top = course::m01::kClusterMaxRows;
-  const std::int64_t all_rows[] = {1,         t - 1,     t,         t + 1,  2 * t,  2 * t + 1, 4 * t, 4 * t + 1,
-                                   8 * t,     8 * t + 1, 16 * t,    16 * t + 1, 12345, top, top + 1};
+  // Rows at the edges of every cluster size C = 1, 2, 4, 8, 16 (up to 1024 rows per block),
+  // around the 256 rows a block holds in registers, and the fallback beyond 16384.
+  const std::int64_t t = course::m01::kClusterMaxBlockRows, top = course::m01::kClusterMaxRows;
+  const std::int64_t all_rows[] = {1,     255,   256,       257,   t - 1, t,     t + 1,  2 * t, 2 * t + 1,
+                                   4 * t, 4 * t + 1, 8 * t + 1, 12345, top, top + 1};
   int i = 0;
   for (const std::int64_t rows : all_rows) {
     for (const int which : {i % 5, (i + 2) % 5}) {
@@ -330,21 +330,18 @@ TEST(SoftmaxArgsTest, NaiveWorkspaceOverlappingXOrYIsNamed) {
 
 TEST(SoftmaxArgsTest, ClusterSizeFollowsRows) {
   using course::m01::cluster_columns_blocks;
-  const std::pair<std::int64_t, int> expected[] = {{1, 1},     {512, 1},   {513, 2},   {1024, 2},  {1025, 4},
-                                                   {2048, 4},  {2049, 8},  {4096, 8},  {4097, 16}, {8192, 16},
-                                                   {8193, 16}, {16384, 16}, {16385, 0}, {1 << 20, 0}};
+  const std::pair<std::int64_t, int> expected[] = {{1, 1},     {1024, 1},  {1025, 2},  {2048, 2},   {2049, 4},
+                                                   {4096, 4},  {4097, 8},  {8192, 8},  {8193, 16},  {16384, 16},
+                                                   {16385, 0}, {1 << 20, 0}};
   for (const auto& [rows, blocks] : expected) EXPECT_EQ(cluster_columns_blocks(rows), blocks) << rows << " rows";
   // Every block's rows fit kClusterMaxBlockRows, and C is the smallest power of two
-  // giving <= kClusterTargetBlockRows rows per block (or the largest cluster).
+  // that achieves it.
   for (std::int64_t rows = 1; rows <= course::m01::kClusterMaxRows; rows += 97) {
     const int c = cluster_columns_blocks(rows);
     ASSERT_GT(c, 0) << rows;
     EXPECT_LE((rows + c - 1) / c, course::m01::kClusterMaxBlockRows) << rows;
-    if (c > 1 && c < course::m01::kClusterMaxBlocks) {
-      EXPECT_GT((rows + c / 2 - 1) / (c / 2), course::m01::kClusterTargetBlockRows) << rows;
-    }
-    if (c < course::m01::kClusterMaxBlocks) {
-      EXPECT_LE((rows + c - 1) / c, course::m01::kClusterTargetBlockRows) << rows;
+    if (c > 1) {
+      EXPECT_GT((rows + c / 2 - 1) / (c / 2), course::m01::kClusterMaxBlockRows) << rows;
     }
   }
 }

@@ -702,14 +702,25 @@ constexpr int kClusterThreads = 512;
 constexpr int kClusterChunks = kClusterCols / 4;                // 8 float4 chunks per row of the strip
 constexpr int kClusterPhases = kClusterThreads / kClusterChunks;  // 64 row phases
 constexpr int kClusterWarps = kClusterThreads / cc::kWarpSize;  // 16
-constexpr int kClusterBatch = 4;  // row iterations per cp.async group (one online_update4)
-constexpr int kClusterMaxGroups = 4;
-constexpr int kClusterMaxSmemBytes = static_cast<int>(m01::kClusterMaxBlockRows) * kClusterCols * sizeof(float);
-static_assert(m01::kClusterMaxBlockRows <= kClusterPhases * kClusterBatch * kClusterMaxGroups,
-              "a thread's rows must fit kClusterMaxGroups cp.async groups");
+constexpr int kClusterBatch = 4;  // chunks per online_update4 and per cp.async group
+/// A thread's first kClusterHeldChunks chunks (rows ty, ty + 64, ty + 128, ty + 192) stay in
+/// registers; only the rest go through shared memory.
+constexpr int kClusterHeldChunks = 4;
+constexpr int kClusterHeldRows = kClusterHeldChunks * kClusterPhases;  // 256 rows of a block
+constexpr int kClusterMaxChunks = static_cast<int>(m01::kClusterMaxBlockRows) / kClusterPhases;  // 16
+constexpr int kClusterMaxGroups = (kClusterMaxChunks - kClusterHeldChunks) / kClusterBatch;     // 3
+/// Dynamic shared memory of a block of `block_rows` rows: the rows past the held ones.
+constexpr std::size_t cluster_smem_bytes(std::int64_t block_rows) {
+  return static_cast<std::size_t>(block_rows > kClusterHeldRows ? block_rows - kClusterHeldRows : 0) * kClusterCols *
+         sizeof(float);
+}
+constexpr int kClusterMaxSmemBytes = static_cast<int>(cluster_smem_bytes(m01::kClusterMaxBlockRows));  // 96 KiB
+static_assert(m01::kClusterMaxBlockRows % kClusterPhases == 0 &&
+                  (kClusterMaxChunks - kClusterHeldChunks) % kClusterBatch == 0,
+              "a full block's shared chunks form whole cp.async groups");
 static_assert(kClusterWarps * cc::kWarpSize == kClusterThreads && kClusterPhases % (cc::kWarpSize / kClusterChunks) == 0,
               "whole warps, each covering whole rows of the strip");
-static_assert(kClusterMaxGroups == 4, "cp_async_wait_pending has one case per pending count 0..3");
+static_assert(kClusterMaxGroups == 3, "cp_async_wait_pending has one case per pending count 0..2");
 static_assert(kClusterWarps >= m01::kClusterMaxBlocks && kClusterThreads == m01::kClusterMaxBlocks * kClusterCols,
               "phase 3: one thread per (block, column) pair, gathered into pairs[16][32]");
 
@@ -720,14 +731,13 @@ __device__ __forceinline__ void cp_async_wait_pending(int pending) {
   switch (pending) {
     case 0: cc::cp_async_wait<0>(); break;
     case 1: cc::cp_async_wait<1>(); break;
-    case 2: cc::cp_async_wait<2>(); break;
     default: cc::cp_async_wait<kClusterMaxGroups - 1>(); break;
   }
 }
 #endif
 
-/// Phase 1 for one 4-column chunk of one row: global row `src` -> shared `dst`.
-/// Columns >= cols are not read; their shared slots get 0 (their statistics are never used).
+/// Phase 1 for one 4-column chunk of one row kept in shared memory: global row `src` ->
+/// shared `dst`. Columns >= cols are not read; their slots get 0 (their statistics are never used).
 template <bool kVec>
 __device__ __forceinline__ void load_strip_chunk(float4* dst, const float* src, std::int64_t c0, int cols) {
   if (kVec && c0 + 4 <= cols) {
@@ -740,6 +750,16 @@ __device__ __forceinline__ void load_strip_chunk(float4* dst, const float* src, 
     if (c0 + u < cols) cc::cp_async_4_zfill(cc::smem_u32(d + u), src + c0 + u, 4);
     else d[u] = 0.f;
   }
+}
+
+/// Phase 1 for one chunk held in registers: a plain load (not the read-only path: y may be x).
+template <bool kVec>
+__device__ __forceinline__ float4 load_held_chunk(const float* src, std::int64_t c0, int cols) {
+  if (kVec && c0 + 4 <= cols) return *reinterpret_cast<const float4*>(src + c0);
+  float e[4];
+#pragma unroll
+  for (int u = 0; u < 4; ++u) e[u] = c0 + u < cols ? src[c0 + u] : 0.f;
+  return make_float4(e[0], e[1], e[2], e[3]);
 }
 
 /// Phase 4 for one chunk: row `dst` of y, columns c0..c0+3 that are < cols.
@@ -757,13 +777,14 @@ __device__ __forceinline__ void store_strip_chunk(float* dst, std::int64_t c0, i
 
 /// Thread t handles chunk column tx = t % 8 (columns 4 tx .. 4 tx + 3 of the strip) of
 /// rows ty, ty + 64, ty + 128, ... (ty = t / 8) of its block's rows, in every phase: it
-/// reads back only what it copied itself, so phases 1-2 need no block barrier.
+/// reads back only what it loaded itself, so phases 1-2 need no block barrier. Its
+/// chunks 0-3 live in registers (held[]), chunks 4.. in shared memory (slot(k)).
 template <bool kVec>
-__global__ void __launch_bounds__(kClusterThreads, 3)
+__global__ void __launch_bounds__(kClusterThreads, 2)
     cluster_columns_kernel(const float* x, std::int64_t ldx, float* y, std::int64_t ldy, int rows, int cols,
                            int block_rows) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  extern __shared__ float4 strip[];                      // [block_rows][8]: this block's x
+  extern __shared__ float4 strip[];                      // [block_rows - 256][8]: this block's x past the held rows
   __shared__ MaxSum pairs[kClusterWarps][kClusterCols];  // phase 2: per warp; phase 3: per block of the cluster
   __shared__ MaxSum partial[kClusterCols];               // the block's pairs: read by the whole cluster
   __shared__ float2 column[kClusterCols];                // (max, 1 / sum) of each column
@@ -775,38 +796,54 @@ __global__ void __launch_bounds__(kClusterThreads, 3)
   const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x / blocks) * kClusterCols + 4 * tx;
   const int row0 = rank * block_rows;
   const int my_rows = max(0, min(block_rows, rows - row0));
-  const int iters = ty < my_rows ? (my_rows - 1 - ty) / kClusterPhases + 1 : 0;  // this thread's rows
-  const int groups = (iters + kClusterBatch - 1) / kClusterBatch;
-  auto slot = [&](int k) { return strip + (ty + k * kClusterPhases) * kClusterChunks + tx; };
+  const int iters = ty < my_rows ? (my_rows - 1 - ty) / kClusterPhases + 1 : 0;  // this thread's chunks
+  const int groups = (max(iters - kClusterHeldChunks, 0) + kClusterBatch - 1) / kClusterBatch;
+  auto slot = [&](int k) { return strip + (ty + (k - kClusterHeldChunks) * kClusterPhases) * kClusterChunks + tx; };
   auto row_of = [&](int k) { return static_cast<std::int64_t>(row0) + ty + k * kClusterPhases; };
 
-  // ---- 1. load: every copy in flight, one cp.async group per kClusterBatch rows.
+  // ---- 1. load: every copy in flight. Shared chunks by cp.async, one group per
+  // kClusterBatch chunks; then the held chunks by plain loads into registers.
   for (int g = 0; g < groups; ++g) {
-    for (int k = g * kClusterBatch; k < min(iters, (g + 1) * kClusterBatch); ++k)
+    const int k0 = kClusterHeldChunks + g * kClusterBatch;
+    for (int k = k0; k < min(iters, k0 + kClusterBatch); ++k)
       load_strip_chunk<kVec>(slot(k), x + row_of(k) * ldx, c0, cols);
     cc::cp_async_commit();
   }
+  float4 held[kClusterHeldChunks];
+#pragma unroll
+  for (int k = 0; k < kClusterHeldChunks; ++k)
+    held[k] = k < iters ? load_held_chunk<kVec>(x + row_of(k) * ldx, c0, cols) : make_float4(0.f, 0.f, 0.f, 0.f);
 
-  // ---- 2. partial: fold each group as it lands; then the block's pair per column.
+  // ---- 2. partial: fold each cp.async group as it lands, then the held chunks; then
+  // the block's pair per column.
   MaxSum acc[4] = {empty_max_sum(), empty_max_sum(), empty_max_sum(), empty_max_sum()};
+  auto fold4 = [&](float4 q0, float4 q1, float4 q2, float4 q3) {
+    acc[0] = online_update4(acc[0], make_float4(q0.x, q1.x, q2.x, q3.x));
+    acc[1] = online_update4(acc[1], make_float4(q0.y, q1.y, q2.y, q3.y));
+    acc[2] = online_update4(acc[2], make_float4(q0.z, q1.z, q2.z, q3.z));
+    acc[3] = online_update4(acc[3], make_float4(q0.w, q1.w, q2.w, q3.w));
+  };
+  auto fold1 = [&](float4 q) {
+    acc[0] = online_update(acc[0], q.x);
+    acc[1] = online_update(acc[1], q.y);
+    acc[2] = online_update(acc[2], q.z);
+    acc[3] = online_update(acc[3], q.w);
+  };
   for (int g = 0; g < groups; ++g) {
     cp_async_wait_pending(groups - 1 - g);
-    const int k0 = g * kClusterBatch;
+    const int k0 = kClusterHeldChunks + g * kClusterBatch;
     if (k0 + kClusterBatch <= iters) {
-      const float4 q0 = *slot(k0), q1 = *slot(k0 + 1), q2 = *slot(k0 + 2), q3 = *slot(k0 + 3);
-      acc[0] = online_update4(acc[0], make_float4(q0.x, q1.x, q2.x, q3.x));
-      acc[1] = online_update4(acc[1], make_float4(q0.y, q1.y, q2.y, q3.y));
-      acc[2] = online_update4(acc[2], make_float4(q0.z, q1.z, q2.z, q3.z));
-      acc[3] = online_update4(acc[3], make_float4(q0.w, q1.w, q2.w, q3.w));
+      fold4(*slot(k0), *slot(k0 + 1), *slot(k0 + 2), *slot(k0 + 3));
     } else {
-      for (int k = k0; k < iters; ++k) {
-        const float4 q = *slot(k);
-        acc[0] = online_update(acc[0], q.x);
-        acc[1] = online_update(acc[1], q.y);
-        acc[2] = online_update(acc[2], q.z);
-        acc[3] = online_update(acc[3], q.w);
-      }
+      for (int k = k0; k < iters; ++k) fold1(*slot(k));
     }
+  }
+  if (iters >= kClusterHeldChunks) {
+    fold4(held[0], held[1], held[2], held[3]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < kClusterHeldChunks; ++k)
+      if (k < iters) fold1(held[k]);
   }
   // A warp holds 4 row phases of all 8 chunks: lanes l, l ^ 8, l ^ 16, l ^ 24 share a chunk.
 #pragma unroll
@@ -842,15 +879,18 @@ __global__ void __launch_bounds__(kClusterThreads, 3)
   __syncthreads();  // column[] is ready; every DSMEM read of this block finished before the barrier above ...
   auto arrived = cluster.barrier_arrive();  // ... which is what this arrival tells the peers
 
-  // ---- 4. write y from shared memory.
+  // ---- 4. write y: the shared chunks, then the held ones.
   const float2 s0 = column[4 * tx], s1 = column[4 * tx + 1], s2 = column[4 * tx + 2], s3 = column[4 * tx + 3];
+  auto normalized = [&](float4 q) {
+    return make_float4(fast_exp(q.x - s0.x) * s0.y, fast_exp(q.y - s1.x) * s1.y, fast_exp(q.z - s2.x) * s2.y,
+                       fast_exp(q.w - s3.x) * s3.y);
+  };
 #pragma unroll 4
-  for (int k = 0; k < iters; ++k) {
-    const float4 q = *slot(k);
-    store_strip_chunk<kVec>(y + row_of(k) * ldy, c0, cols,
-                            make_float4(fast_exp(q.x - s0.x) * s0.y, fast_exp(q.y - s1.x) * s1.y,
-                                        fast_exp(q.z - s2.x) * s2.y, fast_exp(q.w - s3.x) * s3.y));
-  }
+  for (int k = kClusterHeldChunks; k < iters; ++k)
+    store_strip_chunk<kVec>(y + row_of(k) * ldy, c0, cols, normalized(*slot(k)));
+#pragma unroll
+  for (int k = 0; k < kClusterHeldChunks; ++k)
+    if (k < iters) store_strip_chunk<kVec>(y + row_of(k) * ldy, c0, cols, normalized(held[k]));
   cluster.barrier_wait(std::move(arrived));  // no block exits while a peer may still read its partial[]
 #else
   (void)x, (void)ldx, (void)y, (void)ldy, (void)rows, (void)cols, (void)block_rows;
@@ -923,9 +963,8 @@ void launch_cluster_columns_kernel(const SoftmaxArgs& a, int blocks) {
   const std::int64_t block_rows = (a.rows + blocks - 1) / blocks;
   const std::int64_t strips = (a.cols + kClusterCols - 1) / kClusterCols;
   cudaLaunchAttribute cluster{};
-  const cudaLaunchConfig_t cfg =
-      cluster_launch_config(blocks_for(strips * blocks, 1, "cluster_columns"), blocks,
-                            static_cast<std::size_t>(block_rows) * kClusterCols * sizeof(float), a.stream, &cluster);
+  const cudaLaunchConfig_t cfg = cluster_launch_config(blocks_for(strips * blocks, 1, "cluster_columns"), blocks,
+                                                       cluster_smem_bytes(block_rows), a.stream, &cluster);
   COURSE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, cluster_columns_kernel<kVec>, a.x, a.ldx, a.y, a.ldy,
                                        static_cast<int>(a.rows), static_cast<int>(a.cols),
                                        static_cast<int>(block_rows)));

@@ -81,25 +81,24 @@ inline constexpr std::int64_t kWarpPerRowMaxCols = 1024;
 inline constexpr std::int64_t kOnChipMaxCols = 32768;
 
 /// cluster_columns (dim = 0): a strip of kClusterStripCols columns (one 128-byte segment
-/// per row) is split down the rows between the C blocks of a thread-block cluster. Each
-/// block aims at kClusterTargetBlockRows rows (64 KiB of shared memory: up to 3 blocks per
-/// SM); when C reaches kClusterMaxBlocks, blocks grow up to kClusterMaxBlockRows rows
-/// (128 KiB). Taller columns fall back to online_vectorized's two-pass column strips.
+/// per row) is split down the rows between the C blocks of a thread-block cluster, up to
+/// kClusterMaxBlockRows rows per block (its first 256 rows in registers, the rest, up to
+/// 96 KiB, in shared memory: two blocks per SM). Taller columns fall back to
+/// online_vectorized's two-pass column strips.
 inline constexpr int kClusterStripCols = 32;
-inline constexpr std::int64_t kClusterTargetBlockRows = 512;
 inline constexpr std::int64_t kClusterMaxBlockRows = 1024;
 inline constexpr int kClusterMaxBlocks = 16;
 /// The tallest column cluster_columns holds on chip: 16 blocks x 1024 rows.
 inline constexpr std::int64_t kClusterMaxRows = kClusterMaxBlocks * kClusterMaxBlockRows;
 
 /// The cluster size C cluster_columns uses for `rows` rows (dim = 0): the smallest power
-/// of two with ceil(rows / C) <= kClusterTargetBlockRows, at most kClusterMaxBlocks;
-/// 0 when even kClusterMaxBlocks blocks of kClusterMaxBlockRows rows cannot hold a column
-/// (the fallback). Whether the GPU can run the cluster is checked at launch.
+/// of two with ceil(rows / C) <= kClusterMaxBlockRows; 0 when even kClusterMaxBlocks
+/// blocks cannot hold a column (the fallback). Whether the GPU can run the cluster is
+/// checked at launch.
 inline int cluster_columns_blocks(std::int64_t rows) {
   if (rows > kClusterMaxRows) return 0;
   int c = 1;
-  while (c < kClusterMaxBlocks && (rows + c - 1) / c > kClusterTargetBlockRows) c *= 2;
+  while ((rows + c - 1) / c > kClusterMaxBlockRows) c *= 2;
   return c;
 }
 
