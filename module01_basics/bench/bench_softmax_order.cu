@@ -20,10 +20,10 @@ namespace {
 
 constexpr int kStripCols = 32;                      // cluster_columns' strip: one 128-byte line per row
 constexpr int kTileRows = 1024;                     // and its block: up to 1024 rows of the strip
-constexpr int kThreads = 512;
+constexpr int kThreads = 256;                       // small blocks, several per SM
 constexpr int kChunks = kStripCols / 4;             // 8 float4 per strip row
-constexpr int kPhases = kThreads / kChunks;         // 64 rows per pass
-constexpr int kBatch = 4;                           // loads in flight per thread before its stores
+constexpr int kPhases = kThreads / kChunks;         // 32 rows per pass
+constexpr int kBatch = 8;                           // loads in flight per thread before its stores
 
 /// Block b copies rows [t * 1024, t * 1024 + 1024) of strip s, with t = b % tiles and
 /// s = b / tiles: the tiles of one strip are consecutive blocks, as the blocks of one
