@@ -79,9 +79,9 @@ unsigned blocks_for(std::int64_t work, int per_block, const char* step) {
 // coalesced (neighbouring threads = neighbouring columns): the lesson's first surprise.
 // Prediction (65536 x 1024, dim = 1): 10-30x slower than the copy; at 4096 x 32768
 // only 4096 threads exist (~1 warp per SM) and it is latency-bound: >100x.
-// Measured (results: softmax/solution/naive_three_pass/65536x1024): 268.2 GB/s = 0.06 of copy
-// Measured (results: softmax/solution/naive_three_pass/16384x4096): 228.4 GB/s = 0.05 of copy
-// Measured (results: softmax/solution/naive_three_pass/4096x32768): 57.5 GB/s = 0.01 of copy
+// Measured (results: softmax/solution/naive_three_pass/65536x1024): 275.5 GB/s = 0.07 of copy
+// Measured (results: softmax/solution/naive_three_pass/16384x4096): 228.9 GB/s = 0.05 of copy
+// Measured (results: softmax/solution/naive_three_pass/4096x32768): 57.0 GB/s = 0.01 of copy
 // (dim = 1).
 // ============================================================================
 __global__ void naive_slice_max_kernel(const float* x, Slices sl, float* slice_max) {
@@ -145,10 +145,10 @@ void launch_naive_three_pass(const SoftmaxArgs& a) {
 // Occupancy: 256 threads, few registers: 8 blocks (64 warps) per SM.
 // Prediction (65536 x 1024, dim = 1): 60-75% of the copy; the re-reads cost L2
 // bandwidth and each row pays two reduction latencies with only 4 elements per thread.
-// Measured (results: softmax/solution/block_per_row/65536x1024): 2654.1 GB/s = 0.63 of copy
-// Measured (results: softmax/solution/block_per_row/16384x4096): 3452.0 GB/s = 0.82 of copy
-// Measured (results: softmax/solution/block_per_row/4096x32768): 1772.8 GB/s = 0.42 of copy
-// Measured (results: softmax/solution/block_per_row/16384x4096_dim0): 760.8 GB/s = 0.18 of copy
+// Measured (results: softmax/solution/block_per_row/65536x1024): 2667.5 GB/s = 0.63 of copy
+// Measured (results: softmax/solution/block_per_row/16384x4096): 3461.2 GB/s = 0.82 of copy
+// Measured (results: softmax/solution/block_per_row/4096x32768): 1773.7 GB/s = 0.42 of copy
+// Measured (results: softmax/solution/block_per_row/16384x4096_dim0): 785.5 GB/s = 0.19 of copy
 //
 // dim = 0 -- column strips: a block owns 32 neighbouring columns (threadIdx.x) and
 // kStripRows row phases (threadIdx.y). A warp then reads 32 consecutive floats of
@@ -250,9 +250,9 @@ void launch_block_per_row(const SoftmaxArgs& a) {
 // of loads in flight, ~160 KiB per SM -- plenty to cover DRAM latency.
 // Prediction (65536 x 1024, dim = 1): 80-90% of the copy; scalar (4-byte) loads
 // cost 4x the load instructions of float4, the only thing left for the next step.
-// Measured (results: softmax/solution/warp_per_row/65536x1024): 3943.5 GB/s = 0.94 of copy
-// Measured (results: softmax/solution/warp_per_row/16384x4096): 3438.3 GB/s = 0.82 of copy
-// Measured (results: softmax/solution/warp_per_row/4096x32768): 1771.7 GB/s = 0.42 of copy
+// Measured (results: softmax/solution/warp_per_row/65536x1024): 3967.3 GB/s = 0.94 of copy
+// Measured (results: softmax/solution/warp_per_row/16384x4096): 3442.0 GB/s = 0.81 of copy
+// Measured (results: softmax/solution/warp_per_row/4096x32768): 1772.7 GB/s = 0.42 of copy
 // Rows longer than 1024 use block_per_row's kernels, hence its numbers there (within noise).
 // ============================================================================
 constexpr int kWarpsPerBlock = 8;
@@ -354,11 +354,11 @@ void launch_warp_per_row(const SoftmaxArgs& a) {
 // 16384 x 4096 (128 threads x 32 floats, ~9 blocks per SM) and 4096 x 32768
 // (1024 threads x 32 floats, 1 block per SM: the weakest, each SM idles on the
 // block reduction between rows with nothing else resident).
-// Measured (results: softmax/solution/online_vectorized/65536x1024): 3971.5 GB/s = 0.94 of copy
-// Measured (results: softmax/solution/online_vectorized/16384x4096): 3999.0 GB/s = 0.95 of copy
-// Measured (results: softmax/solution/online_vectorized/4096x32768): 4000.4 GB/s = 0.95 of copy
+// Measured (results: softmax/solution/online_vectorized/65536x1024): 3997.1 GB/s = 0.94 of copy
+// Measured (results: softmax/solution/online_vectorized/16384x4096): 4006.8 GB/s = 0.95 of copy
+// Measured (results: softmax/solution/online_vectorized/4096x32768): 4019.6 GB/s = 0.95 of copy
 // (target 0.85); dim = 0 is not a target here (it is step 5's):
-// Measured (results: softmax/solution/online_vectorized/16384x4096_dim0): 1732.7 GB/s = 0.41 of copy
+// Measured (results: softmax/solution/online_vectorized/16384x4096_dim0): 1724.7 GB/s = 0.41 of copy
 // ============================================================================
 
 /// A running softmax state: the max so far and the sum of exp(x_i - m) so far.
@@ -633,67 +633,92 @@ void launch_online_vectorized(const SoftmaxArgs& a) {
 // cluster of C blocks (sm_90: blocks of a cluster run at the same time on one GPC and
 // can read each other's shared memory, "distributed shared memory", DSMEM). Block b of
 // the cluster owns rows [b * R, min((b + 1) * R, rows)) of the strip, R = ceil(rows / C);
-// R x 32 floats = R x 128 B of shared memory. Phases of cluster_columns_kernel:
-//   1. load:     the block copies its R x 32 sub-strip into shared memory ONCE, with
-//                cp.async (16 bytes per copy when x allows float4, else 4), every copy
-//                in flight before the first wait. A warp copies 4 rows x 128 B: whole
-//                lines, coalesced. Columns >= cols are not read.
+// R <= 1024 rows x 32 floats = up to 128 KiB. Phases of cluster_columns_kernel:
+//   1. load:     the block reads its R x 32 sub-strip ONCE, every load in flight before
+//                the first wait. Thread (tx, ty) owns chunk tx (4 columns) of rows ty,
+//                ty + 64, ...: its first 4 chunks (the block's first 256 rows) go to
+//                registers (held[], plain float4 loads), the rest to shared memory by
+//                cp.async (16 bytes when x allows float4, else 4). A warp reads 4 rows x
+//                128 B: whole lines, coalesced. Columns >= cols are not read.
 //   2. partial:  each thread folds its own elements into one online (max, sum) pair per
-//                column (online_update4 over 4 rows at a time), batch by batch as its
-//                cp.async groups land, so this work hides under the load. Shuffles and
-//                a small shared array merge the block's pairs: partial[32].
+//                column (online_update4 over 4 rows at a time), group by group as its
+//                cp.async groups land, then its held chunks. Shuffles and a small shared
+//                array merge the block's pairs: partial[32].
 //   3. exchange: cluster barrier; then each block reads the C partial[] arrays of the
 //                cluster through DSMEM and merges them in rank order, so every block
 //                gets bit-identical (max, sum) per column; then it arrives on the
 //                cluster barrier again and waits on it only before exiting: its partial[]
 //                must outlive the peers' reads, but its writes need not wait for them.
-//   4. write:    y = exp(x - max) * (1 / sum) from shared memory, float4 stores when y
-//                allows them.
+//   4. write:    y = exp(x - max) * (1 / sum) from shared memory and registers, float4
+//                stores when y allows them.
 //
-// Cluster size: the smallest power of two C with R <= 512 rows (64 KiB per block: up to
-// 3 blocks per SM); from C = 16 on, R grows to 1024 rows (128 KiB, 1 block per SM):
-// m01::cluster_columns_blocks(). C = 16 is a non-portable cluster size (needs
-// cudaFuncAttributeNonPortableClusterSizeAllowed). Columns taller than 16 x 1024 rows, a
-// GPU below compute capability 9.0, a build without sm_90 code, or a cluster the GPU
-// cannot schedule (cudaOccupancyMaxActiveClusters = 0) fall back to online_vectorized's
-// two-pass column strips: same answer, its speed.
+// Why registers hold a quarter of the rows: a block is gang-scheduled with its cluster
+// and does nothing useful between its loads and the cluster barrier, so the SM needs a
+// SECOND block (of another cluster) whose loads or stores fill that wait. The register
+// file (256 KiB per SM) is larger than shared memory (228 KiB): 1024 rows as 256 held
+// rows (16 registers a thread) + 96 KiB of shared memory fit two blocks per SM (64
+// registers a thread, __launch_bounds__(512, 2)), where 128 KiB of shared memory fit one.
 //
-// In place (y == x) stays correct: a block writes y only at the elements of x it copied
-// into its own shared memory, and writes them after its own copies completed (each
-// thread waits for its copies in phase 2, and the cluster barrier of phase 3 follows).
+// Cluster size: the smallest power of two C with R <= 1024 rows: C = 16 at 16384 rows,
+// C = 4 at 4096 (m01::cluster_columns_blocks()). C = 16 is a non-portable cluster size
+// (needs cudaFuncAttributeNonPortableClusterSizeAllowed). Columns taller than 16 x 1024
+// rows, a GPU below compute capability 9.0, a build without sm_90 code, or a cluster the
+// GPU cannot schedule (cudaOccupancyMaxActiveClusters = 0) fall back to
+// online_vectorized's two-pass column strips: same answer, its speed.
+//
+// In place (y == x) stays correct: a block writes y only at the elements of x it loaded
+// itself (registers or its own shared memory), after its own loads completed (each
+// thread consumes its loads in phase 2, and the cluster barrier of phase 3 follows).
 // Other blocks of the cluster read only its partial[], never its part of x; other
 // clusters own other columns. Row padding is neither read nor written.
 //
 // Why W = 32: a row segment of 32 floats is one 128-byte line, so every DRAM access is a
-// full line and a warp's load is 4 whole lines. A wider strip would halve the number of
-// clusters for a given width (4096 columns -> 128 strips already) and double the shared
-// memory per row; a narrower one reads partial lines, as online_vectorized's 8-column
-// strips do (32-byte sectors).
+// full line and a warp's load is 4 whole lines. A wider strip needs more on-chip bytes
+// per row (16384 rows x 64 columns = 4 MiB, more than a 16-block cluster holds); a
+// narrower one reads partial lines, as online_vectorized's 8-column strips do.
+//
+// The ceiling of this access order. A single-read column softmax must hold whole
+// columns before writing any of them, so it cannot stream whole rows as a copy does:
+// at any moment the GPU reads 128-byte pieces of thousands of rows (one per strip in
+// flight), not long runs. The bench row softmax/library/column_order_copy moves the same
+// bytes in this order and computes nothing: 0.80 of cudaMemcpy at both shapes in the
+// results run (a scratch sweep of the same order over tile heights and block orders
+// never passed 0.86). With strips in flight ordered strip-first, so that the blocks in
+// flight together cover whole rows, the same sweep copied at 0.97 -- an order softmax
+// along columns cannot use. So 0.9 of copy is above what this mapping can reach.
 //
 // Prediction. Bytes: x read once + y written once = the copy's bytes (a strip's
 // statistics cross DSMEM: C x 32 pairs x 8 B per block, nothing). Per element: 2.25
-// exp (fold + write) on 16/clk/SM of MUFU and 3 shared-memory accesses (cp.async
-// write, fold read, write read): ~2.5 us of SM time per 128 KiB block, against ~8 us of
-// DRAM time at a fair share of the bandwidth; the fold hides under the load, the write
-// phase under the stores.
-// 4096 x 32768 (C = 8, 512 rows, 64 KiB, 3 blocks per SM, 8192 blocks): a block's
-// exchange and write overlap other blocks' loads: 0.90 of copy.
-// 16384 x 4096 (C = 16, 1024 rows, 128 KiB, 1 block per SM): each SM idles on its
-// block's load latency and cluster barriers, and a 16-block cluster needs 16 free SMs
-// of one GPC (cudaOccupancyMaxActiveClusters: ~7-8 clusters on 132 SMs, so ~10-15% of
-// the SMs sit out): 0.80-0.85 of copy, the weaker of the two.
-// Tried in one run (time in us at 16384 x 4096 / 4096 x 32768, copy 132 / 259): W = 32 with
-// 512-row blocks (this step) 218 / 374; W = 32 with 256-row blocks 218 / 484; W = 16
-// (1024 rows: three 64 KiB blocks per SM at 16384 rows) 284 / 554; W = 16 with 512 rows
-// 285 / 603; W = 64 with 256 rows 311 / 401, with 128 rows 309 / 403. More blocks per SM
-// and smaller blocks did not help, so neither occupancy nor the exchange is the limit;
-// wider strips did not help either.
-// Measured (results: softmax/solution/cluster_columns/16384x4096_dim0): 2467.5 GB/s = 0.59 of copy
-// Measured (results: softmax/solution/cluster_columns/4096x32768_dim0): 2972.2 GB/s = 0.71 of copy
-// Target (0.9 of copy at both shapes) MISSED: 1.5x online_vectorized at 16384 x 4096 and 2x
-// at 4096 x 32768, still 0.6-0.7 of the copy. The sweep above rules out occupancy and the
-// exchange; no profile was taken. The next idea: a persistent cluster that double-buffers
-// strips, so one strip's loads overlap the previous strip's writes inside every block.
+// exp (fold + write) on 16/clk/SM of MUFU and 2 shared-memory accesses for 3/4 of the
+// elements: ~2.5 us of SM time per 128 KiB block, against ~8 us of DRAM time at a fair
+// share of the bandwidth. Bound by the access order (0.80 of copy) and by each block's
+// idle wait for the slowest block of its cluster, half hidden by the second block per
+// SM: 0.70-0.75 of copy at both shapes.
+// History, times in us at 16384 x 4096 / 4096 x 32768 (copy ~132 / ~258):
+//   version 1, all rows in shared memory (128 KiB at 16384 rows: 1 block per SM; 512-row
+//   blocks of 64 KiB at 4096 rows): 218 / 374 = 0.59 / 0.71 of copy in the previous
+//   results run. Its sweep: W = 16 (284 / 554), W = 64 (311 / 401), 256-row blocks
+//   (218 / 484): none faster.
+//   A persistent variant (grid = the clusters that fit, each walking strips and issuing
+//   the next strip's loads during the current strip's writes), scratch: 0.47 of copy at
+//   16384 x 4096, SLOWER: with one block per SM the exchange still stalls the SM, and the
+//   next loads wait for the writes of the current strip.
+//   ncu (scratch kernel with this step's mapping, 16384 x 4096): DRAM 45% of peak, L2 80%;
+//   warps stalled mostly on long scoreboard (3.8 per issue), barrier (3.3, the cluster
+//   barrier) and short scoreboard (2.5).
+//   version 2 (this code): 195 / 349 in the results run; at 4096 rows C = 4 x 1024 rows
+//   beat C = 8 x 512 rows (349-353 vs 406) in one development run.
+// Measured (results: softmax/solution/cluster_columns/16384x4096_dim0): 2753.1 GB/s = 0.65 of copy
+// Measured (results: softmax/solution/cluster_columns/4096x32768_dim0): 3077.8 GB/s = 0.73 of copy
+// Measured (results: softmax/solution/cluster_columns/16384x4096_dim0): 2753.1 GB/s = 0.84 of column_order_copy
+// Measured (results: softmax/solution/cluster_columns/4096x32768_dim0): 3077.8 GB/s = 0.93 of column_order_copy
+// Measured (results: softmax/library/column_order_copy/16384x4096_dim0): 3272.1 GB/s = 0.81 of d2d_copy
+// Measured (results: softmax/library/column_order_copy/4096x32768_dim0): 3312.5 GB/s = 0.80 of d2d_copy
+// Target (0.9 of copy at both shapes) MISSED: 0.65 / 0.73 of copy (version 1: 0.59 / 0.71),
+// 1.6x / 2.0x online_vectorized. The access order's own ceiling is 0.80 of copy, measured
+// above, so the target needs a mapping that reads x in long row runs, which a single-read
+// column softmax cannot do with 30 MiB of on-chip memory; what is left inside this mapping
+// is the cluster-barrier wait (0.84 of the order's ceiling at 16384 rows).
 // ============================================================================
 namespace cg = ::cooperative_groups;
 
