@@ -38,7 +38,7 @@ struct Shape {
 };
 
 /// The target shapes (dim = 1) and two dim = 0 shapes (cluster_columns' targets: columns
-/// of 16384 rows in 16-block clusters, of 4096 rows in 8-block clusters). Each matrix is
+/// of 16384 rows in 16-block clusters, of 4096 rows in 4-block clusters). Each matrix is
 /// >= 256 MiB, far larger than the 50 MB L2, so no buffer rotation is needed.
 const Shape kShapes[] = {{65536, 1024, 1}, {16384, 4096, 1}, {4096, 32768, 1}, {16384, 4096, 0}, {4096, 32768, 0}};
 
