@@ -673,9 +673,13 @@ void launch_online_vectorized(const SoftmaxArgs& a) {
 // clusters own other columns. Row padding is neither read nor written.
 //
 // Why W = 32: a row segment of 32 floats is one 128-byte line, so every DRAM access is a
-// full line and a warp's load is 4 whole lines. A wider strip needs more on-chip bytes
-// per row (16384 rows x 64 columns = 4 MiB, more than a 16-block cluster holds); a
-// narrower one reads partial lines, as online_vectorized's 8-column strips do.
+// full line and a warp's load is 4 whole lines. A narrower strip reads partial lines, as
+// online_vectorized's 8-column strips do. A wider one would be faster to read (tile
+// copies in this order, one development run: W = 64 at 0.90-0.92 of cudaMemcpy, W = 32 at
+// 0.80-0.83: the memory system works in 256-byte pieces) but needs 16384 x 64 x 4 B =
+// 4 MiB per strip, 256 KiB per block of a 16-block cluster: more than half of an SM's
+// 484 KiB of registers + shared memory, so one block per SM, and that kernel ran at
+// 0.36-0.46 of the copy (every cluster barrier stalls its SM).
 //
 // The ceiling of this access order. A single-read column softmax must hold whole
 // columns before writing any of them, so it cannot stream whole rows as a copy does:
@@ -703,6 +707,12 @@ void launch_online_vectorized(const SoftmaxArgs& a) {
 //   the next strip's loads during the current strip's writes), scratch: 0.47 of copy at
 //   16384 x 4096, SLOWER: with one block per SM the exchange still stalls the SM, and the
 //   next loads wait for the writes of the current strip.
+//   Also rejected: the .L2::256B prefetch hint on these loads (+0.01 at most); the whole
+//   GPU holding one super-strip of 64-1024 columns between grid-wide barriers (a plain
+//   copy with two barriers per super-strip: 0.13-0.63); one exp per element (a max pass,
+//   then exp stored in place and scaled at the write: slower, it spills). Removing the
+//   cluster barrier or the exps from a scratch copy of this kernel saved ~17 and ~16 us of
+//   ~230 us at 16384 x 4096: no single cost dominates.
 //   ncu (scratch kernel with this step's mapping, 16384 x 4096): DRAM 45% of peak, L2 80%;
 //   warps stalled mostly on long scoreboard (3.8 per issue), barrier (3.3, the cluster
 //   barrier) and short scoreboard (2.5).
