@@ -5,7 +5,8 @@
 // summary's sol/lib column is the fraction of copy speed. The dim = 0 shapes add
 // "softmax/library/column_order_copy/<shape>_dim0": the same bytes moved in
 // cluster_columns' order (32-column strips, bench_softmax_order.cu), the ceiling of that
-// access order; the faster d2d_copy stays the reference.
+// access order; the faster d2d_copy stays the reference. "column_order_copy_w64" is the
+// same with 64-column strips (256 bytes per row): the price of the 128-byte width.
 #include "course/bench.hpp"
 #include "course/device.hpp"
 #include "course/error.hpp"
@@ -18,7 +19,8 @@
 
 // Defined in bench_softmax_order.cu (a kernel needs nvcc); declared here, its only user.
 namespace course::m01::softmax_order {
-void column_order_copy(const float* x, float* y, std::int64_t rows, std::int64_t cols, cudaStream_t stream);
+void column_order_copy(const float* x, float* y, std::int64_t rows, std::int64_t cols, int strip_cols,
+                       cudaStream_t stream);
 }  // namespace course::m01::softmax_order
 
 namespace {
@@ -80,11 +82,11 @@ void bench_copy(benchmark::State& state, const Shape& s) {
   });
 }
 
-void bench_column_order_copy(benchmark::State& state, const Shape& s) {
+void bench_column_order_copy(benchmark::State& state, const Shape& s, int strip_cols) {
   bench::guard(state, [&] {
     Buffers& b = buffers_for(s);
     bench::time_calls(state, [&]() -> Buffers& { return b; }, [&](Buffers& buf) {
-      course::m01::softmax_order::column_order_copy(buf.x.data(), buf.y.data(), s.rows, s.cols, nullptr);
+      course::m01::softmax_order::column_order_copy(buf.x.data(), buf.y.data(), s.rows, s.cols, strip_cols, nullptr);
     });
     bench::set_bandwidth(state, bytes_moved(s));
   });
@@ -100,9 +102,12 @@ const bool kRegistered = [] {
     }
     bench::add_row(bench::row_name("softmax", "library", "d2d_copy", s.name()), benchmark::kMicrosecond,
                    [s](benchmark::State& st) { bench_copy(st, s); });
-    if (s.dim == 0)
+    if (s.dim == 0) {
       bench::add_row(bench::row_name("softmax", "library", "column_order_copy", s.name()), benchmark::kMicrosecond,
-                     [s](benchmark::State& st) { bench_column_order_copy(st, s); });
+                     [s](benchmark::State& st) { bench_column_order_copy(st, s, 32); });
+      bench::add_row(bench::row_name("softmax", "library", "column_order_copy_w64", s.name()), benchmark::kMicrosecond,
+                     [s](benchmark::State& st) { bench_column_order_copy(st, s, 64); });
+    }
   }
   return true;
 }();

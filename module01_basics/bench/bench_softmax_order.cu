@@ -8,6 +8,11 @@
 /// strip in consecutive blocks. This kernel moves the same bytes in that order and does
 /// nothing else (no exponentials, no cluster, no exchange): the speed of the access order
 /// itself, the ceiling of any kernel that walks the matrix this way.
+///
+/// The same copy with 64-column strips (256 bytes per row) is the second row,
+/// column_order_copy_w64: what a strip twice as wide would buy. It is faster because the
+/// memory system moves aligned 256-byte pieces; cluster_columns cannot use it at 16384
+/// rows (4 MiB per strip: one 256-KiB block per SM, see its banner).
 
 #include "course/error.hpp"
 
@@ -18,17 +23,18 @@
 namespace course::m01::softmax_order {
 namespace {
 
-constexpr int kStripCols = 32;                      // cluster_columns' strip: one 128-byte line per row
-constexpr int kTileRows = 1024;                     // and its block: up to 1024 rows of the strip
+constexpr int kTileRows = 1024;                     // cluster_columns' block: up to 1024 rows of the strip
 constexpr int kThreads = 256;                       // small blocks, several per SM
-constexpr int kChunks = kStripCols / 4;             // 8 float4 per strip row
-constexpr int kPhases = kThreads / kChunks;         // 32 rows per pass
 constexpr int kBatch = 8;                           // loads in flight per thread before its stores
 
-/// Block b copies rows [t * 1024, t * 1024 + 1024) of strip s, with t = b % tiles and
-/// s = b / tiles: the tiles of one strip are consecutive blocks, as the blocks of one
-/// cluster are in cluster_columns. cols % 4 == 0 and 16-byte aligned rows (the bench shapes).
+/// Block b copies rows [t * 1024, t * 1024 + 1024) of strip s (kStripCols columns: 32 as
+/// in cluster_columns, or 64), with t = b % tiles and s = b / tiles: the tiles of one
+/// strip are consecutive blocks, as the blocks of one cluster are in cluster_columns.
+/// cols % kStripCols == 0 and 16-byte aligned rows (the bench shapes).
+template <int kStripCols>
 __global__ void __launch_bounds__(kThreads) column_order_copy_kernel(const float* x, float* y, int rows, int cols) {
+  constexpr int kChunks = kStripCols / 4;      // float4 per strip row
+  constexpr int kPhases = kThreads / kChunks;  // rows per pass
   const int tiles = (rows + kTileRows - 1) / kTileRows;
   const int strip = blockIdx.x / tiles, tile = blockIdx.x % tiles;
   const int tx = threadIdx.x % kChunks, ty = threadIdx.x / kChunks;
@@ -52,11 +58,16 @@ __global__ void __launch_bounds__(kThreads) column_order_copy_kernel(const float
 
 }  // namespace
 
-void column_order_copy(const float* x, float* y, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
-  const std::int64_t strips = (cols + kStripCols - 1) / kStripCols;
+void column_order_copy(const float* x, float* y, std::int64_t rows, std::int64_t cols, int strip_cols,
+                       cudaStream_t stream) {
+  require_arg(strip_cols == 32 || strip_cols == 64, "column_order_copy", "strip_cols", strip_cols, "must be 32 or 64");
+  const std::int64_t strips = (cols + strip_cols - 1) / strip_cols;
   const std::int64_t tiles = (rows + kTileRows - 1) / kTileRows;
-  column_order_copy_kernel<<<static_cast<unsigned>(strips * tiles), kThreads, 0, stream>>>(
-      x, y, static_cast<int>(rows), static_cast<int>(cols));
+  const auto grid = static_cast<unsigned>(strips * tiles);
+  if (strip_cols == 32)
+    column_order_copy_kernel<32><<<grid, kThreads, 0, stream>>>(x, y, static_cast<int>(rows), static_cast<int>(cols));
+  else
+    column_order_copy_kernel<64><<<grid, kThreads, 0, stream>>>(x, y, static_cast<int>(rows), static_cast<int>(cols));
   COURSE_CHECK_LAUNCH("column_order_copy_kernel");
 }
 

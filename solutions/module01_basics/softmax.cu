@@ -79,9 +79,9 @@ unsigned blocks_for(std::int64_t work, int per_block, const char* step) {
 // coalesced (neighbouring threads = neighbouring columns): the lesson's first surprise.
 // Prediction (65536 x 1024, dim = 1): 10-30x slower than the copy; at 4096 x 32768
 // only 4096 threads exist (~1 warp per SM) and it is latency-bound: >100x.
-// Measured (results: softmax/solution/naive_three_pass/65536x1024): 276.3 GB/s = 0.07 of copy
+// Measured (results: softmax/solution/naive_three_pass/65536x1024): 277.0 GB/s = 0.07 of copy
 // Measured (results: softmax/solution/naive_three_pass/16384x4096): 228.9 GB/s = 0.05 of copy
-// Measured (results: softmax/solution/naive_three_pass/4096x32768): 57.6 GB/s = 0.01 of copy
+// Measured (results: softmax/solution/naive_three_pass/4096x32768): 57.7 GB/s = 0.01 of copy
 // (dim = 1).
 // ============================================================================
 __global__ void naive_slice_max_kernel(const float* x, Slices sl, float* slice_max) {
@@ -145,10 +145,10 @@ void launch_naive_three_pass(const SoftmaxArgs& a) {
 // Occupancy: 256 threads, few registers: 8 blocks (64 warps) per SM.
 // Prediction (65536 x 1024, dim = 1): 60-75% of the copy; the re-reads cost L2
 // bandwidth and each row pays two reduction latencies with only 4 elements per thread.
-// Measured (results: softmax/solution/block_per_row/65536x1024): 2664.0 GB/s = 0.63 of copy
-// Measured (results: softmax/solution/block_per_row/16384x4096): 3463.7 GB/s = 0.82 of copy
-// Measured (results: softmax/solution/block_per_row/4096x32768): 1767.7 GB/s = 0.42 of copy
-// Measured (results: softmax/solution/block_per_row/16384x4096_dim0): 785.7 GB/s = 0.19 of copy
+// Measured (results: softmax/solution/block_per_row/65536x1024): 2664.7 GB/s = 0.63 of copy
+// Measured (results: softmax/solution/block_per_row/16384x4096): 3475.7 GB/s = 0.83 of copy
+// Measured (results: softmax/solution/block_per_row/4096x32768): 1775.8 GB/s = 0.42 of copy
+// Measured (results: softmax/solution/block_per_row/16384x4096_dim0): 785.3 GB/s = 0.19 of copy
 //
 // dim = 0 -- column strips: a block owns 32 neighbouring columns (threadIdx.x) and
 // kStripRows row phases (threadIdx.y). A warp then reads 32 consecutive floats of
@@ -250,9 +250,9 @@ void launch_block_per_row(const SoftmaxArgs& a) {
 // of loads in flight, ~160 KiB per SM -- plenty to cover DRAM latency.
 // Prediction (65536 x 1024, dim = 1): 80-90% of the copy; scalar (4-byte) loads
 // cost 4x the load instructions of float4, the only thing left for the next step.
-// Measured (results: softmax/solution/warp_per_row/65536x1024): 3972.4 GB/s = 0.94 of copy
-// Measured (results: softmax/solution/warp_per_row/16384x4096): 3453.8 GB/s = 0.81 of copy
-// Measured (results: softmax/solution/warp_per_row/4096x32768): 1770.4 GB/s = 0.42 of copy
+// Measured (results: softmax/solution/warp_per_row/65536x1024): 3974.4 GB/s = 0.94 of copy
+// Measured (results: softmax/solution/warp_per_row/16384x4096): 3462.8 GB/s = 0.82 of copy
+// Measured (results: softmax/solution/warp_per_row/4096x32768): 1776.6 GB/s = 0.42 of copy
 // Rows longer than 1024 use block_per_row's kernels, hence its numbers there (within noise).
 // ============================================================================
 constexpr int kWarpsPerBlock = 8;
@@ -354,11 +354,11 @@ void launch_warp_per_row(const SoftmaxArgs& a) {
 // 16384 x 4096 (128 threads x 32 floats, ~9 blocks per SM) and 4096 x 32768
 // (1024 threads x 32 floats, 1 block per SM: the weakest, each SM idles on the
 // block reduction between rows with nothing else resident).
-// Measured (results: softmax/solution/online_vectorized/65536x1024): 4003.7 GB/s = 0.94 of copy
-// Measured (results: softmax/solution/online_vectorized/16384x4096): 4007.5 GB/s = 0.95 of copy
-// Measured (results: softmax/solution/online_vectorized/4096x32768): 3999.1 GB/s = 0.94 of copy
+// Measured (results: softmax/solution/online_vectorized/65536x1024): 4014.9 GB/s = 0.95 of copy
+// Measured (results: softmax/solution/online_vectorized/16384x4096): 4022.1 GB/s = 0.96 of copy
+// Measured (results: softmax/solution/online_vectorized/4096x32768): 4031.3 GB/s = 0.96 of copy
 // (target 0.85); dim = 0 is not a target here (it is step 5's):
-// Measured (results: softmax/solution/online_vectorized/16384x4096_dim0): 1732.3 GB/s = 0.41 of copy
+// Measured (results: softmax/solution/online_vectorized/16384x4096_dim0): 1729.5 GB/s = 0.41 of copy
 // ============================================================================
 
 /// A running softmax state: the max so far and the sum of exp(x_i - m) so far.
@@ -674,9 +674,10 @@ void launch_online_vectorized(const SoftmaxArgs& a) {
 //
 // Why W = 32: a row segment of 32 floats is one 128-byte line, so every DRAM access is a
 // full line and a warp's load is 4 whole lines. A narrower strip reads partial lines, as
-// online_vectorized's 8-column strips do. A wider one would be faster to read (tile
-// copies in this order, one development run: W = 64 at 0.90-0.92 of cudaMemcpy, W = 32 at
-// 0.80-0.83: the memory system works in 256-byte pieces) but needs 16384 x 64 x 4 B =
+// online_vectorized's 8-column strips do. A wider one would be faster to read (the copy
+// in this order with W = 64, bench row column_order_copy_w64, quoted below: 0.88-0.90 of
+// cudaMemcpy against 0.80-0.81 at W = 32; the memory system moves 256-byte pieces) but
+// needs 16384 x 64 x 4 B =
 // 4 MiB per strip, 256 KiB per block of a 16-block cluster: more than half of an SM's
 // 484 KiB of registers + shared memory, so one block per SM, and that kernel ran at
 // 0.36-0.46 of the copy (every cluster barrier stalls its SM).
@@ -686,8 +687,8 @@ void launch_online_vectorized(const SoftmaxArgs& a) {
 // at any moment the GPU reads 128-byte pieces of thousands of rows (one per strip in
 // flight), not long runs. The bench row softmax/library/column_order_copy moves the same
 // bytes in this order and computes nothing: 0.80 of cudaMemcpy at both shapes in the
-// results run (a scratch sweep of the same order over tile heights and block orders
-// never passed 0.86). With strips in flight ordered strip-first, so that the blocks in
+// results run (a scratch sweep of the same 32-column order over tile heights and block
+// orders never passed 0.86). With strips in flight ordered strip-first, so that the blocks in
 // flight together cover whole rows, the same sweep copied at 0.97 -- an order softmax
 // along columns cannot use. So 0.9 of copy is above what this mapping can reach.
 //
@@ -718,12 +719,14 @@ void launch_online_vectorized(const SoftmaxArgs& a) {
 //   barrier) and short scoreboard (2.5).
 //   version 2 (this code): 195 / 349 in the results run; at 4096 rows C = 4 x 1024 rows
 //   beat C = 8 x 512 rows (349-353 vs 406) in one development run.
-// Measured (results: softmax/solution/cluster_columns/16384x4096_dim0): 2762.7 GB/s = 0.65 of copy
-// Measured (results: softmax/solution/cluster_columns/4096x32768_dim0): 3072.7 GB/s = 0.72 of copy
-// Measured (results: softmax/solution/cluster_columns/16384x4096_dim0): 2762.7 GB/s = 0.83 of column_order_copy
-// Measured (results: softmax/solution/cluster_columns/4096x32768_dim0): 3072.7 GB/s = 0.94 of column_order_copy
-// Measured (results: softmax/library/column_order_copy/16384x4096_dim0): 3309.8 GB/s = 0.81 of d2d_copy
-// Measured (results: softmax/library/column_order_copy/4096x32768_dim0): 3284.1 GB/s = 0.79 of d2d_copy
+// Measured (results: softmax/solution/cluster_columns/16384x4096_dim0): 2760.9 GB/s = 0.66 of copy
+// Measured (results: softmax/solution/cluster_columns/4096x32768_dim0): 3068.5 GB/s = 0.73 of copy
+// Measured (results: softmax/solution/cluster_columns/16384x4096_dim0): 2760.9 GB/s = 0.83 of column_order_copy
+// Measured (results: softmax/solution/cluster_columns/4096x32768_dim0): 3068.5 GB/s = 0.93 of column_order_copy
+// Measured (results: softmax/library/column_order_copy/16384x4096_dim0): 3306.8 GB/s = 0.81 of d2d_copy
+// Measured (results: softmax/library/column_order_copy/4096x32768_dim0): 3309.6 GB/s = 0.80 of d2d_copy
+// Measured (results: softmax/library/column_order_copy_w64/16384x4096_dim0): 3590.2 GB/s = 0.88 of d2d_copy
+// Measured (results: softmax/library/column_order_copy_w64/4096x32768_dim0): 3712.3 GB/s = 0.90 of d2d_copy
 // Target (0.9 of copy at both shapes) MISSED: 0.65 / 0.72 of copy (version 1: 0.59 / 0.71),
 // 1.6x / 2.0x online_vectorized. The access order's own ceiling is 0.80 of copy, measured
 // above, so the target needs a mapping that reads x in long row runs, which a single-read
