@@ -19,6 +19,7 @@
 #include "module01/softmax.hpp"
 
 #include "course/cuda/mma_ptx.cuh"
+#include "course/cuda/vec.cuh"
 #include "course/cuda/warp_reduce.cuh"
 
 #include <cooperative_groups.h>
@@ -804,7 +805,7 @@ __device__ __forceinline__ float4 load_held_chunk(const float* src, std::int64_t
 template <bool kVec>
 __device__ __forceinline__ void store_strip_chunk(float* dst, std::int64_t c0, int cols, float4 v) {
   if (kVec && c0 + 4 <= cols) {
-    *reinterpret_cast<float4*>(dst + c0) = v;
+    cc::store_global4(dst + c0, v);  // explicit: a float4 assignment here became 4 scalar stores
     return;
   }
   const float e[4] = {v.x, v.y, v.z, v.w};

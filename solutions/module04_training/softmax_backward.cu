@@ -23,6 +23,7 @@
 
 #include "module04/softmax_backward.hpp"
 
+#include "course/cuda/vec.cuh"
 #include "course/cuda/warp_reduce.cuh"
 
 #include <cuda_runtime.h>
@@ -64,7 +65,7 @@ template <int kVec>
 __device__ __forceinline__ void store_vec(float* row, std::int64_t c, std::int64_t cols, const float (&v)[kVec]) {
   if constexpr (kVec == 4) {
     if (c + 4 <= cols) {
-      *reinterpret_cast<float4*>(row + c) = make_float4(v[0], v[1], v[2], v[3]);
+      cc::store_global4(row + c, make_float4(v[0], v[1], v[2], v[3]));  // one STG.128, not four
       return;
     }
   }
