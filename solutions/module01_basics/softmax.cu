@@ -80,9 +80,9 @@ unsigned blocks_for(std::int64_t work, int per_block, const char* step) {
 // coalesced (neighbouring threads = neighbouring columns): the lesson's first surprise.
 // Prediction (65536 x 1024, dim = 1): 10-30x slower than the copy; at 4096 x 32768
 // only 4096 threads exist (~1 warp per SM) and it is latency-bound: >100x.
-// Measured (results: softmax/solution/naive_three_pass/65536x1024): 277.0 GB/s = 0.07 of copy
-// Measured (results: softmax/solution/naive_three_pass/16384x4096): 228.9 GB/s = 0.05 of copy
-// Measured (results: softmax/solution/naive_three_pass/4096x32768): 57.7 GB/s = 0.01 of copy
+// Measured (results: softmax/solution/naive_three_pass/65536x1024): 268.4 GB/s = 0.06 of copy
+// Measured (results: softmax/solution/naive_three_pass/16384x4096): 228.4 GB/s = 0.05 of copy
+// Measured (results: softmax/solution/naive_three_pass/4096x32768): 57.6 GB/s = 0.01 of copy
 // (dim = 1).
 // ============================================================================
 __global__ void naive_slice_max_kernel(const float* x, Slices sl, float* slice_max) {
@@ -146,10 +146,10 @@ void launch_naive_three_pass(const SoftmaxArgs& a) {
 // Occupancy: 256 threads, few registers: 8 blocks (64 warps) per SM.
 // Prediction (65536 x 1024, dim = 1): 60-75% of the copy; the re-reads cost L2
 // bandwidth and each row pays two reduction latencies with only 4 elements per thread.
-// Measured (results: softmax/solution/block_per_row/65536x1024): 2664.7 GB/s = 0.63 of copy
-// Measured (results: softmax/solution/block_per_row/16384x4096): 3475.7 GB/s = 0.83 of copy
-// Measured (results: softmax/solution/block_per_row/4096x32768): 1775.8 GB/s = 0.42 of copy
-// Measured (results: softmax/solution/block_per_row/16384x4096_dim0): 785.3 GB/s = 0.19 of copy
+// Measured (results: softmax/solution/block_per_row/65536x1024): 2660.3 GB/s = 0.63 of copy
+// Measured (results: softmax/solution/block_per_row/16384x4096): 3470.5 GB/s = 0.82 of copy
+// Measured (results: softmax/solution/block_per_row/4096x32768): 1773.1 GB/s = 0.42 of copy
+// Measured (results: softmax/solution/block_per_row/16384x4096_dim0): 760.1 GB/s = 0.18 of copy
 //
 // dim = 0 -- column strips: a block owns 32 neighbouring columns (threadIdx.x) and
 // kStripRows row phases (threadIdx.y). A warp then reads 32 consecutive floats of
@@ -251,9 +251,9 @@ void launch_block_per_row(const SoftmaxArgs& a) {
 // of loads in flight, ~160 KiB per SM -- plenty to cover DRAM latency.
 // Prediction (65536 x 1024, dim = 1): 80-90% of the copy; scalar (4-byte) loads
 // cost 4x the load instructions of float4, the only thing left for the next step.
-// Measured (results: softmax/solution/warp_per_row/65536x1024): 3974.4 GB/s = 0.94 of copy
-// Measured (results: softmax/solution/warp_per_row/16384x4096): 3462.8 GB/s = 0.82 of copy
-// Measured (results: softmax/solution/warp_per_row/4096x32768): 1776.6 GB/s = 0.42 of copy
+// Measured (results: softmax/solution/warp_per_row/65536x1024): 3961.7 GB/s = 0.94 of copy
+// Measured (results: softmax/solution/warp_per_row/16384x4096): 3451.7 GB/s = 0.82 of copy
+// Measured (results: softmax/solution/warp_per_row/4096x32768): 1772.2 GB/s = 0.42 of copy
 // Rows longer than 1024 use block_per_row's kernels, hence its numbers there (within noise).
 // ============================================================================
 constexpr int kWarpsPerBlock = 8;
@@ -355,11 +355,11 @@ void launch_warp_per_row(const SoftmaxArgs& a) {
 // 16384 x 4096 (128 threads x 32 floats, ~9 blocks per SM) and 4096 x 32768
 // (1024 threads x 32 floats, 1 block per SM: the weakest, each SM idles on the
 // block reduction between rows with nothing else resident).
-// Measured (results: softmax/solution/online_vectorized/65536x1024): 4014.9 GB/s = 0.95 of copy
-// Measured (results: softmax/solution/online_vectorized/16384x4096): 4022.1 GB/s = 0.96 of copy
-// Measured (results: softmax/solution/online_vectorized/4096x32768): 4031.3 GB/s = 0.96 of copy
+// Measured (results: softmax/solution/online_vectorized/65536x1024): 3989.6 GB/s = 0.95 of copy
+// Measured (results: softmax/solution/online_vectorized/16384x4096): 3997.4 GB/s = 0.95 of copy
+// Measured (results: softmax/solution/online_vectorized/4096x32768): 4005.1 GB/s = 0.95 of copy
 // (target 0.85); dim = 0 is not a target here (it is step 5's):
-// Measured (results: softmax/solution/online_vectorized/16384x4096_dim0): 1729.5 GB/s = 0.41 of copy
+// Measured (results: softmax/solution/online_vectorized/16384x4096_dim0): 1708.7 GB/s = 0.41 of copy
 // ============================================================================
 
 /// A running softmax state: the max so far and the sum of exp(x_i - m) so far.
@@ -718,21 +718,35 @@ void launch_online_vectorized(const SoftmaxArgs& a) {
 //   ncu (scratch kernel with this step's mapping, 16384 x 4096): DRAM 45% of peak, L2 80%;
 //   warps stalled mostly on long scoreboard (3.8 per issue), barrier (3.3, the cluster
 //   barrier) and short scoreboard (2.5).
-//   version 2 (this code): 195 / 349 in the results run; at 4096 rows C = 4 x 1024 rows
-//   beat C = 8 x 512 rows (349-353 vs 406) in one development run.
-// Measured (results: softmax/solution/cluster_columns/16384x4096_dim0): 2760.9 GB/s = 0.66 of copy
-// Measured (results: softmax/solution/cluster_columns/4096x32768_dim0): 3068.5 GB/s = 0.73 of copy
-// Measured (results: softmax/solution/cluster_columns/16384x4096_dim0): 2760.9 GB/s = 0.83 of column_order_copy
-// Measured (results: softmax/solution/cluster_columns/4096x32768_dim0): 3068.5 GB/s = 0.93 of column_order_copy
-// Measured (results: softmax/library/column_order_copy/16384x4096_dim0): 3306.8 GB/s = 0.81 of d2d_copy
-// Measured (results: softmax/library/column_order_copy/4096x32768_dim0): 3309.6 GB/s = 0.80 of d2d_copy
-// Measured (results: softmax/library/column_order_copy_w64/16384x4096_dim0): 3590.2 GB/s = 0.88 of d2d_copy
-// Measured (results: softmax/library/column_order_copy_w64/4096x32768_dim0): 3712.3 GB/s = 0.90 of d2d_copy
-// Target (0.9 of copy at both shapes) MISSED: 0.66 / 0.73 of copy (version 1: 0.59 / 0.71),
-// 1.6x / 2.0x online_vectorized. The access order's own ceiling is 0.80 of copy, measured
-// above, so the target needs a mapping that reads x in long row runs, which a single-read
-// column softmax cannot do with 30 MiB of on-chip memory; what is left inside this mapping
-// is the cluster-barrier wait (0.83 of the order's ceiling at 16384 rows).
+//   version 2: 195 / 349 in its results run; at 4096 rows C = 4 x 1024 rows beat C = 8 x
+//   512 rows (349-353 vs 406) in one development run.
+//   version 3 (this code): the same mapping, but phase 4's float4 stores are explicit
+//   (cc::store_global4). In version 2 the compiler had merged the float4 store with the
+//   scalar tail that stores the same values into four predicated 4-byte stores per chunk
+//   (cuobjdump -sass: 72 STG.E, no STG.E.128), which the results run charged ~10% for:
+//   197 -> 177 us / 356 -> 331 us in one development run, nothing else changed. Fully
+//   unrolled whole-block loops, tried first, were SLOWER (272 / 498 us) until the stores
+//   were explicit, and then no faster than this code (177 / 336): not kept.
+//   Re-measured with explicit stores (scratch, one run, 4096 x 32768): W = 64 in 8 blocks
+//   of 512 rows, two per SM, 0.80 of cudaMemcpy against W = 32's 0.78; W = 128 (one block
+//   per SM) 0.56. Re-reading part of each block's rows from L2 instead of holding them
+//   (less on-chip memory, so 3-4 blocks per SM, or C = 8 at 16384 rows): 0.42-0.71
+//   against 0.75 at 16384 x 4096, slower in every variant (the extra L2 reads, spills at
+//   40 registers).
+// Measured (results: softmax/solution/cluster_columns/16384x4096_dim0): 3026.9 GB/s = 0.72 of copy
+// Measured (results: softmax/solution/cluster_columns/4096x32768_dim0): 3288.5 GB/s = 0.78 of copy
+// Measured (results: softmax/solution/cluster_columns/16384x4096_dim0): 3026.9 GB/s = 0.92 of column_order_copy
+// Measured (results: softmax/solution/cluster_columns/4096x32768_dim0): 3288.5 GB/s = 0.99 of column_order_copy
+// Measured (results: softmax/library/column_order_copy/16384x4096_dim0): 3290.2 GB/s = 0.82 of d2d_copy
+// Measured (results: softmax/library/column_order_copy/4096x32768_dim0): 3334.3 GB/s = 0.81 of d2d_copy
+// Measured (results: softmax/library/column_order_copy_w64/16384x4096_dim0): 3541.7 GB/s = 0.88 of d2d_copy
+// Measured (results: softmax/library/column_order_copy_w64/4096x32768_dim0): 3720.5 GB/s = 0.90 of d2d_copy
+// Target (0.9 of copy at both shapes) MISSED: 0.72 / 0.78 of copy (version 2: 0.66 / 0.73,
+// version 1: 0.59 / 0.71), 1.8x / 2.2x online_vectorized. The access order's own ceiling
+// is ~0.81 of copy, measured above, and this step now runs at 0.92 / 0.99 of it: the
+// target needs a mapping that reads x in long row runs, which a single-read column
+// softmax cannot do with 30 MiB of on-chip memory. What is left inside this mapping is
+// the cluster-barrier wait at 16384 rows (16-block clusters).
 // ============================================================================
 namespace cg = ::cooperative_groups;
 

@@ -57,11 +57,11 @@ namespace {
 // loops, minus the softmax (~32 exp, ~40 shuffles per 4096 FMAs) and the barriers:
 // ~30-35 TFLOP/s, ~8-9 ms: >= 0.8x the cuBLAS materialized pipeline with O(N) memory.
 // d = 128: 32-key tiles read Q 8 floats per 2 keys (~6 FMAs per load): ~25 TFLOP/s.
-// Measured (results: attn_f32/solution/fused/B4_H16_N4096_d64): 33.8 TFLOP/s = 1.09 of cublas_materialized
+// Measured (results: attn_f32/solution/fused/B4_H16_N4096_d64): 33.8 TFLOP/s = 1.10 of cublas_materialized
 // (the cuBLAS pipeline) in 0.27 GB instead of 4.56 GB; against step 2:
-// Measured (results: attn_f32/solution/fused/B4_H16_N4096_d64): 1.23 of attn_f32/solution/tiled_online/B4_H16_N4096_d64
+// Measured (results: attn_f32/solution/fused/B4_H16_N4096_d64): 1.24 of attn_f32/solution/tiled_online/B4_H16_N4096_d64
 // Causal, where cuBLAS still computes every score:
-// Measured (results: attn_f32/solution/fused/B4_H16_N4096_d64_causal): 33.4 TFLOP/s = 2.32 of cublas_materialized
+// Measured (results: attn_f32/solution/fused/B4_H16_N4096_d64_causal): 33.2 TFLOP/s = 2.33 of cublas_materialized
 // Counting half the FLOPs, that is 2 x 33.4 / 33.8 = 1.98x faster than non-causal. At d = 128
 // cuBLAS's GEMMs are more efficient and this kernel is not:
 // Measured (results: attn_f32/solution/fused/B4_H16_N4096_d128): 33.2 TFLOP/s = 0.83 of cublas_materialized
