@@ -197,8 +197,7 @@ Case column_layout(int which, std::int64_t rows) {
 TEST_P(SoftmaxColumnsTest, TallColumnsAroundClusterSizes) {
   // Rows at the edges of every cluster size C = 1, 2, 4, 8, 16 (up to 1024 rows per block),
   // around the 256 rows a block holds in registers, and the fallback beyond 16384. 2t - 1
-  // and top - 1 make clusters of whole 1024-row blocks (the unrolled path) whose last block
-  // is one row short (the bounded path).
+  // and top - 1 make clusters of full 1024-row blocks whose last block is one row short.
   const std::int64_t t = course::m01::kClusterMaxBlockRows, top = course::m01::kClusterMaxRows;
   const std::int64_t all_rows[] = {1,         255,   256,   257,       t - 1,     t,     t + 1,   2 * t - 1, 2 * t,
                                    2 * t + 1, 4 * t, 4 * t + 1, 8 * t + 1, 12345, top - 1, top,   top + 1};

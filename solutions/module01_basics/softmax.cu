@@ -723,8 +723,8 @@ void launch_online_vectorized(const SoftmaxArgs& a) {
 //   version 3 (this code): the same mapping, but phase 4's float4 stores are explicit
 //   (cc::store_global4). In version 2 the compiler had merged the float4 store with the
 //   scalar tail that stores the same values into four predicated 4-byte stores per chunk
-//   (cuobjdump -sass: 72 STG.E, no STG.E.128), which the results run charged ~10% for:
-//   197 -> 177 us / 356 -> 331 us in one development run, nothing else changed. Fully
+//   (cuobjdump -sass: 72 STG.E, no STG.E.128), which cost ~10%: 197 -> 177 us /
+//   356 -> 331 us in one development run, nothing else changed. Fully
 //   unrolled whole-block loops, tried first, were SLOWER (272 / 498 us) until the stores
 //   were explicit, and then no faster than this code (177 / 336): not kept.
 //   Re-measured with explicit stores (scratch, one run, 4096 x 32768): W = 64 in 8 blocks
