@@ -5,8 +5,12 @@
 // summary's sol/lib column is the fraction of copy speed. The dim = 0 shapes add
 // "softmax/library/column_order_copy/<shape>_dim0": the same bytes moved in
 // cluster_columns' order (32-column strips, bench_softmax_order.cu), the ceiling of that
-// access order; the faster d2d_copy stays the reference. "column_order_copy_w64" is the
-// same with 64-column strips (256 bytes per row): the price of the 128-byte width.
+// access order; the faster d2d_copy stays the reference. "column_order_read" and
+// "column_order_write" move only x or only y in that order (bandwidth = the bytes they
+// move): which half the order slows. The "_w64" rows use 64-column strips (256 bytes per
+// row): the price of the 128-byte width.
+#include "bench_softmax_order.hpp"
+
 #include "course/bench.hpp"
 #include "course/device.hpp"
 #include "course/error.hpp"
@@ -17,11 +21,6 @@
 #include <string>
 #include <tuple>
 
-// Defined in bench_softmax_order.cu (a kernel needs nvcc); declared here, its only user.
-namespace course::m01::softmax_order {
-void column_order_copy(const float* x, float* y, std::int64_t rows, std::int64_t cols, int strip_cols,
-                       cudaStream_t stream);
-}  // namespace course::m01::softmax_order
 
 namespace {
 
@@ -82,13 +81,16 @@ void bench_copy(benchmark::State& state, const Shape& s) {
   });
 }
 
-void bench_column_order_copy(benchmark::State& state, const Shape& s, int strip_cols) {
+using course::m01::softmax_order::ColumnOrderTraffic;
+
+void bench_column_order(benchmark::State& state, const Shape& s, ColumnOrderTraffic traffic, int strip_cols) {
   bench::guard(state, [&] {
     Buffers& b = buffers_for(s);
     bench::time_calls(state, [&]() -> Buffers& { return b; }, [&](Buffers& buf) {
-      course::m01::softmax_order::column_order_copy(buf.x.data(), buf.y.data(), s.rows, s.cols, strip_cols, nullptr);
+      course::m01::softmax_order::column_order_move(traffic, buf.x.data(), buf.y.data(), s.rows, s.cols, strip_cols,
+                                                    nullptr);
     });
-    bench::set_bandwidth(state, bytes_moved(s));
+    bench::set_bandwidth(state, traffic == ColumnOrderTraffic::copy ? bytes_moved(s) : bytes_moved(s) / 2);
   });
 }
 
@@ -103,10 +105,15 @@ const bool kRegistered = [] {
     bench::add_row(bench::row_name("softmax", "library", "d2d_copy", s.name()), benchmark::kMicrosecond,
                    [s](benchmark::State& st) { bench_copy(st, s); });
     if (s.dim == 0) {
-      bench::add_row(bench::row_name("softmax", "library", "column_order_copy", s.name()), benchmark::kMicrosecond,
-                     [s](benchmark::State& st) { bench_column_order_copy(st, s, 32); });
-      bench::add_row(bench::row_name("softmax", "library", "column_order_copy_w64", s.name()), benchmark::kMicrosecond,
-                     [s](benchmark::State& st) { bench_column_order_copy(st, s, 64); });
+      const std::tuple<const char*, ColumnOrderTraffic, int> orders[] = {
+          {"column_order_copy", ColumnOrderTraffic::copy, 32},       {"column_order_copy_w64", ColumnOrderTraffic::copy, 64},
+          {"column_order_read", ColumnOrderTraffic::read, 32},       {"column_order_write", ColumnOrderTraffic::write, 32},
+          {"column_order_write_w64", ColumnOrderTraffic::write, 64}};
+      for (const auto& [name, traffic, width] : orders)
+        bench::add_row(bench::row_name("softmax", "library", name, s.name()), benchmark::kMicrosecond,
+                       [s, traffic = traffic, width = width](benchmark::State& st) {
+                         bench_column_order(st, s, traffic, width);
+                       });
     }
   }
   return true;
