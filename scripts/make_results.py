@@ -57,7 +57,7 @@ def load_rows_from(path, module, groups=None, contexts=None):
             scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}.get(b.get("time_unit", "ns"), 1.0)
             value, unit = b.get("real_time", 0.0) * scale, "us"
         row = {"value": None if skipped else value, "unit": unit,
-               "copy": b.get("copy_GB/s"), "time_ms": b.get("real_time")}
+               "copy": b.get("copy_GB/s"), "time_ms": b.get("real_time"), "diagnostic": "diagnostic" in b}
         groups.setdefault((module, op, shape), OrderedDict()).setdefault(step, {})[impl] = row
     return groups, contexts
 
@@ -353,9 +353,11 @@ def main():
                 "`bash scripts/course.sh bench` writes `build/bench_<module>.json`; run this script again "
                 "and your numbers appear beside the solution's.", ""]
     for (module, op, shape), steps in groups.items():
-        # The fastest library row is the reference (as in the benchmark's own summary).
+        # The fastest library row is the reference (as in the benchmark's own summary); a
+        # diagnostic row (part of the op's traffic only, bench::mark_diagnostic) never is.
         libs = [(s, r["library"]) for s, r in steps.items() if "library" in r and r["library"]["value"]]
-        lib_name, lib = max(libs, key=lambda x: x[1]["value"]) if libs else (None, None)
+        refs = [(s, r) for s, r in libs if not r["diagnostic"]]
+        lib_name, lib = max(refs, key=lambda x: x[1]["value"]) if refs else (None, None)
         # The unit of a measured row: a skipped row (no counters) would read as "us".
         rows_here = [r for per_impl in steps.values() for r in per_impl.values()]
         unit = next((r["unit"] for r in rows_here if r["value"] is not None), rows_here[0]["unit"])

@@ -51,6 +51,8 @@ void set_flops(benchmark::State& state, double flops, double ceiling_tflops) {
   if (ceiling_tflops > 0) state.counters["ceiling_TFLOP/s"] = ceiling_tflops;
 }
 
+void mark_diagnostic(benchmark::State& state) { state.counters["diagnostic"] = 1.0; }
+
 void set_device_memory(benchmark::State& state, std::size_t bytes) {
   state.counters["mem_MB"] = static_cast<double>(bytes) / 1e6;
 }
@@ -125,6 +127,7 @@ struct Row {
   double value = 0.0;  // GB/s or TFLOP/s
   std::string unit;
   double ceiling = 0.0;  // copy GB/s for bandwidth rows
+  bool diagnostic = false;  // mark_diagnostic(): listed, never the reference library row
   bool error = false;
   std::string message;
 };
@@ -175,6 +178,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
       } else {
         row.value = 1e3 / std::max(run.GetAdjustedRealTime(), 1e-12); row.unit = "runs/ms";
       }
+      row.diagnostic = run.counters.count("diagnostic") != 0;
       auto& steps = step_order_[{row.op, row.shape}];
       if (std::find(steps.begin(), steps.end(), row.step) == steps.end()) steps.push_back(row.step);
       rows_[{row.op, row.shape}][row.step][row.impl] = row;
@@ -192,13 +196,14 @@ class SummaryReporter : public benchmark::ConsoleReporter {
       seen[key] = true;
       const auto& steps = rows_[key];
       // The reference library row is the FASTEST library measured (e.g. CUB vs cuBLAS for
-      // a reduction): "sol/lib" then never flatters the solution. All are listed below.
+      // a reduction): "sol/lib" then never flatters the solution. All are listed below;
+      // diagnostic rows (part of the op's traffic only) are never the reference.
       const Row* lib = nullptr;
       std::vector<const Row*> libs;
       for (const auto& [step, impls] : steps)
         if (auto it = impls.find("library"); it != impls.end() && !it->second.error) {
           libs.push_back(&it->second);
-          if (lib == nullptr || it->second.value > lib->value) lib = &it->second;
+          if (!it->second.diagnostic && (lib == nullptr || it->second.value > lib->value)) lib = &it->second;
         }
       os << "\n" << key.first << "  " << key.second << "\n";
       os << std::left << std::setw(26) << "step" << std::right << std::setw(12) << "solution"

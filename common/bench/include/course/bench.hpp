@@ -56,6 +56,10 @@ void set_bandwidth(benchmark::State& state, double bytes_moved);
 /// "TFLOP/s" = flops / time, and "of_ceiling" = over `ceiling_tflops` (if > 0),
 /// typically the library's rate measured in the same run.
 void set_flops(benchmark::State& state, double flops, double ceiling_tflops = 0.0);
+/// "diagnostic" = 1: this library row measures PART of what the op must do (e.g. only its
+/// reads, to split a ceiling into its halves). The summary and the results page list it
+/// but never pick it as the reference 'library' column, however fast it is.
+void mark_diagnostic(benchmark::State& state);
 /// "mem_MB": the device memory one call needs (inputs, outputs, workspace), in MB: shows
 /// a step's O(N) or O(N^2) footprint beside its speed.
 void set_device_memory(benchmark::State& state, std::size_t bytes);
