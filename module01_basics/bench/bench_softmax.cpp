@@ -112,8 +112,10 @@ const bool kRegistered = [] {
                    [s](benchmark::State& st) { bench_copy(st, s); });
     if (s.dim == 0) {
       const std::tuple<const char*, ColumnOrderTraffic, int> orders[] = {
-          {"column_order_copy", ColumnOrderTraffic::copy, 32},       {"column_order_copy_w64", ColumnOrderTraffic::copy, 64},
-          {"column_order_read", ColumnOrderTraffic::read, 32},       {"column_order_write", ColumnOrderTraffic::write, 32},
+          {"column_order_copy", ColumnOrderTraffic::copy, 32},
+          {"column_order_copy_w64", ColumnOrderTraffic::copy, 64},
+          {"column_order_read", ColumnOrderTraffic::read, 32},
+          {"column_order_write", ColumnOrderTraffic::write, 32},
           {"column_order_write_w64", ColumnOrderTraffic::write, 64}};
       for (const auto& [name, traffic, width] : orders)
         bench::add_row(bench::row_name("softmax", "library", name, s.name()), benchmark::kMicrosecond,

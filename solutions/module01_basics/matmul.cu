@@ -134,7 +134,7 @@ void launch_coalesced(const MatmulArgs& a) {
 // Prediction (4096^3): ~1.5x the coalesced step, ~7-9 TFLOP/s (~15% of cuBLAS).
 // 8 KB shared memory per block; 2 blocks of 1024 threads per SM (full occupancy).
 // Zero-filled tiles past M, N, K keep the inner loop free of bounds checks.
-// Measured (results: sgemm/solution/smem_tiled/4096x4096x4096): 8.4 TFLOP/s = 0.17 of cublas_sgemm.
+// Measured (results: sgemm/solution/smem_tiled/4096x4096x4096): 8.5 TFLOP/s = 0.17 of cublas_sgemm.
 // Registers: 31, 8 KB smem.
 // ============================================================================
 constexpr int kSmemTile = 32;
@@ -185,7 +185,7 @@ void launch_smem_tiled(const MatmulArgs& a) {
 // global traffic halves again (64-wide tiles: 2*4*M*N*K/64 = 8.6 GB at 4096^3).
 // Prediction (4096^3): ~2x smem_tiled, ~15 TFLOP/s (~30% of cuBLAS), ~9 ms.
 // Occupancy: 512 threads, 4 KB shared memory; registers permitting 2-4 blocks/SM.
-// Measured (results: sgemm/solution/register_1d/4096x4096x4096): 15.5 TFLOP/s = 0.30 of cublas_sgemm.
+// Measured (results: sgemm/solution/register_1d/4096x4096x4096): 15.6 TFLOP/s = 0.31 of cublas_sgemm.
 // Registers: 51 (so 2 blocks, 32 warps per SM), 4 KB smem.
 // ============================================================================
 template <int BM, int BN, int BK, int TM>
@@ -257,7 +257,7 @@ void launch_register_1d(const MatmulArgs& a) {
 // (16 warps) per SM, 8 KB shared memory per block.
 // Measured (results: sgemm/solution/register_2d/4096x4096x4096): 28.1 TFLOP/s = 0.55 of cublas_sgemm;
 // at 1024^3 only 64 blocks of 128x128 for 132 SMs (see step 7):
-// Measured (results: sgemm/solution/register_2d/1024x1024x1024): 9.3 TFLOP/s.
+// Measured (results: sgemm/solution/register_2d/1024x1024x1024): 9.5 TFLOP/s.
 // Registers: 126, no spills.
 // ============================================================================
 template <int BM, int BN, int BK, int TM, int TN>
@@ -392,7 +392,7 @@ __device__ __forceinline__ void store4(float* row, int col, int ncols, float4 ac
 // apart still conflict 2-way; step 7 fixes that) for 64 FFMAs.
 // Prediction (4096^3): ~1.2-1.3x register_2d, ~35-40 TFLOP/s (~70-80% of cuBLAS).
 // Occupancy as register_2d: 2 blocks (16 warps) per SM, 8.2 KB shared memory.
-// Measured (results: sgemm/solution/vectorized/4096x4096x4096): 34.5 TFLOP/s = 0.68 of cublas_sgemm.
+// Measured (results: sgemm/solution/vectorized/4096x4096x4096): 34.6 TFLOP/s = 0.68 of cublas_sgemm.
 // Registers: 110 (float4 path) / 117 (scalar path), no spills, 8.3 KB smem.
 // ============================================================================
 template <int BM, int BN, int BK, int TM, int TN, bool kVec>
@@ -522,8 +522,8 @@ __device__ __forceinline__ void cp_async_16(float* smem_dst, const float* gmem_s
 // shared memory per block: 2 blocks = 16 warps per SM.
 // When 128x128 tiles would leave SMs idle (1024^3: 64 tiles for 132 SMs), the
 // launch switches to 64x128 tiles (BK = 16, 4 stages, 4 blocks of 4 warps per SM).
-// Measured (results: sgemm/solution/warp_tiled/4096x4096x4096): 45.9 TFLOP/s = 0.90 of cublas_sgemm;
-// Measured (results: sgemm/solution/warp_tiled/1024x1024x1024): 29.9 TFLOP/s = 0.99 of cublas_sgemm (64x128 tiles);
+// Measured (results: sgemm/solution/warp_tiled/4096x4096x4096): 45.8 TFLOP/s = 0.90 of cublas_sgemm;
+// Measured (results: sgemm/solution/warp_tiled/1024x1024x1024): 29.7 TFLOP/s = 0.98 of cublas_sgemm (64x128 tiles);
 // Measured (results: sgemm/solution/warp_tiled/4096x4096x1024): 44.9 TFLOP/s = 0.91 of cublas_sgemm.
 // Registers: 128 (128x128 tiles, 125 on the scalar path) and 128 (64x128), no spills, on sm_90.
 // ============================================================================

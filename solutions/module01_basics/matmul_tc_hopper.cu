@@ -133,7 +133,7 @@ __device__ __forceinline__ std::uint32_t aligned_smem_base(unsigned char* raw) {
 // ~0.75-0.85. What it still pays for: all 256 threads stop at one barrier per slab and
 // issue 12 cp.async each, i.e. the math waits for the slowest warp's copies; and one
 // block per SM (192 KB of stages) leaves nothing to overlap the epilogue with.
-// Measured (results: hgemm_bf16/solution/wgmma/8192x8192x8192): 560.7 TFLOP/s = 0.83 of cublas_gemmex
+// Measured (results: hgemm_bf16/solution/wgmma/8192x8192x8192): 553.5 TFLOP/s = 0.83 of cublas_gemmex
 // ============================================================================
 namespace wgmma_step {
 constexpr int kThreads = 256;  // two warpgroups, both copy and compute
@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 // Prediction: the tensor cores no longer wait for copy issue: ~0.85-0.9 of cuBLAS at
 // 8192^3. Left on the table: the epilogue (256 MB of fp32 C at 8192^2, ~5% of the time)
 // runs while no loads are in flight, and a new block pays the pipeline fill.
-// Measured (results: hgemm_bf16/solution/tma_warp_specialized/8192x8192x8192): 673.5 TFLOP/s = 0.99 of cublas_gemmex
+// Measured (results: hgemm_bf16/solution/tma_warp_specialized/8192x8192x8192): 654.1 TFLOP/s = 0.98 of cublas_gemmex
 //
 // Step 5, persistent. Changes: the grid is one block per SM, and each block walks the tile
 // schedule (grouped order, 16 tile-rows per group) with a stride of the grid size. The
@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 // Tried, no gain in one run: consumers keeping one slab's wgmmas in flight (wait_group 1,
 // releasing the previous stage) instead of draining each slab (wait_group 0): with two
 // consumer warpgroups, one issues while the other drains, and the tensor cores stay fed.
-// Measured (results: hgemm_bf16/solution/persistent/8192x8192x8192): 594.7 TFLOP/s = 0.88 of cublas_gemmex
+// Measured (results: hgemm_bf16/solution/persistent/8192x8192x8192): 571.0 TFLOP/s = 0.86 of cublas_gemmex
 // Outcome: no gain over step 4 -- level with it in two earlier runs (1.66 vs 1.65 ms), 0.84-0.89
 // in the results run (5% spread over its repetitions, the noisiest row). The epilogue it hides
 // is ~2% of a tile at K = 8192; what it cannot hide is the tensor cores idling while the
@@ -297,8 +297,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 // say -- "my wgmma reads of this stage are complete" -- was already established by
 // wgmma.wait_group, so the default arrive (release at CTA scope) is enough; with it the
 // step runs level with steps 4-5 (1.68 vs 1.68 ms in another run).
-// Measured (results: hgemm_bf16/solution/cluster_multicast/8192x8192x8192): 668.0 TFLOP/s = 0.98 of cublas_gemmex
-// Measured (results: hgemm_bf16/solution/cluster_multicast/{4096x4096x4096,2048x2048x2048,8192x8192x1024}): 0.95 / 1.06 / 0.95 of cublas_gemmex
+// Measured (results: hgemm_bf16/solution/cluster_multicast/8192x8192x8192): 660.1 TFLOP/s = 0.99 of cublas_gemmex
+// Measured (results: hgemm_bf16/solution/cluster_multicast/{4096x4096x4096,2048x2048x2048,8192x8192x1024}): 0.98 / 0.98 / 0.95 of cublas_gemmex
 // Targets (>= 0.95 at 4096^3 and 8192^3, >= 0.85 at 2048^3 and 8192x8192x1024): met.
 // ============================================================================
 namespace ws {

@@ -80,9 +80,9 @@ unsigned blocks_for(std::int64_t work, int per_block, const char* step) {
 // coalesced (neighbouring threads = neighbouring columns): the lesson's first surprise.
 // Prediction (65536 x 1024, dim = 1): 10-30x slower than the copy; at 4096 x 32768
 // only 4096 threads exist (~1 warp per SM) and it is latency-bound: >100x.
-// Measured (results: softmax/solution/naive_three_pass/65536x1024): 268.4 GB/s = 0.06 of copy
-// Measured (results: softmax/solution/naive_three_pass/16384x4096): 228.4 GB/s = 0.05 of copy
-// Measured (results: softmax/solution/naive_three_pass/4096x32768): 57.6 GB/s = 0.01 of copy
+// Measured (results: softmax/solution/naive_three_pass/65536x1024): 275.8 GB/s = 0.07 of copy
+// Measured (results: softmax/solution/naive_three_pass/16384x4096): 228.6 GB/s = 0.05 of copy
+// Measured (results: softmax/solution/naive_three_pass/4096x32768): 57.5 GB/s = 0.01 of copy
 // (dim = 1).
 // ============================================================================
 __global__ void naive_slice_max_kernel(const float* x, Slices sl, float* slice_max) {
@@ -146,10 +146,10 @@ void launch_naive_three_pass(const SoftmaxArgs& a) {
 // Occupancy: 256 threads, few registers: 8 blocks (64 warps) per SM.
 // Prediction (65536 x 1024, dim = 1): 60-75% of the copy; the re-reads cost L2
 // bandwidth and each row pays two reduction latencies with only 4 elements per thread.
-// Measured (results: softmax/solution/block_per_row/65536x1024): 2660.3 GB/s = 0.63 of copy
-// Measured (results: softmax/solution/block_per_row/16384x4096): 3470.5 GB/s = 0.82 of copy
-// Measured (results: softmax/solution/block_per_row/4096x32768): 1773.1 GB/s = 0.42 of copy
-// Measured (results: softmax/solution/block_per_row/16384x4096_dim0): 760.1 GB/s = 0.18 of copy
+// Measured (results: softmax/solution/block_per_row/65536x1024): 2668.4 GB/s = 0.63 of copy
+// Measured (results: softmax/solution/block_per_row/16384x4096): 3458.2 GB/s = 0.82 of copy
+// Measured (results: softmax/solution/block_per_row/4096x32768): 1762.7 GB/s = 0.42 of copy
+// Measured (results: softmax/solution/block_per_row/16384x4096_dim0): 786.6 GB/s = 0.19 of copy
 //
 // dim = 0 -- column strips: a block owns 32 neighbouring columns (threadIdx.x) and
 // kStripRows row phases (threadIdx.y). A warp then reads 32 consecutive floats of
@@ -251,9 +251,9 @@ void launch_block_per_row(const SoftmaxArgs& a) {
 // of loads in flight, ~160 KiB per SM -- plenty to cover DRAM latency.
 // Prediction (65536 x 1024, dim = 1): 80-90% of the copy; scalar (4-byte) loads
 // cost 4x the load instructions of float4, the only thing left for the next step.
-// Measured (results: softmax/solution/warp_per_row/65536x1024): 3961.7 GB/s = 0.94 of copy
-// Measured (results: softmax/solution/warp_per_row/16384x4096): 3451.7 GB/s = 0.82 of copy
-// Measured (results: softmax/solution/warp_per_row/4096x32768): 1772.2 GB/s = 0.42 of copy
+// Measured (results: softmax/solution/warp_per_row/65536x1024): 3972.3 GB/s = 0.94 of copy
+// Measured (results: softmax/solution/warp_per_row/16384x4096): 3432.1 GB/s = 0.81 of copy
+// Measured (results: softmax/solution/warp_per_row/4096x32768): 1764.4 GB/s = 0.42 of copy
 // Rows longer than 1024 use block_per_row's kernels, hence its numbers there (within noise).
 // ============================================================================
 constexpr int kWarpsPerBlock = 8;
@@ -355,11 +355,11 @@ void launch_warp_per_row(const SoftmaxArgs& a) {
 // 16384 x 4096 (128 threads x 32 floats, ~9 blocks per SM) and 4096 x 32768
 // (1024 threads x 32 floats, 1 block per SM: the weakest, each SM idles on the
 // block reduction between rows with nothing else resident).
-// Measured (results: softmax/solution/online_vectorized/65536x1024): 3989.6 GB/s = 0.95 of copy
-// Measured (results: softmax/solution/online_vectorized/16384x4096): 3997.4 GB/s = 0.95 of copy
-// Measured (results: softmax/solution/online_vectorized/4096x32768): 4005.1 GB/s = 0.95 of copy
+// Measured (results: softmax/solution/online_vectorized/65536x1024): 4009.1 GB/s = 0.95 of copy
+// Measured (results: softmax/solution/online_vectorized/16384x4096): 3967.2 GB/s = 0.94 of copy
+// Measured (results: softmax/solution/online_vectorized/4096x32768): 3973.6 GB/s = 0.94 of copy
 // (target 0.85); dim = 0 is not a target here (it is step 5's):
-// Measured (results: softmax/solution/online_vectorized/16384x4096_dim0): 1708.7 GB/s = 0.41 of copy
+// Measured (results: softmax/solution/online_vectorized/16384x4096_dim0): 1727.7 GB/s = 0.41 of copy
 // ============================================================================
 
 /// A running softmax state: the max so far and the sum of exp(x_i - m) so far.
@@ -673,25 +673,27 @@ void launch_online_vectorized(const SoftmaxArgs& a) {
 // Other blocks of the cluster read only its partial[], never its part of x; other
 // clusters own other columns. Row padding is neither read nor written.
 //
-// Why W = 32: a row segment of 32 floats is one 128-byte line, so every DRAM access is a
-// full line and a warp's load is 4 whole lines. A narrower strip reads partial lines, as
-// online_vectorized's 8-column strips do. A wider one would be faster to read (the copy
-// in this order with W = 64, bench row column_order_copy_w64, quoted below: 0.88-0.90 of
-// cudaMemcpy against 0.80-0.81 at W = 32; the memory system moves 256-byte pieces) but
-// needs 16384 x 64 x 4 B =
-// 4 MiB per strip, 256 KiB per block of a 16-block cluster: more than half of an SM's
-// 484 KiB of registers + shared memory, so one block per SM, and that kernel ran at
-// 0.36-0.46 of the copy (every cluster barrier stalls its SM).
+// Why W = 32: a row segment of 32 floats is one 128-byte line, so every access is a full
+// line and a warp's load is 4 whole lines. A narrower strip reads partial lines, as
+// online_vectorized's 8-column strips do. A wider one would be faster to WRITE (below)
+// but needs 16384 x 64 x 4 B = 4 MiB per strip, 256 KiB per block of a 16-block cluster:
+// more than half of an SM's 484 KiB of registers + shared memory, so one block per SM,
+// and that kernel ran at 0.36-0.46 of the copy (every cluster barrier stalls its SM).
 //
 // The ceiling of this access order. A single-read column softmax must hold whole
 // columns before writing any of them, so it cannot stream whole rows as a copy does:
-// at any moment the GPU reads 128-byte pieces of thousands of rows (one per strip in
-// flight), not long runs. The bench row softmax/library/column_order_copy moves the same
-// bytes in this order and computes nothing: 0.80 of cudaMemcpy at both shapes in the
-// results run (a scratch sweep of the same 32-column order over tile heights and block
-// orders never passed 0.86). With strips in flight ordered strip-first, so that the blocks in
-// flight together cover whole rows, the same sweep copied at 0.97 -- an order softmax
-// along columns cannot use. So 0.9 of copy is above what this mapping can reach.
+// at any moment the GPU moves 128-byte pieces of thousands of rows (one per strip in
+// flight). The bench rows softmax/library/column_order_* move the same bytes in this
+// order and compute nothing (quoted below): the copy runs at ~0.8 of d2d_copy; its reads
+// alone at copy speed, its WRITES alone at ~0.8. Writes of 256-byte pieces (64-column
+// strips) run at copy speed. Scratch runs found nothing else that moves the write rows:
+// store flavours (.cs, .wt, L1::no_allocate, L2 evict_first / evict_last policies) within
+// 0.03; neighbouring blocks writing the two halves of each 256-byte piece at the same
+// moment +0.01-0.03; an explicit cp.async.bulk.prefetch.L2 of wide row runs on the read
+// side, slower (0.65-0.71 of d2d_copy). Only the blocks in flight covering whole rows (an
+// order a column softmax cannot use) lifted the writes, to 0.87-0.89. So 0.9 of copy is
+// above what this mapping can reach, and the mapping that could (256-byte writes) does not
+// fit on chip at 16384 rows; even its copy reaches only ~0.92 of d2d_copy (below).
 //
 // Prediction. Bytes: x read once + y written once = the copy's bytes (a strip's
 // statistics cross DSMEM: C x 32 pairs x 8 B per block, nothing). Per element: 2.25
@@ -733,19 +735,25 @@ void launch_online_vectorized(const SoftmaxArgs& a) {
 //   (less on-chip memory, so 3-4 blocks per SM, or C = 8 at 16384 rows): 0.42-0.71
 //   against 0.75 at 16384 x 4096, slower in every variant (the extra L2 reads, spills at
 //   40 registers).
-// Measured (results: softmax/solution/cluster_columns/16384x4096_dim0): 3026.9 GB/s = 0.72 of copy
-// Measured (results: softmax/solution/cluster_columns/4096x32768_dim0): 3288.5 GB/s = 0.78 of copy
-// Measured (results: softmax/solution/cluster_columns/16384x4096_dim0): 3026.9 GB/s = 0.92 of column_order_copy
-// Measured (results: softmax/solution/cluster_columns/4096x32768_dim0): 3288.5 GB/s = 0.99 of column_order_copy
-// Measured (results: softmax/library/column_order_copy/16384x4096_dim0): 3290.2 GB/s = 0.82 of d2d_copy
-// Measured (results: softmax/library/column_order_copy/4096x32768_dim0): 3334.3 GB/s = 0.81 of d2d_copy
-// Measured (results: softmax/library/column_order_copy_w64/16384x4096_dim0): 3541.7 GB/s = 0.88 of d2d_copy
-// Measured (results: softmax/library/column_order_copy_w64/4096x32768_dim0): 3720.5 GB/s = 0.90 of d2d_copy
-// Target (0.9 of copy at both shapes) MISSED: 0.72 / 0.78 of copy (version 2: 0.66 / 0.73,
+// Measured (results: softmax/solution/cluster_columns/16384x4096_dim0): 3048.5 GB/s = 0.72 of copy
+// Measured (results: softmax/solution/cluster_columns/4096x32768_dim0): 3278.6 GB/s = 0.77 of copy
+// Measured (results: softmax/solution/cluster_columns/16384x4096_dim0): 3048.5 GB/s = 0.90 of column_order_copy
+// Measured (results: softmax/solution/cluster_columns/4096x32768_dim0): 3278.6 GB/s = 0.97 of column_order_copy
+// Measured (results: softmax/library/column_order_copy/16384x4096_dim0): 3386.6 GB/s = 0.83 of d2d_copy
+// Measured (results: softmax/library/column_order_copy/4096x32768_dim0): 3391.6 GB/s = 0.81 of d2d_copy
+// Measured (results: softmax/library/column_order_copy_w64/16384x4096_dim0): 3761.2 GB/s = 0.92 of d2d_copy
+// Measured (results: softmax/library/column_order_copy_w64/4096x32768_dim0): 3814.3 GB/s = 0.92 of d2d_copy
+// Measured (results: softmax/library/column_order_read/16384x4096_dim0): 3970.8 GB/s = 0.97 of d2d_copy
+// Measured (results: softmax/library/column_order_read/4096x32768_dim0): 4084.8 GB/s = 0.98 of d2d_copy
+// Measured (results: softmax/library/column_order_write/16384x4096_dim0): 3275.5 GB/s = 0.80 of d2d_copy
+// Measured (results: softmax/library/column_order_write/4096x32768_dim0): 3207.8 GB/s = 0.77 of d2d_copy
+// Measured (results: softmax/library/column_order_write_w64/16384x4096_dim0): 3927.7 GB/s = 0.96 of d2d_copy
+// Measured (results: softmax/library/column_order_write_w64/4096x32768_dim0): 3998.8 GB/s = 0.96 of d2d_copy
+// Target (0.9 of copy at both shapes) MISSED: 0.72 / 0.77 of copy (version 2: 0.66 / 0.73,
 // version 1: 0.59 / 0.71), 1.8x / 2.2x online_vectorized. The access order's own ceiling
-// is ~0.81 of copy, measured above, and this step now runs at 0.92 / 0.99 of it: the
-// target needs a mapping that reads x in long row runs, which a single-read column
-// softmax cannot do with 30 MiB of on-chip memory. What is left inside this mapping is
+// is ~0.8 of copy, measured above, and this step now runs at 0.90 / 0.97 of it: the
+// target needs y written in pieces of 256 bytes or more, which a single-read column
+// softmax cannot hold on chip at 16384 rows. What is left inside this mapping is
 // the cluster-barrier wait at 16384 rows (16-block clusters).
 // ============================================================================
 namespace cg = ::cooperative_groups;

@@ -48,10 +48,10 @@ unsigned grid_stride_blocks(long long work, int threads) {
 // each (~4 ms each at module 2's ~35 TFLOP/s; the Q*K^T one with K = 64 is partly bound by
 // writing S). Masking does not remove work here: every score is still computed and stored.
 // Prediction: ~13-15 ms, ~20 TFLOP/s; causal no faster (slightly slower: one more pass).
-// Measured (results: attn_f32/solution/naive/B4_H16_N4096_d64): 26.1 TFLOP/s = 0.85 of cublas_materialized
+// Measured (results: attn_f32/solution/naive/B4_H16_N4096_d64): 26.0 TFLOP/s = 0.84 of cublas_materialized
 // (the library row: the same pipeline with cuBLAS's GEMMs), in 4.56 GB of device memory.
 // Causal is no faster (causal TFLOP/s count half the FLOPs):
-// Measured (results: attn_f32/solution/naive/B4_H16_N4096_d64_causal): 12.2 TFLOP/s
+// Measured (results: attn_f32/solution/naive/B4_H16_N4096_d64_causal): 12.3 TFLOP/s
 // At N = 8192 the scores alone take 17 GB. (H200 HBM: ~4.8 TB/s, hence faster than the
 // H100 prediction.)
 // ============================================================================
@@ -170,7 +170,7 @@ void launch_naive(const AttentionArgs& a) {
 // many for p*v: one shared load per 4 FMAs, so the load/store pipe, not the FMA pipe,
 // sets the pace. ~180 registers per thread leaves ~8 warps per SM.
 // Prediction: ~15-25 TFLOP/s (11-18 ms), similar to step 1 but in O(N) memory.
-// Measured (results: attn_f32/solution/tiled_online/B4_H16_N4096_d64): 27.3 TFLOP/s = 0.89 of cublas_materialized
+// Measured (results: attn_f32/solution/tiled_online/B4_H16_N4096_d64): 27.2 TFLOP/s = 0.88 of cublas_materialized
 // already, in 0.27 GB (17x less than step 1). 252 registers/thread -> 2 blocks (8 warps)
 // per SM; __launch_bounds__(128, 3) (<= 170 registers, 3 blocks) made it slower (19.3
 // TFLOP/s in a development run).
@@ -190,8 +190,8 @@ constexpr int kTiledKV = 32;     // keys per shared-memory tile
 // The blocks are launched heaviest first, across all heads (block_coordinates()): the
 // last rows see the most keys, and starting them first keeps the final wave short.
 // Prediction: ~1.8-1.9x faster than step 2 at N = 4096 (ideal 1 / (0.5 + 128/(2N)) = 1.94).
-// Measured (results: attn_f32/solution/causal/B4_H16_N4096_d64_causal): 25.2 TFLOP/s, counting
-// half the FLOPs, against step 2's (results: attn_f32/solution/tiled_online/B4_H16_N4096_d64): 27.3 TFLOP/s:
+// Measured (results: attn_f32/solution/causal/B4_H16_N4096_d64_causal): 25.3 TFLOP/s, counting
+// half the FLOPs, against step 2's (results: attn_f32/solution/tiled_online/B4_H16_N4096_d64): 27.2 TFLOP/s:
 // 2 x 25.3 / 27.4 = 1.85x faster than step 2 (ideal 1.94).
 // A first version reversed the tiles only WITHIN each head and reached just 1.28x: the
 // heavy tiles of the last heads started late and ran nearly alone at the end, which the

@@ -57,11 +57,11 @@ namespace {
 // loops, minus the softmax (~32 exp, ~40 shuffles per 4096 FMAs) and the barriers:
 // ~30-35 TFLOP/s, ~8-9 ms: >= 0.8x the cuBLAS materialized pipeline with O(N) memory.
 // d = 128: 32-key tiles read Q 8 floats per 2 keys (~6 FMAs per load): ~25 TFLOP/s.
-// Measured (results: attn_f32/solution/fused/B4_H16_N4096_d64): 33.8 TFLOP/s = 1.10 of cublas_materialized
+// Measured (results: attn_f32/solution/fused/B4_H16_N4096_d64): 33.7 TFLOP/s = 1.09 of cublas_materialized
 // (the cuBLAS pipeline) in 0.27 GB instead of 4.56 GB; against step 2:
 // Measured (results: attn_f32/solution/fused/B4_H16_N4096_d64): 1.24 of attn_f32/solution/tiled_online/B4_H16_N4096_d64
 // Causal, where cuBLAS still computes every score:
-// Measured (results: attn_f32/solution/fused/B4_H16_N4096_d64_causal): 33.2 TFLOP/s = 2.33 of cublas_materialized
+// Measured (results: attn_f32/solution/fused/B4_H16_N4096_d64_causal): 33.4 TFLOP/s = 2.33 of cublas_materialized
 // Counting half the FLOPs, that is 2 x 33.4 / 33.8 = 1.98x faster than non-causal. At d = 128
 // cuBLAS's GEMMs are more efficient and this kernel is not:
 // Measured (results: attn_f32/solution/fused/B4_H16_N4096_d128): 33.2 TFLOP/s = 0.83 of cublas_materialized
@@ -77,7 +77,7 @@ namespace {
 //   ALiBi: bias = m_h * (j - (i + N_k - N_q)) added to the scaled score before the mask.
 // Prediction: GQA free; ALiBi ~2%; RoPE ~10-15% (double-precision angle reduction).
 // RoPE and ALiBi both on, against step 4 without them:
-// Measured (results: attn_f32/solution/fused_options/B4_H16_N4096_d64): 26.5 TFLOP/s = 0.78 of attn_f32/solution/fused/B4_H16_N4096_d64
+// Measured (results: attn_f32/solution/fused_options/B4_H16_N4096_d64): 26.4 TFLOP/s = 0.78 of attn_f32/solution/fused/B4_H16_N4096_d64
 // Measured (results: attn_f32/solution/fused_options/B4_H16_N4096_d128): 24.5 TFLOP/s = 0.74 of attn_f32/solution/fused/B4_H16_N4096_d128
 // The options cost a quarter to a third more time, more than predicted -- the per-score
 // bias and the extra barrier per tile weigh more than the count of operations suggests.

@@ -13,7 +13,7 @@
 /// mma.sync m16n8k16 bf16 = 4096 FLOPs, ~60-70% of the wgmma peak of 989 TFLOP/s) at the
 /// benchmark shapes B*N = 16384 tokens, H*d = 2048, N = 1024 .. 16384 (attention_tc_flash.cu
 /// has the numbers). Step 4 (fused, fp32) for comparison:
-/// Measured (results: attn_f32/solution/fused/B4_H16_N4096_d64): 33.8 TFLOP/s
+/// Measured (results: attn_f32/solution/fused/B4_H16_N4096_d64): 33.7 TFLOP/s
 /// FlashAttention-2 runs ~300-350 TFLOP/s on these shapes.
 
 #include "attention_tc_device.cuh"
@@ -59,11 +59,11 @@ namespace {
 // Registers (ptxas, sm_90a, non-causal / causal): d = 64: 152/155, d = 128: 198/190
 // (32: 114/117, 96: 178/182); shared memory Q, K, V + S (18 KB) + P (9 KB): 51 / 75 KB;
 // 3 / 2 blocks per SM.
-// Measured (results: attn_bf16/solution/tc_mma/{B16_H32_N1024_d64,B1_H32_N16384_d64}): 43.8 / 45.0 TFLOP/s
-// Measured (results: attn_bf16/solution/tc_mma/{B16_H16_N1024_d128,B1_H16_N16384_d128}): 42.8 / 44.6 TFLOP/s
+// Measured (results: attn_bf16/solution/tc_mma/{B16_H32_N1024_d64,B1_H32_N16384_d64}): 44.1 / 44.6 TFLOP/s
+// Measured (results: attn_bf16/solution/tc_mma/{B16_H16_N1024_d128,B1_H16_N16384_d128}): 43.0 / 44.3 TFLOP/s
 // Met: inside ~40-50 and above step 5's fp32 (header), flat in N and d as a shared-memory
 // bound should be. cuBLAS's materialized bf16 pipeline is even at N = 2048, ahead beyond:
-// Measured (results: attn_bf16/solution/tc_mma/{B16_H32_N1024_d64,B4_H32_N4096_d64}): 1.73 / 0.65 of cublas_materialized
+// Measured (results: attn_bf16/solution/tc_mma/{B16_H32_N1024_d64,B4_H32_N4096_d64}): 1.74 / 0.65 of cublas_materialized
 //
 // ============================================================================
 // Step 7: tc_swizzled_pipelined -- feed the tensor cores.
@@ -84,12 +84,12 @@ namespace {
 // ~120-170 TFLOP/s (d = 64), ~150-200 (d = 128).
 // Registers (ptxas, non-causal / causal): d = 64: 153/155, d = 128: 204/206 (32: 115/117,
 // 96: 202/204); shared memory Q + 2 x (K + V) + S + P: 67 / 107 KB; 3 / 2 blocks per SM.
-// Measured (results: attn_bf16/solution/tc_swizzled_pipelined/{B16_H32_N1024_d64,B1_H32_N16384_d64}): 190.7 / 209.3 TFLOP/s
-// Measured (results: attn_bf16/solution/tc_swizzled_pipelined/{B16_H16_N1024_d128,B1_H16_N16384_d128}): 227.3 / 256.3 TFLOP/s
+// Measured (results: attn_bf16/solution/tc_swizzled_pipelined/{B16_H32_N1024_d64,B1_H32_N16384_d64}): 192.2 / 207.7 TFLOP/s
+// Measured (results: attn_bf16/solution/tc_swizzled_pipelined/{B16_H16_N1024_d128,B1_H16_N16384_d128}): 225.9 / 256.1 TFLOP/s
 // Met and beaten: above both ranges, d = 64 near the ~230 smem bound; most likely the
 // softmax and the round trip's latency hide behind the other resident warps better than
 // estimated. Against step 6:
-// Measured (results: attn_bf16/solution/tc_swizzled_pipelined/B4_H32_N4096_d64): 4.62 of attn_bf16/solution/tc_mma/B4_H32_N4096_d64
+// Measured (results: attn_bf16/solution/tc_swizzled_pipelined/B4_H32_N4096_d64): 4.60 of attn_bf16/solution/tc_mma/B4_H32_N4096_d64
 // ============================================================================
 
 template <int D, bool kTuned>
