@@ -8,8 +8,8 @@
 // access order; the faster d2d_copy stays the reference. "column_order_read" and
 // "column_order_write" move only x or only y in that order (bandwidth = the bytes they
 // move; bench::mark_diagnostic keeps them out of the 'library' column): which half the
-// order slows. The "_w64" rows use 64-column strips (256 bytes per
-// row): the price of the 128-byte width.
+// order slows. The "_w64" rows use 64-column strips (256 bytes per row): the price of
+// the 128-byte width.
 #include "bench_softmax_order.hpp"
 
 #include "course/bench.hpp"
@@ -21,7 +21,6 @@
 #include <cstdint>
 #include <string>
 #include <tuple>
-
 
 namespace {
 
