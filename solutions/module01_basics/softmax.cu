@@ -712,8 +712,11 @@ void launch_online_vectorized(const SoftmaxArgs& a) {
 //   16384 x 4096, SLOWER: with one block per SM the exchange still stalls the SM, and the
 //   next loads wait for the writes of the current strip.
 //   Also rejected: the .L2::256B prefetch hint on these loads (+0.01 at most); the whole
-//   GPU holding one super-strip of 64-1024 columns between grid-wide barriers (a plain
-//   copy with two barriers per super-strip: 0.13-0.63); one exp per element (a max pass,
+//   GPU holding super-strips of 48-512 columns, one persistent block per SM, statistics
+//   exchanged through global-memory counters, cp.async stages, waits lagging the loads
+//   (module 1 README, "the whole GPU as one cluster"): in scratch runs a plain copy in that
+//   order reached only 0.87-0.91 of d2d_copy, one counter hop per super-strip 0.62-0.85, the
+//   two hops a merge needs 0.39-0.62, the softmax 0.19-0.40; one exp per element (a max pass,
 //   then exp stored in place and scaled at the write: slower, it spills). Removing the
 //   cluster barrier or the exps from a scratch copy of this kernel saved ~17 and ~16 us of
 //   ~230 us at 16384 x 4096: no single cost dominates.
