@@ -712,7 +712,7 @@ void launch_online_vectorized(const SoftmaxArgs& a) {
 //   16384 x 4096, SLOWER: with one block per SM the exchange still stalls the SM, and the
 //   next loads wait for the writes of the current strip.
 //   Also rejected: the .L2::256B prefetch hint on these loads (+0.01 at most); the whole
-//   GPU holding super-strips of 48-512 columns, one persistent block per SM, statistics
+//   GPU holding super-strips of 48-512 columns, one or two persistent blocks per SM, statistics
 //   exchanged through global-memory counters, cp.async stages, waits lagging the loads
 //   (module 1 README, "the whole GPU as one cluster"): in scratch runs a plain copy in that
 //   order reached only 0.87-0.91 of d2d_copy, one counter hop per super-strip 0.62-0.85, the
