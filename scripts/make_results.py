@@ -1,15 +1,23 @@
 #!/usr/bin/env python3
-"""Turn the benchmark JSON of a GPU run into docs/results.md and plots.
+"""Turn the benchmark data of a GPU run into docs/results.md and plots.
 
-usage: scripts/make_results.py RUN_DIR [--docs docs]
-RUN_DIR holds bench_<module>.json files and env.txt, as scripts/gpu_check.sh writes them.
+usage: scripts/make_results.py [RUN_DIR] [--docs docs] [--yours DIR] [--no-plots]
+RUN_DIR holds bench_<module>.json files and env.txt, as scripts/gpu_check.sh writes them,
+and optionally compare_torch.json (scripts/compare_torch.py --out) and
+m04_training_curve.csv (m04_train --out). Every input the page is built from is kept in
+docs/data/ (the benchmark rows as bench_results.json, with env.txt's facts); an input
+that RUN_DIR lacks comes from there, so `scripts/make_results.py` alone rebuilds the page
+from the stored data (no GPU needed), and a run of one kind (say, only compare_torch.json)
+keeps the other sections.
 Rows are named op/impl/step/shape (impl: solution, exercise, library); each op+shape
-becomes one table (steps in ladder order) and one bar chart. compare_torch.json
-(scripts/compare_torch.py --out) in RUN_DIR adds the PyTorch comparison section.
+becomes one table (steps in ladder order) and one bar chart. The page opens with a
+summary: one row per op, its top step beside its library and PyTorch (ranges over shapes).
 Tables come in course order (module 1's ops as its lesson teaches them, then modules 2-4).
 The "yours" column comes from the learner's own benchmark JSON when there is one
 (--yours DIR, default build/: bench_*.json, as `bash scripts/course.sh bench` writes them),
-else from RUN_DIR's exercise rows, else "-".
+else from the run's exercise rows, else "-".
+Plots need matplotlib; --no-plots (or no matplotlib) keeps the images already in
+docs/images/ and links those that exist.
 After regenerating the page, run scripts/check_numbers.py (CI does): it checks every number
 that step banners, READMEs and lessons quote from this page ("Measured (results: ROW): ...")
 and lists each one the new run changed.
@@ -17,30 +25,23 @@ and lists each one the new run changed.
 import argparse
 import csv
 import json
+import math
 import pathlib
 import re
-from collections import OrderedDict
+import shutil
+import sys
+from collections import Counter, OrderedDict
 
-import matplotlib
+plt = None  # matplotlib.pyplot, imported in main() unless --no-plots
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-
-def load_rows(run_dir):
-    groups = OrderedDict()  # (module, op, shape) -> OrderedDict(step -> {impl: row})
-    contexts = {}
-    for path in sorted(run_dir.glob("bench_*.json")):
-        load_rows_from(path, path.stem.removeprefix("bench_"), groups, contexts)
-    return in_course_order(groups), contexts
+STORED = "bench_results.json"  # docs/data/: the benchmark rows of the run the page shows
 
 
-def load_rows_from(path, module, groups=None, contexts=None):
-    """Adds the rows of one benchmark JSON file to groups (module, op, shape) -> steps."""
-    groups = OrderedDict() if groups is None else groups
-    contexts = {} if contexts is None else contexts
+def bench_records(path, module):
+    """The rows of one Google Benchmark JSON file, flat: {module, op, impl, step, shape, unit,
+    value (None: skipped), copy (copy_GB/s), diagnostic}; and the file's context."""
     data = json.loads(path.read_text())
-    contexts[module] = data.get("context", {})
+    rows = OrderedDict()  # a repeated name (repetitions: the median aggregate comes last) keeps its place
     for b in data.get("benchmarks", []):
         if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
             continue
@@ -56,10 +57,50 @@ def load_rows_from(path, module, groups=None, contexts=None):
         else:  # a row that only has a time (e.g. building pointer arrays): report microseconds
             scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}.get(b.get("time_unit", "ns"), 1.0)
             value, unit = b.get("real_time", 0.0) * scale, "us"
-        row = {"value": None if skipped else value, "unit": unit,
-               "copy": b.get("copy_GB/s"), "time_ms": b.get("real_time"), "diagnostic": "diagnostic" in b}
-        groups.setdefault((module, op, shape), OrderedDict()).setdefault(step, {})[impl] = row
-    return groups, contexts
+        rows[(op, impl, step, shape)] = {"module": module, "op": op, "impl": impl, "step": step, "shape": shape,
+                                         "unit": unit, "value": None if skipped else value,
+                                         "copy": b.get("copy_GB/s"), "diagnostic": "diagnostic" in b}
+    return list(rows.values()), data.get("context", {})
+
+
+def group_records(records, groups=None):
+    """Flat rows -> groups (module, op, shape) -> OrderedDict(step -> {impl: row})."""
+    groups = OrderedDict() if groups is None else groups
+    for r in records:
+        groups.setdefault((r["module"], r["op"], r["shape"]), OrderedDict()).setdefault(r["step"], {})[r["impl"]] = {
+            "value": r["value"], "unit": r["unit"], "copy": r.get("copy"), "diagnostic": bool(r.get("diagnostic"))}
+    return groups
+
+
+def load_rows_from(path, module, groups=None, contexts=None):
+    """Adds the rows of one benchmark JSON file to groups (module, op, shape) -> steps."""
+    contexts = {} if contexts is None else contexts
+    records, contexts[module] = bench_records(path, module)
+    return group_records(records, groups), contexts
+
+
+def store_bench(path, records, env, source):
+    """Writes the benchmark rows (and env.txt's facts) to path, one row a line."""
+    def compact(r):
+        out = {k: r[k] for k in ("module", "op", "impl", "step", "shape", "unit")}
+        for k in ("value", "copy"):
+            v = r.get(k)
+            out[k] = None if v is None else float(f"{v:.6g}")
+        if out["copy"] is None:
+            del out["copy"]
+        if r.get("diagnostic"):
+            out["diagnostic"] = True
+        return out
+    rows = [json.dumps(compact(r)) for r in records]
+    text = ["{", f'  "source": {json.dumps(source)},', f'  "env": {json.dumps(env.splitlines())},', '  "rows": [']
+    text += [f"    {r}{',' if i < len(rows) - 1 else ''}" for i, r in enumerate(rows)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(text + ["  ]", "}"]) + "\n")
+
+
+def load_stored(path):
+    data = json.loads(path.read_text())
+    return data["rows"], "\n".join(data.get("env", [])), data.get("source", "")
 
 
 # Course order: each module's ops as its lesson teaches them; ops not listed follow in run order.
@@ -118,11 +159,272 @@ def ratio(a, b):
     return "-" if not a or not b else f"{a / b:.2f}"
 
 
-def training_curve_section(run_dir, docs, images):
+def slug(text):
+    return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_")
+
+
+def section_anchor(module, op, shape):
+    """The HTML anchor placed before a table's heading (works on GitHub and in Doxygen)."""
+    return f"results_{slug(f'{module}_{op}_{shape}')}"
+
+
+def reference_library(steps):
+    """The library row a table compares with: the fastest, never a diagnostic row (part of
+    the op's traffic only, bench::mark_diagnostic). Returns (every library row, name, row)."""
+    libs = [(s, r["library"]) for s, r in steps.items() if "library" in r and r["library"]["value"]]
+    refs = [(s, r) for s, r in libs if not r["diagnostic"]]
+    name, lib = max(refs, key=lambda x: x[1]["value"]) if refs else (None, None)
+    return libs, name, lib
+
+
+# ---------------------------------------------------------------------------------------
+# The summary on top: one row per op, its top step against its library and PyTorch
+# ---------------------------------------------------------------------------------------
+
+def dim0(shape):
+    return shape.endswith("_dim0")
+
+
+def not_dim0(shape):
+    return not dim0(shape)
+
+
+def strided(step):
+    return not step.endswith("_ptr")
+
+
+# One entry per summary row, in course order. module/op: the benchmark's op; shapes: which
+# of its tables (default all); steps: the steps that may be the top one (a list or a test;
+# default all); torch: the op's name in compare_torch.json, torch_shapes: which of its
+# shapes; library "flash": the top step against SDPA's flash backend (FlashAttention-2)
+# from the PyTorch data instead of the benchmark's library row; also: other library rows
+# of the tables to quote in the notes. An op of the data that no entry shows gets a plain row.
+SUMMARY = [
+    dict(label="L2 norm", module="m01", op="l2_norm", torch="l2_norm"),
+    dict(label="dot", module="m01", op="dot", torch="dot"),
+    dict(label="softmax, dim 1 (rows)", module="m01", op="softmax", shapes=not_dim0,
+         torch="softmax", torch_shapes=not_dim0),
+    dict(label="softmax, dim 0 (columns)", module="m01", op="softmax", shapes=dim0,
+         torch="softmax", torch_shapes=dim0, also={"column_order_copy": "the copy in column order"}),
+    dict(label="matmul fp32", module="m01", op="sgemm", torch="matmul"),
+    dict(label="matmul bf16, tensor cores (sm_80)", module="m01", op="hgemm_bf16", steps=["wmma", "mma_sync"],
+         torch="matmul_tc"),
+    dict(label="matmul bf16, Hopper (sm_90a)", module="m01", op="hgemm_bf16",
+         steps=["wgmma", "tma_warp_specialized", "persistent", "cluster_multicast"], torch="matmul_tc"),
+    # The strided API: the one compare_torch.py runs (the pointer-array steps run the same bodies).
+    dict(label="batched GEMM Q K^T, fp32", module="m02", op="bgemm_qk_f32", steps=strided, torch="bgemm_qk_f32"),
+    dict(label="batched GEMM P V, fp32", module="m02", op="bgemm_pv_f32", steps=strided, torch="bgemm_pv_f32"),
+    dict(label="batched GEMM Q K^T, bf16", module="m02", op="bgemm_qk_bf16", steps=strided, torch="bgemm_qk_bf16"),
+    dict(label="batched GEMM P V, bf16", module="m02", op="bgemm_pv_bf16", steps=strided, torch="bgemm_pv_bf16"),
+    dict(label="attention forward, fp32", module="m03", op="attn_f32", torch="attention_f32"),
+    dict(label="attention forward, bf16", module="m03", op="attn_bf16", torch="attention_bf16", library="flash",
+         also={"cublas_materialized": "the cuBLAS pipeline that writes S and P"}),
+    dict(label="softmax backward, dim 1", module="m04", op="softmax_backward", shapes=not_dim0,
+         torch="softmax_backward", torch_shapes=not_dim0),
+    dict(label="softmax backward, dim 0", module="m04", op="softmax_backward", shapes=dim0,
+         torch="softmax_backward", torch_shapes=dim0),
+    dict(label="linear backward (dX, dW, db)", module="m04", op="linear_backward", torch="linear_backward"),
+    dict(label="bias gradient (db alone)", module="m04", op="bias_grad"),
+    dict(label="attention backward, fp32", module="m04", op="attn_bwd_f32", torch="attention_backward"),
+]
+SUMMARY_SKIP = {"bgemm_ptr_build"}  # host-side timing of pointer arrays: no library, no ladder top
+
+# What the PyTorch call is when compare_torch.json names it only "torch".
+TORCH_CALL = {"l2_norm": "torch.linalg.vector_norm", "dot": "torch.dot", "softmax": "torch.softmax"}
+
+# The course's output dtype where PyTorch's row says "<dtype> out" (compare_torch.py's notes).
+COURSE_OUT_DTYPE = {"matmul_tc": "fp32", "bgemm_qk_bf16": "fp32", "bgemm_pv_bf16": "fp32"}
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def bgemm_elements(op, shape):
+    """(elements read, elements written) of a batched GEMM of attention, or None."""
+    m = re.search(r"B(\d+)_?H(\d+)_?N(\d+)_?d(\d+)", shape)
+    if not m or not op.startswith("bgemm_"):
+        return None
+    b, h, n, d = map(int, m.groups())
+    if "_qk_" in op:  # Q [N, d] times K^T [d, N] -> S [N, N]
+        return b * h * 2 * n * d, b * h * n * n
+    if "_pv_" in op:  # P [N, N] times V [N, d] -> O [N, d]
+        return b * h * (n * n + n * d), b * h * n * d
+    return None
+
+
+def dtype_note(op, shape, torch_note):
+    """What differs when PyTorch's row writes another dtype than the course, else None."""
+    m = re.match(r"(\w+) out\b", torch_note or "")
+    ours = COURSE_OUT_DTYPE.get(op)
+    if not m or not ours or m.group(1) == ours:
+        return None
+    theirs = m.group(1)
+    text = f"PyTorch writes {theirs} C, the course {ours}"
+    elems = bgemm_elements(op, shape)
+    if elems and ours in DTYPE_BYTES and theirs in DTYPE_BYTES:
+        read = 2 * elems[0]  # bf16 inputs
+        ours_b, theirs_b = read + DTYPE_BYTES[ours] * elems[1], read + DTYPE_BYTES[theirs] * elems[1]
+        share = DTYPE_BYTES[ours] * elems[1] / ours_b
+        text += (f": {ours_b / theirs_b:.2f}x PyTorch's bytes, {share:.0%} of them C"
+                 + (" (the stores dominate)" if share > 0.5 else ""))
+    return text
+
+
+def torch_step_name(step, names):
+    """The compare_torch.py name of a benchmark step (the benchmark adds _strided / _ptr)."""
+    for name in (step, re.sub(r"_(strided|ptr)$", "", step)):
+        if name in names:
+            return name
+    return None
+
+
+def span(values):
+    """min-max of ratios at two decimals, and how many shapes: '0.96-1.00 (3)'."""
+    if not values:
+        return "-"
+    lo, hi = f"{min(values):.2f}", f"{max(values):.2f}"
+    return (lo if lo == hi else f"{lo}-{hi}") + f" ({len(values)})"
+
+
+def top_step(tables, candidates=None):
+    """The solution step with the best geometric mean over the tables of its value relative
+    to the best step of each table (among the steps measured on the most tables)."""
+    scores = {}
+    for _, steps in tables:
+        vals = {s: i["solution"]["value"] for s, i in steps.items()
+                if "library" not in i and (i.get("solution") or {}).get("value")
+                and (candidates is None or (candidates(s) if callable(candidates) else s in candidates))}
+        if not vals:
+            continue
+        lower_better = next(i["solution"]["unit"] for i in steps.values() if "solution" in i) == "us"
+        best = min(vals.values()) if lower_better else max(vals.values())
+        for s, v in vals.items():
+            scores.setdefault(s, []).append(best / v if lower_better else v / best)
+    if not scores:
+        return None
+    most = max(len(v) for v in scores.values())
+    full = {s: v for s, v in scores.items() if len(v) == most}
+    return max(full, key=lambda s: sum(math.log(x) for x in full[s]))
+
+
+def torch_backend_label(op, backend, notes):
+    if op.startswith("attention"):  # SDPA's backends: flash, cudnn, efficient, math
+        return f"SDPA `{backend}`"
+    if backend == "torch":
+        named = next((n for n in notes if n.startswith("torch.")), None)
+        return f"`{named or TORCH_CALL.get(op, 'torch')}`"
+    return f"`{backend}`"
+
+
+def summary_row(entry, groups, torch_rows):
+    """The summary's cells for one entry, or None when the data has no table of it."""
+    module, op = entry["module"], entry["op"]
+    keep = entry.get("shapes", lambda s: True)
+    tables = [(k, steps) for k, steps in groups.items() if k[:2] == (module, op) and keep(k[2])]
+    top = top_step(tables, entry.get("steps")) if tables else None
+    if top is None:
+        return None
+    lib_ratios, lib_names, also = [], [], {name: [] for name in entry.get("also", {})}
+    for _, steps in tables:
+        sol = (steps.get(top, {}).get("solution") or {}).get("value")
+        _, name, lib = reference_library(steps)
+        if sol and lib:
+            lib_ratios.append(sol / lib["value"])
+            lib_names.append(name)
+        for other in also:
+            ref = (steps.get(other, {}).get("library") or {}).get("value")
+            if sol and ref:
+                also[other].append(sol / ref)
+    lib_cell = " / ".join(f"`{n}`" for n in dict.fromkeys(lib_names)) or "-"
+    notes = []
+
+    t_op, t_keep = entry.get("torch"), entry.get("torch_shapes", lambda s: True)
+    mine = [r for r in torch_rows if t_op and r.get("op") == t_op and t_keep(r.get("shape", ""))]
+    t_step = torch_step_name(top, {r.get("step") for r in mine if r.get("impl") == "solution"})
+    fracs, backends, t_notes, failing, unlike = [], Counter(), [], [], OrderedDict()
+    flash = []
+    for shape in dict.fromkeys(r["shape"] for r in mine):
+        here = [r for r in mine if r["shape"] == shape]
+        sol = next((r for r in here if r.get("impl") == "solution" and r.get("step") == t_step and r.get("ms")), None)
+        lib = [r for r in here if r.get("impl") == "pytorch" and r.get("ms")]
+        if not sol:
+            continue
+        if sol.get("accuracy_ok") is False:
+            failing.append(shape)
+        fa2 = next((r for r in lib if r.get("backend") == "flash" and r.get("value")), None)
+        if fa2 and sol.get("value"):
+            flash.append(sol["value"] / fa2["value"])
+        if not lib:
+            continue
+        best = min(lib, key=lambda r: r["ms"])
+        fracs.append(best["ms"] / sol["ms"])
+        backends[best.get("backend", "?")] += 1
+        if best.get("note") and best["note"] not in t_notes:
+            t_notes.append(best["note"])
+        note = dtype_note(t_op, shape, best.get("note"))
+        if note:
+            unlike[shape] = "not like for like: " + note
+    if entry.get("library") == "flash" and flash:
+        lib_ratios, lib_names = flash, []
+        lib_cell = "[FA2](#results_torch_attention_bf16) (SDPA `flash`)"  # no code span in a link: Doxygen 1.9
+    for other, values in also.items():
+        if values and other not in lib_names:
+            notes.append(f"{span(values)} of `{other}`, {entry['also'][other]}")
+    torch_cell = "-"
+    if backends:
+        names = [torch_backend_label(t_op, b, t_notes) for b, _ in backends.most_common()]
+        names = " / ".join(n.removeprefix("SDPA ") if i else n for i, n in enumerate(names))
+        shown = [n for n in t_notes if not n.startswith("torch.") and not re.fullmatch(r"(bf16|fp32|fp16)", n)]
+        torch_cell = names + (f" ({'; '.join(shown)})" if shown else "")
+    notes += [(f"{shape}: " if len(unlike) > 1 else "") + note for shape, note in unlike.items()]
+    if failing:
+        notes.append(f"`{top}` fails the accuracy rule beside PyTorch at {', '.join(failing)}")
+    anchor = section_anchor(*tables[0][0])
+    cells = [f"[{entry['label']}](#{anchor})", f"`{top}`", lib_cell, span(lib_ratios), torch_cell, span(fracs),
+             "; ".join(n for n in notes if n) or ""]
+    return cells, anchor
+
+
+def summary_section(groups, torch_rows):
+    """The page's first section: one row per op. Returns (lines, the anchors it links to)."""
+    rows, anchors, done = [], set(), set()
+    # SUMMARY's entries, then a plain row for each op of the data that none of them showed
+    plain = [dict(label=op, module=module, op=op) for module, op in dict.fromkeys(k[:2] for k in groups)
+             if op not in SUMMARY_SKIP]
+    for entry in SUMMARY + plain:
+        if entry in plain and (entry["module"], entry["op"]) in done:
+            continue
+        row = summary_row(entry, groups, torch_rows)
+        if row:
+            rows.append(row[0])
+            anchors.add(row[1])
+            done.add((entry["module"], entry["op"]))
+    if not rows:
+        return [], anchors
+    lines = ["## Summary", "",
+             "How close each op's top step comes to its library and to PyTorch. **top step**: the solution step "
+             "with the best geometric mean over the op's shapes. **top / library**: its throughput over the "
+             "library row each table compares with (above 1: faster). **top / PyTorch**: the fastest PyTorch "
+             "call's time over the top step's, on the same tensors"
+             + (" ([the course beside PyTorch](#results_pytorch)). " if torch_rows else ". ") +
+             "Each ratio is the range over the shapes measured, their number in parentheses; the op links to its "
+             "first table.", "",
+             "| op | top step | library | top / library | PyTorch | top / PyTorch | notes |",
+             "| --- | --- | --- | ---: | --- | ---: | --- |"]
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
+    return lines + [""], anchors
+
+
+# ---------------------------------------------------------------------------------------
+# Module 4's training curve and the PyTorch comparison
+# ---------------------------------------------------------------------------------------
+
+def input_file(run_dir, docs, name):
+    """RUN_DIR/name when the run has it, else docs/data/name, else None."""
+    return next((p for p in ((run_dir / name) if run_dir else None, docs / "data" / name) if p and p.exists()), None)
+
+
+def training_curve_section(path, images, plots):
     """Module 4's training curve (m04_train --out m04_training_curve.csv): loss and accuracy
-    vs step, plotted if the CSV is in RUN_DIR or in docs/data/. Returns the page's lines."""
-    path = next((p for p in (run_dir / "m04_training_curve.csv", docs / "data" / "m04_training_curve.csv")
-                 if p.exists()), None)
+    vs step. Returns the page's lines."""
     if path is None:
         return []
     with path.open(newline="") as f:
@@ -131,35 +433,31 @@ def training_curve_section(run_dir, docs, images):
         return []
     step = [int(r["step"]) for r in rows]
     val = [(int(r["step"]), float(r["val_accuracy"])) for r in rows if r.get("val_accuracy")]
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.6))
-    ax_loss.plot(step, [float(r["loss"]) for r in rows], color="#4c72b0")
-    ax_loss.set_yscale("log")
-    ax_loss.set_xlabel("step")
-    ax_loss.set_ylabel("cross-entropy (training batch)")
-    ax_acc.plot(step, [100 * float(r["accuracy"]) for r in rows], color="#4c72b0", label="training batch")
-    if val:
-        ax_acc.plot([s for s, _ in val], [100 * a for _, a in val], "o", color="#c44e52", label="fresh validation batch")
-    ax_acc.set_xlabel("step")
-    ax_acc.set_ylabel("accuracy (%)")
-    ax_acc.set_ylim(0, 101)
-    ax_acc.legend(loc="lower right")
-    fig.suptitle("m04_train: one causal self-attention layer, course kernels only")
-    fig.tight_layout()
-    fig.savefig(images / "results_m04_training_curve.png", dpi=110)
-    plt.close(fig)
+    image = images / "results_m04_training_curve.png"
+    if plots:
+        fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.6))
+        ax_loss.plot(step, [float(r["loss"]) for r in rows], color="#4c72b0")
+        ax_loss.set_yscale("log")
+        ax_loss.set_xlabel("step")
+        ax_loss.set_ylabel("cross-entropy (training batch)")
+        ax_acc.plot(step, [100 * float(r["accuracy"]) for r in rows], color="#4c72b0", label="training batch")
+        if val:
+            ax_acc.plot([s for s, _ in val], [100 * a for _, a in val], "o", color="#c44e52",
+                        label="fresh validation batch")
+        ax_acc.set_xlabel("step")
+        ax_acc.set_ylabel("accuracy (%)")
+        ax_acc.set_ylim(0, 101)
+        ax_acc.legend(loc="lower right")
+        fig.suptitle("m04_train: one causal self-attention layer, course kernels only")
+        fig.tight_layout()
+        fig.savefig(image, dpi=110)
+        plt.close(fig)
     last = rows[-1]
     final = f"validation accuracy {100 * val[-1][1]:.2f}% at step {val[-1][0]}" if val else f"step {step[-1]}"
     return ["## module04_training: training curve", "",
             f"`m04_train` on the GPU, from `{path.name}`: {len(rows)} steps, final training loss "
-            f"{float(last['loss']):.4g}, {final}.", "",
-            "![m04_train training curve](images/results_m04_training_curve.png)", ""]
-
-
-def load_compare_torch(run_dir, docs):
-    """scripts/compare_torch.py's JSON (compare_torch.json in RUN_DIR or docs/data/), or None."""
-    path = next((p for p in (run_dir / "compare_torch.json", docs / "data" / "compare_torch.json") if p.exists()),
-                None)
-    return (path, json.loads(path.read_text())) if path else (None, None)
+            f"{float(last['loss']):.4g}, {final}.", ""] + (
+            ["![m04_train training curve](images/results_m04_training_curve.png)", ""] if image.exists() else [])
 
 
 def compare_torch_table(rows):
@@ -189,7 +487,52 @@ def compare_torch_table(rows):
     return out
 
 
-def attention_vs_n_section(rows, op, images, title):
+def refusal_reason(error):
+    """PyTorch's refusal, short: SDPA's 'No available kernel' with the reason of the backend
+    asked for (the other backends' 'runtime disabled' lines and 'Triggered internally at'
+    locations dropped); any other error's first sentence."""
+    m = re.match(r"(?:\w+: )?refused: (.*?)(?: \((.*))?$", error, re.S)
+    if not m:
+        return re.split(r"(?<=\.) ", error.strip(), maxsplit=1)[0][:160]
+    head, why = m.group(1).strip(), m.group(2) or ""
+    why = re.sub(r"\(Triggered internally at [^)]*(\)|$)\.?", "", why)
+    parts = [p.strip(" .;()") for p in why.split(";")]
+    kept = [p for p in parts if p and not re.search(r"not used because|runtime disabled", p)]
+    if not kept:
+        return f"{head.rstrip('.')} (the stored message ends before this backend's own reason)"
+    return re.split(r"(?<=\.) ", kept[0], maxsplit=1)[0].rstrip(".")
+
+
+def refusal_lines(rows):
+    """One line per (op, backend, reason) of the PyTorch rows that did not run."""
+    shapes = {}
+    for r in rows:
+        shapes.setdefault(r.get("op"), set()).add(r.get("shape"))
+    refused = OrderedDict()
+    for r in rows:
+        if r.get("impl") == "pytorch" and r.get("error"):
+            refused.setdefault((r["op"], r.get("backend", "?"), refusal_reason(r["error"])), []).append(r["shape"])
+    lines = []
+    for (op, backend, reason), where in refused.items():
+        n, total = len(where), len(shapes.get(op, ()))
+        which = f"all {total} shapes" if n == total and n > 1 else ", ".join(where)
+        lines.append(f"- `{op}`, {torch_backend_label(op, backend, [])} ({which}): {reason}.")
+    return (["PyTorch backends that refused a case (one line per backend and reason):", ""] + lines + [""]) \
+        if lines else []
+
+
+def like_for_like_lines(rows):
+    """A line per (op, shape) whose PyTorch row writes another dtype than the course."""
+    lines = []
+    for r in rows:
+        if r.get("impl") == "pytorch" and r.get("ms"):
+            note = dtype_note(r["op"], r["shape"], r.get("note"))
+            if note:
+                lines.append(f"- `{r['op']}` {r['shape']} beside `{r.get('backend')}`: {note}.")
+    return (["Not like for like:", ""] + list(dict.fromkeys(lines)) + [""]) if lines else []
+
+
+def attention_vs_n_section(rows, op, images, title, plots):
     """Attention against N for d = 64 and 128, causal and not: TFLOP/s of every solution
     step and of the SDPA backends, and the top step as a fraction of FlashAttention-2
     (SDPA flash) and cuDNN. Returns the page's lines (a table and two plots)."""
@@ -203,7 +546,7 @@ def attention_vs_n_section(rows, op, images, title):
         data.setdefault((int(m.group(2)), bool(m.group(3))), {}).setdefault(int(m.group(1)), {})[name] = r["value"]
     if not data:
         return []
-    lines = [f"## {title}", "",
+    lines = [f'<a id="results_torch_{slug(op)}"></a>', f"## {title}", "",
              "TFLOP/s by the FlashAttention convention (4 B H N^2 d, halved when causal); B = 16384 / N and "
              "H = 2048 / d for the bf16 rows. `top` is the fastest solution step at that N; FA2 is SDPA's `flash` "
              "backend, cuDNN its `cudnn` backend.", "",
@@ -212,6 +555,29 @@ def attention_vs_n_section(rows, op, images, title):
     keys = sorted(data)
     # A curve against N needs two N at least (a --quick run has one): then the table alone.
     plot = any(len(v) >= 2 for v in data.values())
+    fracs = {}
+    for d, causal in keys:
+        by_n = data[(d, causal)]
+        for n in sorted(by_n):
+            course = {k: v for k, v in by_n[n].items() if not k.startswith("pytorch")}
+            top = max(course, key=course.get) if course else None
+            fa2, cudnn = by_n[n].get("pytorch flash"), by_n[n].get("pytorch cudnn")
+            tv = course.get(top)
+            lines.append(f"| {d} | {'yes' if causal else 'no'} | {n} | {top or '-'} | {fmt(tv)} | {fmt(fa2)} | "
+                         f"{fmt(cudnn)} | {ratio(tv, fa2)} | {ratio(tv, cudnn)} |")
+            fracs.setdefault((d, causal), []).append((n, tv / fa2 if tv and fa2 else None,
+                                                     tv / cudnn if tv and cudnn else None))
+    image = images / f"results_torch_{slug(op)}.png"
+    if plots and not plot:
+        image.unlink(missing_ok=True)
+    if plots and plot:
+        attention_vs_n_plot(data, keys, fracs, title, image)
+    if not plot or not image.exists():
+        return lines + [""]
+    return lines + ["", f"![{title}](images/{image.name})", ""]
+
+
+def attention_vs_n_plot(data, keys, fracs, title, image):
     # One colour per step or backend on every panel (a panel may lack some of them).
     run_order = list(dict.fromkeys(name for v in data.values() for per_n in v.values() for name in per_n))
     every = sorted(run_order, key=lambda n: (n.startswith("pytorch"), run_order.index(n)))
@@ -230,19 +596,9 @@ def attention_vs_n_section(rows, op, images, title):
         ax.set_xscale("log", base=2)
         ax.set_title(f"d = {d}{', causal' if causal else ''}")
         ax.set_ylabel("TFLOP/s")
-        frac_fa2, frac_cudnn = [], []
-        for n in ns:
-            course = {k: v for k, v in by_n[n].items() if not k.startswith("pytorch")}
-            top = max(course, key=course.get) if course else None
-            fa2, cudnn = by_n[n].get("pytorch flash"), by_n[n].get("pytorch cudnn")
-            tv = course.get(top)
-            lines.append(f"| {d} | {'yes' if causal else 'no'} | {n} | {top or '-'} | {fmt(tv)} | {fmt(fa2)} | "
-                         f"{fmt(cudnn)} | {ratio(tv, fa2)} | {ratio(tv, cudnn)} |")
-            frac_fa2.append((n, tv / fa2 if tv and fa2 else None))
-            frac_cudnn.append((n, tv / cudnn if tv and cudnn else None))
         ax2 = axes[1][col]
-        for label, pts in (("top step / FA2", frac_fa2), ("top step / cuDNN", frac_cudnn)):
-            pts = [p for p in pts if p[1] is not None]
+        for label, idx in (("top step / FA2", 1), ("top step / cuDNN", 2)):
+            pts = [(f[0], f[idx]) for f in fracs[(d, causal)] if f[idx] is not None]
             if pts:
                 ax2.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=label, ms=3)
         ax2.axhline(1.0, color="#888888", lw=0.8)
@@ -254,38 +610,29 @@ def attention_vs_n_section(rows, op, images, title):
     axes[0][0].legend(fontsize=6)
     fig.suptitle(title)
     fig.tight_layout()
-    slug = re.sub(r"[^A-Za-z0-9]+", "_", op)
-    image = images / f"results_torch_{slug}.png"
-    if not plot:
-        plt.close(fig)
-        image.unlink(missing_ok=True)
-        return lines + [""]
     fig.savefig(image, dpi=110)
     plt.close(fig)
-    return lines + ["", f"![{title}](images/results_torch_{slug}.png)", ""]
 
 
-def compare_torch_section(run_dir, docs, images):
+def compare_torch_section(path, data, images, plots):
     """The PyTorch comparison (scripts/compare_torch.py --out compare_torch.json): the
-    fraction-of-PyTorch table and the attention-vs-N plots. Returns the page's lines."""
-    path, data = load_compare_torch(run_dir, docs)
+    fraction-of-PyTorch table, the refusals, the like-for-like notes and the attention-vs-N
+    tables and plots. Returns the page's lines."""
     if data is None:
         return []
     env, rows = data.get("env", {}), data.get("results", [])
     facts = ", ".join(f"{k} {env[k]}" for k in ("gpu", "driver", "torch", "torch_cuda", "cudnn", "commit") if k in env)
-    out = ["## The course beside PyTorch", "",
+    out = ['<a id="results_pytorch"></a>', "## The course beside PyTorch", "",
            f"From `{path.name}` ({facts}): `scripts/compare_torch.py` runs every step and PyTorch's equivalents on "
            "the same tensors with one timer (CUDA events, L2 flushed, median). fraction = best PyTorch time / "
            "course time (1.00 = as fast as the best PyTorch row; above 1 faster). accuracy: max error vs float64 "
            "within 2x (backward 3x) PyTorch's own, plus a small floor.", ""]
     out += compare_torch_table(rows) + [""]
-    errors = [r for r in rows if r.get("error") and r.get("impl") == "pytorch"]
-    if errors:
-        out += ["PyTorch rows that did not run: " + "; ".join(
-            f"{r['op']} {r['shape']} {r.get('backend', '')}: {r['error']}" for r in errors[:12])
-            + (f" (and {len(errors) - 12} more)" if len(errors) > 12 else ""), ""]
-    out += attention_vs_n_section(rows, "attention_bf16", images, "Tensor-core attention (bf16) beside FA2 and cuDNN")
-    out += attention_vs_n_section(rows, "attention_f32", images, "fp32 attention beside PyTorch's SDPA")
+    out += like_for_like_lines(rows)
+    out += refusal_lines(rows)
+    out += attention_vs_n_section(rows, "attention_bf16", images, "Tensor-core attention (bf16) beside FA2 and cuDNN",
+                                  plots)
+    out += attention_vs_n_section(rows, "attention_f32", images, "fp32 attention beside PyTorch's SDPA", plots)
     return out
 
 
@@ -326,25 +673,76 @@ def bar_chart(path, title, unit, labels, values, mine, library):
     plt.close(fig)
 
 
+# ---------------------------------------------------------------------------------------
+# The page
+# ---------------------------------------------------------------------------------------
+
+def keep_input(src, docs, name):
+    """Copies a run's input into docs/data/ (what a later rebuild reads)."""
+    dst = docs / "data" / name
+    if src and src.resolve() != dst.resolve():
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+        print(f"kept {src} as {dst}")
+
+
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("run_dir", type=pathlib.Path)
+    global plt
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("run_dir", type=pathlib.Path, nargs="?",
+                    help="a gpu_check.sh output folder; left out: rebuild from docs/data/")
     ap.add_argument("--docs", type=pathlib.Path, default=pathlib.Path("docs"))
     ap.add_argument("--yours", type=pathlib.Path, default=pathlib.Path(__file__).resolve().parent.parent / "build",
                     help="folder of your own benchmark JSON (bench_*.json; default: build/)")
+    ap.add_argument("--no-plots", action="store_true", help="draw no images; link those already in docs/images/")
     args = ap.parse_args()
-    groups, contexts = load_rows(args.run_dir)
+    plots = not args.no_plots
+    if plots:
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as pyplot
+            plt = pyplot
+        except ImportError:
+            print("matplotlib is not installed: no plots drawn; the images already in docs/images/ are linked")
+            plots = False
+
+    stored = args.docs / "data" / STORED
+    bench_files = sorted(args.run_dir.glob("bench_*.json")) if args.run_dir else []
+    if bench_files:
+        records = []
+        for path in bench_files:
+            records += bench_records(path, path.stem.removeprefix("bench_"))[0]
+        env = (args.run_dir / "env.txt").read_text() if (args.run_dir / "env.txt").exists() else ""
+        # Keep the facts (date, commit, GPU, driver, CUDA, CMake); drop any git-status noise.
+        env = "\n".join(l for l in env.splitlines()
+                        if l.strip() and not l.startswith(("??", " M", "HEAD", "(no git)")))
+        store_bench(stored, records, env, f"scripts/gpu_check.sh: {', '.join(p.name for p in bench_files)}")
+        print(f"kept the {len(records)} benchmark rows in {stored}")
+    elif stored.exists():
+        records, env, _ = load_stored(stored)
+        print(f"{'no bench_*.json in ' + str(args.run_dir) if args.run_dir else 'no RUN_DIR'}: "
+              f"the benchmark rows come from {stored}")
+    else:
+        sys.exit(f"no bench_*.json in {args.run_dir} and no {stored}")
+    groups = in_course_order(group_records(records))
+    compare_path = input_file(args.run_dir, args.docs, "compare_torch.json")
+    curve_path = input_file(args.run_dir, args.docs, "m04_training_curve.csv")
+    if args.run_dir:
+        keep_input(compare_path, args.docs, "compare_torch.json")
+        keep_input(curve_path, args.docs, "m04_training_curve.csv")
+    compare = json.loads(compare_path.read_text()) if compare_path else None
     yours, yours_sources = load_yours(args.yours)
-    env = (args.run_dir / "env.txt").read_text() if (args.run_dir / "env.txt").exists() else ""
-    # Keep the facts (date, commit, GPU, driver, CUDA, CMake); drop any git-status noise.
-    env = "\n".join(l for l in env.splitlines() if l.strip() and not l.startswith(("??", " M", "HEAD", "(no git)")))
     images = args.docs / "images"
     images.mkdir(parents=True, exist_ok=True)
 
+    summary, anchors = summary_section(groups, (compare or {}).get("results", []))
     out = ["# Results {#results}", "",
-           "Generated by `scripts/make_results.py` from one run of `scripts/gpu_check.sh` on the GPU machine.",
-           "Ratios are measured in the same run; absolute numbers hold for the GPU named here only.",
-           "", "```", env.strip(), "```", ""]
+           "Generated by `scripts/make_results.py` from one run of `scripts/gpu_check.sh` on the GPU machine "
+           "(below) and, for the PyTorch columns, `scripts/compare_torch.py`; the inputs are kept in `docs/data/`.",
+           "Ratios are measured in the same run; absolute numbers hold for the GPU named here only.", ""]
+    out += summary
+    out += ["## The benchmark run", "", "```", env.strip(), "```", ""]
     if yours_sources:
         out += ["The **yours** column: your exercise rows from " + ", ".join(yours_sources)
                 + " -- your GPU, not necessarily the one above.", ""]
@@ -353,14 +751,13 @@ def main():
                 "`bash scripts/course.sh bench` writes `build/bench_<module>.json`; run this script again "
                 "and your numbers appear beside the solution's.", ""]
     for (module, op, shape), steps in groups.items():
-        # The fastest library row is the reference (as in the benchmark's own summary); a
-        # diagnostic row (part of the op's traffic only, bench::mark_diagnostic) never is.
-        libs = [(s, r["library"]) for s, r in steps.items() if "library" in r and r["library"]["value"]]
-        refs = [(s, r) for s, r in libs if not r["diagnostic"]]
-        lib_name, lib = max(refs, key=lambda x: x[1]["value"]) if refs else (None, None)
+        # The fastest library row is the reference (as in the benchmark's own summary).
+        libs, lib_name, lib = reference_library(steps)
         # The unit of a measured row: a skipped row (no counters) would read as "us".
         rows_here = [r for per_impl in steps.values() for r in per_impl.values()]
         unit = next((r["unit"] for r in rows_here if r["value"] is not None), rows_here[0]["unit"])
+        if section_anchor(module, op, shape) in anchors:
+            out.append(f'<a id="{section_anchor(module, op, shape)}"></a>')
         out += [f"## {module}: {op} ({shape})", ""]
         out += [f"| step | solution {unit} | yours {unit} | library | sol / lib | sol / copy |",
                 "| --- | ---: | ---: | ---: | ---: | ---: |"]
@@ -379,14 +776,14 @@ def main():
         if libs:
             out += ["", "Library rows: " + ", ".join(f"`{n}` = {fmt(r['value'])} {unit}" for n, r in libs)
                     + f" (the table compares with `{lib_name}`)."]
-        slug = re.sub(r"[^A-Za-z0-9]+", "_", f"{module}_{op}_{shape}").strip("_")
-        bar_chart(images / f"results_{slug}.png", f"{op} {shape}", unit, labels, values, mine,
-                   (lib_name, lib["value"]) if lib else None)
-        out += ["", f"![{op} {shape}](images/results_{slug}.png)", ""]
-    out += compare_torch_section(args.run_dir, args.docs, images)
-    out += training_curve_section(args.run_dir, args.docs, images)
+        image = images / f"results_{slug(f'{module}_{op}_{shape}')}.png"
+        if plots:
+            bar_chart(image, f"{op} {shape}", unit, labels, values, mine, (lib_name, lib["value"]) if lib else None)
+        out += [""] + ([f"![{op} {shape}](images/{image.name})", ""] if image.exists() else [])
+    out += compare_torch_section(compare_path, compare, images, plots)
+    out += training_curve_section(curve_path, images, plots)
     (args.docs / "results.md").write_text("\n".join(out) + "\n")
-    print(f"wrote {args.docs / 'results.md'} with {len(groups)} tables")
+    print(f"wrote {args.docs / 'results.md'} with {len(groups)} tables and a {len(anchors)}-link summary")
 
 
 if __name__ == "__main__":
