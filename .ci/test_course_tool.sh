@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # CI test of the learner's tool (scripts/course.py), on this clone, without a GPU:
+#   0. the state rule on recorded GPU results (scripts/tests/test_course_states.py): there an
+#      unwritten step is "not started" although its argument checks pass;
 #   1. the hint store matches the step tables, the stubs and the exercise tests;
-#   2. `list` on the fresh clone: every step is "not started" or "needs a GPU";
+#   2. `list` on the fresh clone: every step is "not started" or "needs a GPU"; `next` passes
+#      over the steps that need a GPU and stops at one it can check here;
 #   3. a stub with a syntax error: `check` stops with the compiler's error and runs no test;
 #   4. module 3's row_offset (its tests run on the host) given the solution's body:
 #      `check` reports it done, and so does `list`.
@@ -13,7 +16,7 @@ export PRESET=${PRESET:-ci}
 start=$SECONDS
 tool=(python3 scripts/course.py)
 stub=exercises/module03_attention/attention.cu
-solution=solutions/module03_attention/attention_indexing.cuh
+solution=module03_attention/include/module03/attention_indexing.cuh
 step=attention/row_offset
 work=$(mktemp -d)
 cp "$stub" "$work/stub.cu"
@@ -27,6 +30,9 @@ import json, sys
 for s in json.load(sys.stdin):
     print(s["id"], s["state"])'; }
 
+# 0. The state rule, on recorded GPU results.
+python3 scripts/tests/test_course_states.py || fail "the state rule (scripts/tests/test_course_states.py)"
+
 # 1. The hint store.
 "${tool[@]}" hint --check --with-tests || fail "hint --check"
 
@@ -37,6 +43,12 @@ bad=$(awk '$2 != "not_started" && $2 != "needs_gpu"' "$work/fresh.txt")
 [[ -z "$bad" ]] || fail "on a fresh clone every step is not started or needs a GPU, but:"$'\n'"$bad"
 grep -qx "$step not_started" "$work/fresh.txt" || fail "$step is not 'not started' on a fresh clone"
 echo "[ci:course-tool] fresh clone: $(wc -l < "$work/fresh.txt") steps, none done, none failing"
+set +e
+out=$("${tool[@]}" next 2>&1)
+set -e
+echo "$out" | tail -3
+first_here=$(awk '$2 == "not_started" {print $1; exit}' "$work/fresh.txt")
+echo "$out" | grep -q "$first_here: NOT STARTED" || fail "next did not stop at $first_here, the first step checkable here"
 
 # 3. A syntax error stops `check` with the compiler's message; no test runs.
 printf '\nthis line is not C++\n' >> "$stub"

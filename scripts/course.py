@@ -10,8 +10,10 @@ Where things come from -- nothing here is a hand-kept list:
   tests       the exercise test binaries (<short>_<test>_exercise, the folder convention of
               course_module_targets) listed with --gtest_list_tests: a parametrized test
               belongs to the step its parameter names (".../smem_tree", ".../vectorized_dot_part0");
-  states      the tests' results (--gtest_output=json, skip reasons from their output):
-              done, failing, not started (NotImplemented), needs a GPU;
+  states      the tests' results (--gtest_output=json, skip reasons from their output; or a
+              ctest JUnit file, list --results): done, failing, not started (NotImplemented),
+              in progress (a test that once reached this step's stub now passes: state_of),
+              needs a GPU; <build>/course/reaches_stub.json logs which tests reached a stub;
   hints       exercises/<module>/hints/<op>.md (format: exercises/README.md); how many were
               shown is kept in <build>/course/hints.json (that file is not progress).
 """
@@ -27,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
@@ -383,6 +386,7 @@ class Course:
         self.build, self.preset = build_dir_of(args)
         self._tests: Dict[str, Dict[Path, List[str]]] = {}
         self._listed = set()
+        self.reach = ReachLog(self.build / "course" / "reaches_stub.json")
 
     def targets(self, modules: List[Module]) -> List[str]:
         return [t for m in modules for t, _ in exercise_targets(m)]
@@ -390,38 +394,58 @@ class Course:
     def build_modules(self, modules: List[Module]) -> None:
         build_targets(self.build, self.preset, self.targets(modules))
 
+    def owner_of(self, mod: Module, suites: Dict[str, str], name: str) -> Optional[Step]:
+        """The step of `mod` a gtest name belongs to: a "Tests:" pattern of the hint store,
+        else the step its parameter names in a step-parametrized suite (`suites`: step_suites)."""
+        steps = [s for s in self.steps if s.module is mod]
+        for s in steps:
+            if any(fnmatch.fnmatchcase(name, p) for p in s.test_patterns):
+                return s
+        if name.count("/") >= 2:
+            op = suites.get(name.split(".", 1)[0])
+            if op:
+                sname = step_of_param(name.rsplit("/", 1)[1], [s.name for s in steps if s.op == op and s.in_table])
+                return next((s for s in steps if s.op == op and s.name == sname), None)
+        return None
+
     def map_tests(self, mod: Module) -> None:
         """Assigns every exercise test of `mod` to its step (needs the built binaries)."""
         if mod.dir in self._listed:
             return
         self._listed.add(mod.dir)
-        steps = [s for s in self.steps if s.module is mod]
-        by_op = {op: [s.name for s in steps if s.op == op and s.in_table] for op in mod.ops}
-        for s in steps:
-            self._tests.setdefault(s.id, {})
+        for s in self.steps:
+            if s.module is mod:
+                self._tests.setdefault(s.id, {})
         for target, src in exercise_targets(mod):
             binary = self.build / mod.dir / target
             if not binary.exists():
                 raise CourseError(f"{rel(binary)} is missing: build it first (`bash scripts/course.sh check STEP` does)")
             suites = step_suites(mod, src)
             for name in list_gtests(binary):
-                owner = None
-                for s in steps:  # explicit "Tests:" patterns first
-                    if any(fnmatch.fnmatchcase(name, p) for p in s.test_patterns):
-                        owner = s
-                        break
-                if owner is None and name.count("/") >= 2:
-                    suite = name.split(".", 1)[0]
-                    op = suites.get(suite)
-                    if op:
-                        sname = step_of_param(name.rsplit("/", 1)[1], by_op[op])
-                        owner = next((s for s in steps if s.op == op and s.name == sname), None)
+                owner = self.owner_of(mod, suites, name)
                 if owner is not None:
                     self._tests[owner.id].setdefault(binary, []).append(name)
 
     def tests_of(self, step: Step) -> Dict[Path, List[str]]:
         self.map_tests(step.module)
         return self._tests.get(step.id, {})
+
+    def results_from_junit(self, path: Path) -> Dict[str, List["TestResult"]]:
+        """Step id -> the results of its exercise tests in a ctest JUnit file (`course.sh test`
+        writes <build>/course/ctest-junit.xml), assigned to steps without the binaries."""
+        suites = {m.dir: {k: v for _, src in exercise_targets(m) for k, v in step_suites(m, src).items()}
+                  for m in self.modules}
+        out: Dict[str, List[TestResult]] = {s.id: [] for s in self.steps}
+        for ctest_name, r in junit_results(path):
+            impl, _, r.name = ctest_name.partition(".")
+            if impl != "exercise":
+                continue
+            for m in self.modules:
+                owner = self.owner_of(m, suites[m.dir], r.name)
+                if owner is not None:
+                    out[owner.id].append(r)
+                    break
+        return out
 
 
 # ------------------------------------------------------------------ running and states -----
@@ -548,7 +572,42 @@ class StepState:
         return sum(1 for r in self.results if r.kind == kind)
 
 
-def state_of(results: List[TestResult]) -> StepState:
+class ReachLog:
+    """The exercise tests seen skipping with NotImplemented, with the stub each one reached
+    (the exception's first words, "softmax step block_per_row (dim = 1: ...)"). Kept in
+    <build>/course/reaches_stub.json by every run: a test that passes on an untouched stub
+    (argument checks, rejected layouts) never appears in it."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            self.stubs: Dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+        except ValueError:
+            self.stubs = {}
+        if not isinstance(self.stubs, dict):
+            self.stubs = {}
+        self._lock = threading.Lock()
+
+    def add(self, results: List[TestResult]) -> Dict[str, str]:
+        """Logs the results' NotImplemented tests (saved at once); returns the whole log."""
+        new = {r.name: r.message.split(" -- edit")[0] for r in results if r.kind == "not_implemented"}
+        with self._lock:
+            if any(self.stubs.get(k) != v for k, v in new.items()):
+                self.stubs.update(new)
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.path.write_text(json.dumps(self.stubs, indent=0, sort_keys=True) + "\n")
+            return dict(self.stubs)
+
+
+def state_of(results: List[TestResult], reached: Optional[Dict[str, str]] = None, step: str = "") -> StepState:
+    """done: every test passes (or skips for a reason other than a missing GPU or stub);
+    failing: one fails or crashes; needs a GPU: some skipped because there is no device;
+    in progress: some skip with NotImplemented, and one that passes once reached a stub of
+    this step (`reached`: ReachLog.add, test -> the stub it reached, which names its step);
+    not started: some skip with NotImplemented and no passing test is such progress -- those
+    that pass on an untouched stub check arguments before any launch, or reach another
+    step's code."""
+    reached = reached or {}
     st = StepState("no_tests", results=results)
     if not results:
         st.detail = "no exercise test belongs to this step"
@@ -560,10 +619,11 @@ def state_of(results: List[TestResult]) -> StepState:
         m = re.search(r"-- edit (\S+)", ni[0].message)
         st.file = rel(m.group(1)) if m else ""
     passed = st.count("passed")
+    progress = [r for r in results if r.kind == "passed" and r.name in reached and step in reached[r.name]]
     if bad:
         st.state = "failing"
         st.detail = f"{len(bad)} of {n} tests fail; first: {bad[0].name}\n" + first_lines(bad[0].message, 8)
-    elif ni and passed:
+    elif ni and progress:
         st.state, st.detail = "in_progress", f"{passed} of {n} tests pass, {len(ni)} not implemented yet"
     elif ni:
         st.state, st.detail = "not_started", ni[0].message.split(" -- edit")[0]
@@ -592,7 +652,7 @@ def run_step(course: Course, step: Step, timeout: int) -> StepState:
     results: List[TestResult] = []
     for binary, names in sorted(course.tests_of(step).items()):
         results += run_gtests(binary, names, timeout)
-    return state_of(results)
+    return state_of(results, course.reach.add(results), step.name)
 
 
 # ------------------------------------------------------------------------- commands ------
@@ -616,20 +676,25 @@ def cmd_list(args) -> int:
         if not steps:
             raise CourseError(f"no module '{args.module}' (module01_basics, m01, ...)", 2)
     mods = modules_of(course, steps)
-    if not args.no_build:
-        course.build_modules(mods)
-    for m in mods:
-        course.map_tests(m)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = {s.id: pool.submit(run_step, course, s, args.timeout) for s in steps}
-        states = {}
-        for i, s in enumerate(steps, 1):
-            states[s.id] = futures[s.id].result()
-            if TTY and not args.json:
-                sys.stdout.write(f"\r\033[K[course] running the exercise tests: {i}/{len(steps)} steps")
-                sys.stdout.flush()
-    if TTY and not args.json:
-        sys.stdout.write("\r\033[K")
+    if args.results:
+        recorded = course.results_from_junit(Path(args.results))
+        reach = course.reach.add([r for rs in recorded.values() for r in rs])
+        states = {s.id: state_of(recorded[s.id], reach, s.name) for s in steps}
+    else:
+        if not args.no_build:
+            course.build_modules(mods)
+        for m in mods:
+            course.map_tests(m)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            futures = {s.id: pool.submit(run_step, course, s, args.timeout) for s in steps}
+            states = {}
+            for i, s in enumerate(steps, 1):
+                states[s.id] = futures[s.id].result()
+                if TTY and not args.json:
+                    sys.stdout.write(f"\r\033[K[course] running the exercise tests: {i}/{len(steps)} steps")
+                    sys.stdout.flush()
+        if TTY and not args.json:
+            sys.stdout.write("\r\033[K")
     if args.json:
         json.dump([{"number": s.number, "module": s.module.dir, "op": s.op, "step": s.name, "id": s.id,
                     "state": states[s.id].state, "detail": states[s.id].detail, "file": states[s.id].file,
@@ -638,7 +703,6 @@ def cmd_list(args) -> int:
         print()
         return 0
     width = max(len(s.id) for s in steps) + 2
-    first_open = None
     totals: Dict[str, int] = {}
     for m in mods:
         ms = [s for s in steps if s.module is m]
@@ -662,8 +726,6 @@ def cmd_list(args) -> int:
             elif st.state in ("unsupported", "skipped"):
                 note = "  " + st.detail.splitlines()[0][:100]
             say(f"  {s.number:3d}  {s.id:<{width}}{STATE_LABEL[st.state]:<15}{note}".rstrip())
-            if first_open is None and st.state != "done":
-                first_open = s
     done = totals.get("done", 0)
     say(f"\n{done}/{len(steps)} steps done; " + ", ".join(
         f"{v} {STATE_LABEL[k]}" for k, v in totals.items() if k != "done"))
@@ -672,6 +734,9 @@ def cmd_list(args) -> int:
         here = [s.id for s in steps if states[s.id].state not in ("needs_gpu", "done")]
         if here:
             say("Checkable here, without a GPU: " + ", ".join(here))
+    # Like `next`: the first step that is not done, passing over those that need a GPU here.
+    open_steps = [s for s in steps if states[s.id].state != "done"]
+    first_open = next((s for s in open_steps if states[s.id].state != "needs_gpu"), open_steps[0] if open_steps else None)
     if first_open:
         say(f"Next: bash scripts/course.sh check {first_open.id}    (hints: bash scripts/course.sh hint {first_open.id})")
     return 0
@@ -740,18 +805,34 @@ def cmd_check(args) -> int:
 
 
 def cmd_next(args) -> int:
+    """The first step that is not done and can be checked here: without a GPU, steps whose
+    tests need one are passed over (named once), and their first is the answer only when
+    nothing after it can be checked here."""
     course = Course(args)
     built = set()
+    gpu_steps: List[Tuple[Step, StepState]] = []
     for step in course.steps:
         if step.module.dir not in built:
             course.build_modules([step.module])
             built.add(step.module.dir)
         st = run_step(course, step, args.timeout)
+        if st.state == "needs_gpu":
+            gpu_steps.append((step, st))
+            continue
         if st.state != "done":
+            if gpu_steps:
+                say(f"[course] passed over {len(gpu_steps)} steps that need an NVIDIA GPU to check "
+                    f"({gpu_steps[0][0].id} ... {gpu_steps[-1][0].id}); the first one checkable here:")
             report_step(step, st, args.verbose)
             say_what_next(course, step, st)
-            return 0 if st.state == "needs_gpu" else 1
+            return 1
         say(f"[course] {step.number:3d}. {step.id}: done")
+    if gpu_steps:
+        step, st = gpu_steps[0]
+        say(f"[course] every step checkable here is done; {len(gpu_steps)} need an NVIDIA GPU to check, the first:")
+        report_step(step, st, args.verbose)
+        say_what_next(course, step, st)
+        return 0
     say("[course] every step is done. Well climbed.")
     return 0
 
@@ -950,29 +1031,39 @@ def cmd_bench(args) -> int:
 
 # ------------------------------------------------------------- test: ctest + a summary ----
 
+def junit_results(xml_path: Path) -> List[Tuple[str, TestResult]]:
+    """(ctest name, result) of every test in a ctest JUnit file; a skip is classified by its output."""
+    out = []
+    for case in ET.parse(xml_path).getroot().iter("testcase"):
+        name, status = case.get("name", "?"), case.get("status", "")
+        text = case.findtext("system-out") or ""
+        if status == "run":
+            out.append((name, TestResult(name, "passed", "", text)))
+        elif status == "notrun" and case.find("skipped") is not None:
+            msg = skip_message(text.splitlines())
+            out.append((name, TestResult(name, classify_skip(msg), msg, text)))
+        else:
+            out.append((name, TestResult(name, "failed", first_lines(text, 25), text)))
+    return out
+
+
 def junit_summary(xml_path: Path) -> Tuple[Dict[str, int], Dict[str, int], List[str], Dict[str, str]]:
     """Counts per kind, not-implemented tests per file to edit, failed tests, a reason per kind."""
     counts = {"passed": 0, "failed": 0, "not_implemented": 0, "no_gpu": 0, "unsupported": 0, "skipped": 0}
     files: Dict[str, int] = {}
     failed: List[str] = []
     reasons: Dict[str, str] = {}
-    for case in ET.parse(xml_path).getroot().iter("testcase"):
-        status = case.get("status", "")
-        out = case.findtext("system-out") or ""
-        if status == "run":
-            counts["passed"] += 1
-        elif status == "notrun" and case.find("skipped") is not None:
-            msg = skip_message(out.splitlines())
-            kind = classify_skip(msg)
-            counts[kind] += 1
-            reasons.setdefault(kind, msg.splitlines()[0] if msg else "")
-            if kind == "not_implemented":
-                m = re.search(r"-- edit (\S+)", msg)
-                f = rel(m.group(1)) if m else "?"
-                files[f] = files.get(f, 0) + 1
-        else:
-            counts["failed"] += 1
-            failed.append(case.get("name", "?"))
+    for name, r in junit_results(xml_path):
+        kind = "failed" if r.kind == "crashed" else r.kind
+        counts[kind] += 1
+        if kind == "failed":
+            failed.append(name)
+        elif kind != "passed":
+            reasons.setdefault(kind, r.message.splitlines()[0] if r.message else "")
+        if kind == "not_implemented":
+            m = re.search(r"-- edit (\S+)", r.message)
+            f = rel(m.group(1)) if m else "?"
+            files[f] = files.get(f, 0) + 1
     return counts, files, failed, reasons
 
 
@@ -1019,6 +1110,8 @@ def cmd_test(args) -> int:
         say(f"[course] ctest wrote no results (exit status {proc.returncode})")
         return proc.returncode or 1
     counts, files, failed, reasons = junit_summary(junit)
+    ReachLog(build / "course" / "reaches_stub.json").add(
+        [TestResult(n.partition(".")[2], r.kind, r.message) for n, r in junit_results(junit) if n.startswith("exercise.")])
     total = sum(counts.values())
     say(f"\n[course] {total} tests: {counts['passed']} passed, {counts['no_gpu']} skipped because no GPU, "
         f"{counts['not_implemented']} not implemented yet, {counts['failed']} failed"
@@ -1098,6 +1191,8 @@ def make_parser() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.ArgumentP
     p.add_argument("--module", help="only this module (module01_basics or m01)")
     p.add_argument("--json", action="store_true", help="print the states as JSON")
     p.add_argument("--no-build", action="store_true", help="use the test binaries as they are")
+    p.add_argument("--results", metavar="JUNIT", help="states from a ctest JUnit file instead of running the tests "
+                   "(`course.sh test` writes <build>/course/ctest-junit.xml)")
     p.add_argument("-j", "--jobs", type=int, default=2, help="steps tested at once (default 2)")
     p.add_argument("--timeout", type=int, default=600, help="seconds per test binary run (default 600)")
 
@@ -1108,8 +1203,9 @@ def make_parser() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.ArgumentP
     p.add_argument("-v", "--verbose", action="store_true", help="one line per test")
     p.add_argument("--timeout", type=int, default=600, help="seconds per test binary run (default 600)")
 
-    p = add("next", "Check the steps in course order and stop at the first one that is not done: its "
-            "tests, its state, what to do.", cmd_next)
+    p = add("next", "Check the steps in course order and stop at the first one that is not done and can be "
+            "checked here (without a GPU, the steps whose tests need one are passed over): its tests, its "
+            "state, what to do.", cmd_next)
     p.add_argument("-v", "--verbose", action="store_true", help="one line per test")
     p.add_argument("--timeout", type=int, default=600, help="seconds per test binary run (default 600)")
 

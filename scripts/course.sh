@@ -65,23 +65,33 @@ install_packages() {
   local sudo=""
   [[ $(id -u) -ne 0 ]] && sudo=sudo
   # apt-get waits up to 10 minutes for a dpkg lock itself (apt 1.9+); `env` keeps
-  # DEBIAN_FRONTEND through sudo.
-  local apt=($sudo env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600)
-  if ! { wait_for_apt_lock && "${apt[@]}" update -qq; }; then
+  # DEBIAN_FRONTEND through sudo. Its output goes to a log, shown (the path and its end) on failure.
+  local apt=($sudo env DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600)
+  mkdir -p "$build_dir"
+  apt_log=$PWD/$build_dir/apt.log
+  : >"$apt_log"
+  echo "[course] installing with apt-get: ${missing[*]} ${missing_docs[*]} (log: $apt_log)"
+  if ! { wait_for_apt_lock && "${apt[@]}" update >>"$apt_log" 2>&1; }; then
     # Only the course's own packages make this fatal; the docs ones are best-effort.
-    ((${#missing[@]})) && { echo "[course] apt-get update failed; missing: ${missing[*]}" >&2; exit 1; }
-    echo "[course] could not update the package lists: the 'docs' target will be unavailable"
+    ((${#missing[@]})) && apt_failed "apt-get update failed; missing: ${missing[*]}"
+    echo "[course] could not update the package lists: the 'docs' target will be unavailable (log: $apt_log)"
     return 0
   fi
   if ((${#missing[@]})); then
-    echo "[course] installing: ${missing[*]}"
-    wait_for_apt_lock || exit 1
-    "${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}"
+    { wait_for_apt_lock && "${apt[@]}" install -y --no-install-recommends "${missing[@]}" >>"$apt_log" 2>&1; } ||
+      apt_failed "could not install ${missing[*]}"
   fi
   if ((${#missing_docs[@]})); then
-    echo "[course] installing (for the docs): ${missing_docs[*]}"
-    { wait_for_apt_lock && "${apt[@]}" install -y -qq --no-install-recommends "${missing_docs[@]}"; } || echo "[course] could not install ${missing_docs[*]}: the 'docs' target will be unavailable"
+    { wait_for_apt_lock && "${apt[@]}" install -y --no-install-recommends "${missing_docs[@]}" >>"$apt_log" 2>&1; } ||
+      echo "[course] could not install ${missing_docs[*]}: the 'docs' target will be unavailable (log: $apt_log)"
   fi
+}
+
+# apt-get failed: the end of its log, where the whole log is, and stop.
+apt_failed() {
+  tail -15 "$apt_log" >&2
+  echo "[course] $1 -- the whole apt-get log: $apt_log" >&2
+  exit 1
 }
 
 check_cmake() {
@@ -107,6 +117,29 @@ build() {
   cmake --build --preset "$preset"
 }
 
+# The demo executables, by the course_module_targets convention: <short>_<name> for each
+# module0*/demos/<name>.cpp, where <short> is the module's (m01, ...).
+demo_targets() {
+  local m short f
+  for m in module0*/; do
+    short=$(sed -n 's/.*course_module_targets( *[A-Za-z0-9_]* *\([A-Za-z0-9_]*\) *).*/\1/p' "$m/CMakeLists.txt" 2>/dev/null)
+    [[ -n "$short" ]] || continue
+    for f in "$m"demos/*.cpp; do [[ -f "$f" ]] && echo "${short}_$(basename "$f" .cpp)"; done
+  done
+}
+
+# Before building these targets: how many files it compiles and roughly how long that takes
+# (about 10 s per file and core: a fresh full build, 188 files, took 20 minutes on 2 cores with
+# apt-get and configure), or that they are up to date.
+say_build_time() {
+  local n cores
+  n=$(cmake --build --preset "$preset" --target "$@" -- -n 2>/dev/null | grep -c "Building") || true
+  cores=$(nproc 2>/dev/null || echo 2)
+  if ((n == 0)); then echo "[course] the demos are built and up to date"; return; fi
+  echo "[course] building the demos: $n files to compile, about $((n * 10 / cores / 60 + 1)) minutes with $cores cores;"
+  echo "[course] later runs rebuild only what changed. (Tests and benchmarks build with 'course.sh test'.)"
+}
+
 have_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
 
 # The course's no-GPU wording (as in the tests, demos and benchmarks): the plain headline,
@@ -127,14 +160,32 @@ if [[ "${2:-}" == -h || "${2:-}" == --help ]]; then exec python3 scripts/course.
 
 case "$cmd" in
   demo)
-    install_packages; check_cuda; build
-    have_gpu || no_gpu_note "the demos print the CPU reference results only"
-    for d in "$build_dir"/module0*/m0*_*; do
-      [[ -x "$d" && -f "$d" ]] || continue
-      case "$(basename "$d")" in *_bench|*_solution|*_exercise|*_planted|*_cpu_*) continue ;; esac
-      echo; echo "================ $(basename "$d") ================"
-      "$d"
+    install_packages; check_cuda; check_cmake
+    mkdir -p "$build_dir"
+    cmake --preset "$preset" >"$build_dir/configure.log" 2>&1 || { cat "$build_dir/configure.log"; exit 1; }
+    mapfile -t demos < <(demo_targets)
+    say_build_time "${demos[@]}"
+    start=$SECONDS
+    cmake --build --preset "$preset" --target "${demos[@]}"
+    built_s=$((SECONDS - start))
+    gpu=1
+    have_gpu || { gpu=0; no_gpu_note "the demos print the CPU reference results only"; }
+    ran=() failed=()
+    for t in "${demos[@]}"; do
+      d=$(ls "$build_dir"/module0*/"$t" 2>/dev/null | head -1)
+      [[ -n "$d" && -x "$d" ]] || continue
+      echo; echo "================ $t ================"
+      if "$d"; then ran+=("$t"); else failed+=("$t"); fi
     done
+    echo
+    echo "================ summary ================"
+    echo "[course] built in $((built_s / 60)) min $((built_s % 60)) s; ran ${#ran[@]} demos${ran[*]:+: ${ran[*]}}"
+    ((${#failed[@]})) && echo "[course] FAILED: ${failed[*]} (output above)"
+    ((gpu)) || echo "[course] no NVIDIA GPU here: CPU reference results only; the kernels run on a GPU (sm_80+)"
+    echo "[course] the lesson starts at docs/lessons/gpu_model.md, then module01_basics/README.md"
+    echo "[course] next: bash scripts/course.sh list    (every exercise step and its state; builds the tests)"
+    echo "[course]       bash scripts/course.sh test    (the whole build and test suite)"
+    ((${#failed[@]} == 0))
     ;;
   test)
     install_packages; check_cuda; build
@@ -152,6 +203,10 @@ case "$cmd" in
     if [[ $# -ge 2 && $2 != -* ]]; then  # bench STEP: that step's rows only
       install_packages; check_cuda
       exec python3 scripts/course.py "$@"
+    fi
+    if ! have_gpu; then
+      no_gpu_note "the benchmarks of $(ls -d module0*/bench 2>/dev/null | cut -d/ -f1 | paste -sd, | sed 's/,/, /g') need one; nothing to run"
+      exit 0
     fi
     install_packages; check_cuda; build
     # Each binary's rows also go to $build_dir/bench_<module>.json: scripts/make_results.py
