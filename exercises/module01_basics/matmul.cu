@@ -18,12 +18,14 @@
 
 #include "module01/matmul.hpp"
 
+#include "course/cuda/launch.cuh"
 #include "course/cuda/mma_ptx.cuh"
 #include "course/device.hpp"
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace course::exercise {
 namespace {
@@ -394,23 +396,21 @@ __global__ void __launch_bounds__(WarpTiledConfig<BM, BN, BK, WM, WN, STAGES>::k
   }
 }
 
-/// A block may use more than 48 KB of dynamic shared memory only after opting in. (Given.)
-template <class Kernel>
-void allow_dynamic_smem(Kernel* kernel, int bytes) {
-  if (bytes > 48 * 1024)
-    COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-}
-
 template <int BM, int BN, int BK, int WM, int WN, int STAGES>
 void launch_warp_tiled_config(const MatmulArgs& a) {
   using Cfg = WarpTiledConfig<BM, BN, BK, WM, WN, STAGES>;
   const dim3 grid = tile_grid(ceil_div(a.n, BN), ceil_div(a.m, BM), "matmul warp_tiled", "m", a.m);
-  const auto kernel = m01::matmul_float4_ok(a) ? sgemm_warp_tiled_kernel<BM, BN, BK, WM, WN, STAGES, true>
-                                               : sgemm_warp_tiled_kernel<BM, BN, BK, WM, WN, STAGES, false>;
-  allow_dynamic_smem(kernel, Cfg::kSmemBytes);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, a.stream>>>(static_cast<int>(a.m), static_cast<int>(a.n),
-                                                             static_cast<int>(a.k), a.alpha, a.a, a.lda, a.b,
-                                                             a.ldb, a.beta, a.c, a.ldc);
+  const auto launch = [&](auto vec) {
+    constexpr auto kernel = sgemm_warp_tiled_kernel<BM, BN, BK, WM, WN, STAGES, decltype(vec)::value>;
+    // More than 48 KB of dynamic shared memory: opted in once per kernel and device. The
+    // driver's carveout leaves a larger L1 for A's 4-byte cp.async copies (.ca, through L1).
+    ::course::cuda::opt_in_dynamic_smem<kernel>(Cfg::kSmemBytes, ::course::cuda::Carveout::driver_default);
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, a.stream>>>(static_cast<int>(a.m), static_cast<int>(a.n),
+                                                               static_cast<int>(a.k), a.alpha, a.a, a.lda, a.b,
+                                                               a.ldb, a.beta, a.c, a.ldc);
+  };
+  if (m01::matmul_float4_ok(a)) launch(std::true_type{});
+  else launch(std::false_type{});
   COURSE_CHECK_LAUNCH("sgemm_warp_tiled_kernel");
 }
 

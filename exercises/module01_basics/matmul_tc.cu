@@ -16,6 +16,7 @@
 
 #include "module01/matmul_tc.hpp"
 
+#include "course/cuda/launch.cuh"
 #include "course/cuda/mma_ptx.cuh"
 #include "matmul_tc_parts.cuh"
 #include "course/device.hpp"
@@ -26,7 +27,6 @@
 
 #include <climits>
 #include <cstdint>
-#include <sstream>
 
 namespace course::exercise {
 namespace {
@@ -105,7 +105,7 @@ void launch_wmma(const TcMatmulArgs& a) {
 // configuration (what the solution does):
 //   block tile 128 x 256 x 32, 256 threads = 8 warps as 2 (M) x 4 (N), warp tile 64 x 64
 //   = 4 (m16) x 8 (n8) mma tiles; 4 shared-memory stages of A[128][32] + B[32][256]
-//   (96 KB: dynamic shared memory, see allow_dynamic_smem).
+//   (96 KB: dynamic shared memory, see course::cuda::opt_in_dynamic_smem).
 //
 // TODO(step 2), in this order (test after each, with the later items still simple):
 //   (1) A single-stage version: per slab, every thread copies its 16-byte chunks with
@@ -167,23 +167,11 @@ __global__ void __launch_bounds__(mma_cfg::kThreads, 1)
   // TODO(step 2): items (1) - (5) above.
 }
 
-/// Raise the kernel's dynamic shared-memory limit above the 48 KB default. (Given.)
-template <class Kernel>
-void allow_dynamic_smem(Kernel kernel, int bytes) {
-  const int optin = static_cast<int>(device_properties().sharedMemPerBlockOptin);
-  if (bytes > optin) {
-    std::ostringstream os;
-    os << "matmul_tc(mma_sync) needs " << bytes << " bytes of shared memory per block; this device allows "
-       << optin;
-    throw Error(os.str());
-  }
-  COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-}
-
 void launch_mma_sync(const TcMatmulArgs& a) {
-  // TODO(step 2): delete this line; call allow_dynamic_smem(matmul_tc_mma_sync_kernel,
-  //   mma_cfg::kSmemBytes), launch dim3(ceil(n / kBN), ceil(m / kBM)) blocks of
-  //   mma_cfg::kThreads threads with kSmemBytes of dynamic shared memory on a.stream, then
+  // TODO(step 2): delete this line; call
+  //   ::course::cuda::opt_in_dynamic_smem<matmul_tc_mma_sync_kernel>(mma_cfg::kSmemBytes),
+  //   launch dim3(ceil(n / kBN), ceil(m / kBM)) blocks of mma_cfg::kThreads threads with
+  //   kSmemBytes of dynamic shared memory on a.stream, then
   //   COURSE_CHECK_LAUNCH("matmul_tc_mma_sync_kernel").
   throw NotImplemented("matmul_tc step mma_sync", __FILE__);
 }

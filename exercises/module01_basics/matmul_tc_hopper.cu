@@ -27,6 +27,7 @@
 #include "matmul_tc_parts.cuh"
 
 #include "course/cuda/hopper_ptx.cuh"
+#include "course/cuda/launch.cuh"
 #include "course/cuda/mma_ptx.cuh"
 #include "course/device.hpp"
 #include "course/error.hpp"
@@ -39,7 +40,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <sstream>
 
 namespace course::exercise::tc_parts {
 namespace {
@@ -80,18 +80,6 @@ inline unsigned grid_blocks(std::int64_t m, std::int64_t n, int bm, int bn, cons
 /// float2 stores of C need an even ldc and an 8-byte aligned C (columns are always even).
 inline bool vec2_store_ok(const TcMatmulArgs& a) {
   return a.ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(a.c) % 8 == 0;
-}
-
-/// Raise the kernel's dynamic shared-memory limit to what it needs (above the 48 KB default).
-template <class Kernel>
-void allow_dynamic_smem(Kernel kernel, int bytes, const char* what) {
-  const int optin = static_cast<int>(device_properties().sharedMemPerBlockOptin);
-  if (bytes > optin) {
-    std::ostringstream os;
-    os << what << " needs " << bytes << " bytes of shared memory per block; this device allows " << optin;
-    throw Error(os.str());
-  }
-  COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
 /// Throws course::Unsupported unless the Hopper instructions can run here.
@@ -477,8 +465,8 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
   // The TMA boxes: A in kBM x kBK, B in kBK x 64, both written with the 128-byte swizzle.
   const CUtensorMap map_a = make_tma_map_bf16_2d(a.a, a.m, a.k, a.lda, kBM, kBK, TmaSwizzle::bytes128);
   const CUtensorMap map_b = make_tma_map_bf16_2d(a.b, a.k, a.n, a.ldb, kBK, 64, TmaSwizzle::bytes128);
-  auto kernel = matmul_tc_ws_kernel<kCluster>;
-  allow_dynamic_smem(kernel, kSmemBytes, step);
+  constexpr auto kernel = matmul_tc_ws_kernel<kCluster>;
+  cc::opt_in_dynamic_smem<kernel>(kSmemBytes);
 
   cudaLaunchConfig_t config = {};
   cudaLaunchAttribute attribute[1];
@@ -524,7 +512,7 @@ void launch_wgmma(const TcMatmulArgs& a) {
   const int tiles_m = static_cast<int>((a.m + kBM - 1) / kBM);
   const int tiles_n = static_cast<int>((a.n + kBN - 1) / kBN);
   const unsigned tiles = grid_blocks(a.m, a.n, kBM, kBN, step);
-  allow_dynamic_smem(wgmma_step::matmul_tc_wgmma_kernel, wgmma_step::kSmemBytes, step);
+  cc::opt_in_dynamic_smem<wgmma_step::matmul_tc_wgmma_kernel>(wgmma_step::kSmemBytes);
   wgmma_step::matmul_tc_wgmma_kernel<<<tiles, wgmma_step::kThreads, wgmma_step::kSmemBytes, a.stream>>>(
       a.a, a.b, a.c, static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), a.lda, a.ldb, a.ldc,
       tiles_m, tiles_n, vec2_store_ok(a));

@@ -14,6 +14,7 @@
 
 #include "module01/softmax.hpp"
 
+#include "course/cuda/launch.cuh"
 #include "course/cuda/mma_ptx.cuh"
 #include "course/cuda/vec.cuh"
 #include "course/cuda/warp_reduce.cuh"
@@ -313,13 +314,13 @@ bool cluster_fits(int blocks) {
   int i = 0;
   while ((1 << i) < blocks) ++i;
   if (device == known_device) return fits[i];
-  auto* kernel = cluster_columns_kernel<kVec>;
+  constexpr auto kernel = cluster_columns_kernel<kVec>;
   cudaFuncAttributes attr{};
   COURSE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   COURSE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
   for (int j = 0; j < 5; ++j) fits[j] = false;
   if (major >= 9 && attr.ptxVersion >= 90) {
-    COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kClusterMaxSmemBytes));
+    cc::opt_in_dynamic_smem<kernel>(kClusterMaxSmemBytes);
     const bool size16 = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
     for (int j = 0; j < (size16 ? 5 : 4); ++j) {
       cudaLaunchAttribute cluster{};

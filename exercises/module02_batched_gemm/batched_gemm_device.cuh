@@ -97,19 +97,6 @@ void with_transposes(const Problem& p, F&& f) {
   }
 }
 
-/// A kernel may use more than 48 KB of dynamic shared memory only after opting in
-/// (once per kernel; the attribute then stays set). Returns the kernel for the launch.
-template <auto kKernel>
-auto allow_dynamic_smem(int bytes) {
-  static const bool opted_in = [bytes] {
-    if (bytes > 48 * 1024)
-      COURSE_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    return true;
-  }();
-  (void)opted_in;
-  return kKernel;
-}
-
 // ----------------------------------------------------------------------------
 // The step files' entry points, each defined (and instantiated for both operand sets)
 // in its file. A step you have not written throws NotImplemented naming its file.

@@ -14,6 +14,7 @@
 
 #include "batched_gemm_device.cuh"
 
+#include "course/cuda/launch.cuh"
 #include "course/cuda/mma_ptx.cuh"
 #include "course/error.hpp"
 
@@ -433,8 +434,10 @@ template <class Cfg, class OpA, class OpB, class OpC>
 void launch_warp_tiled_cfg(const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
   const m02::BgemmGrid g = batched_gemm_grid(p.M, p.N, p.batch, p.heads, Cfg::BM, Cfg::BN);
   with_transposes(p, [&](auto trans_a, auto trans_b) {
-    auto kernel = allow_dynamic_smem<bgemm_warp_tiled_kernel<Cfg, decltype(trans_a)::value, decltype(trans_b)::value,
-                                                             OpA, OpB, OpC>>(Cfg::kSmemBytes);
+    constexpr auto kernel =
+        bgemm_warp_tiled_kernel<Cfg, decltype(trans_a)::value, decltype(trans_b)::value, OpA, OpB, OpC>;
+    // The driver's carveout keeps a larger L1 for the 4-byte cp.async copies (.ca, through L1).
+    cuda::opt_in_dynamic_smem<kernel>(Cfg::kSmemBytes, cuda::Carveout::driver_default);
     kernel<<<to_dim3(g), Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(A, B, C, p.M, p.N, p.K, p.alpha,
                                                                      static_cast<int>(g.tiles_n));
   });

@@ -16,6 +16,7 @@
 #include "batched_gemm_device.cuh"
 
 #include "course/cuda/hopper_ptx.cuh"
+#include "course/cuda/launch.cuh"
 #include "course/cuda/mma_ptx.cuh"
 #include "course/device.hpp"
 #include "course/error.hpp"
@@ -301,7 +302,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
 template <class Cfg, bool kTransB, class OpA, class OpB, class OpC>
 void launch_tensor_core_kernel(const OpA& A, const OpB& B, const OpC& C, const Problem& p, const m02::BgemmGrid& g) {
-  auto kernel = allow_dynamic_smem<bgemm_tensor_core_kernel<Cfg, kTransB, OpA, OpB, OpC>>(Cfg::kSmemBytes);
+  constexpr auto kernel = bgemm_tensor_core_kernel<Cfg, kTransB, OpA, OpB, OpC>;
+  cuda::opt_in_dynamic_smem<kernel>(Cfg::kSmemBytes);
   kernel<<<to_dim3(g), Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(A, B, C, p.M, p.N, p.K, p.alpha,
                                                                    static_cast<int>(g.tiles_n));
   COURSE_CHECK_LAUNCH("bgemm_tensor_core_kernel");
@@ -483,10 +485,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 template <class Cfg, class OpA, class OpB, class OpC>
 void launch_wgmma_cfg(const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
   const m02::BgemmGrid g = batched_gemm_grid(p.M, p.N, p.batch, p.heads, Cfg::BM, Cfg::BN);
-  auto kernel = p.trans_b ? allow_dynamic_smem<bgemm_wgmma_kernel<Cfg, true, OpA, OpB, OpC>>(Cfg::kSmemBytes)
-                          : allow_dynamic_smem<bgemm_wgmma_kernel<Cfg, false, OpA, OpB, OpC>>(Cfg::kSmemBytes);
-  kernel<<<to_dim3(g), Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(A, B, C, p.M, p.N, p.K, p.alpha,
-                                                                   static_cast<int>(g.tiles_n));
+  const auto launch = [&](auto trans_b) {
+    constexpr auto kernel = bgemm_wgmma_kernel<Cfg, decltype(trans_b)::value, OpA, OpB, OpC>;
+    cuda::opt_in_dynamic_smem<kernel>(Cfg::kSmemBytes);
+    kernel<<<to_dim3(g), Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(A, B, C, p.M, p.N, p.K, p.alpha,
+                                                                     static_cast<int>(g.tiles_n));
+  };
+  if (p.trans_b) launch(std::true_type{});
+  else launch(std::false_type{});
   COURSE_CHECK_LAUNCH("bgemm_wgmma_kernel");
 }
 

@@ -19,6 +19,7 @@
 #include "module02/batched_gemm.hpp"
 #include "module03/attention.hpp"
 
+#include "course/cuda/launch.cuh"
 #include "course/cuda/mma_ptx.cuh"
 #include "course/cuda/vec.cuh"
 #include "course/cuda/warp_reduce.cuh"
@@ -209,14 +210,14 @@ void launch_tiled_d(const Params& p, std::int64_t batch_heads, bool causal, cuda
 }
 
 void launch_tiled_any(const AttentionArgs& a, bool causal) {
+  // Step fused_options (up to d = 128) runs here too: only kTiledHeadDims have a kernel.
+  if (a.head_dim > m03::step_support(AttentionStep::tiled_online).max_head_dim)
+    throw NotImplemented("attention: your tiled kernel keeps a q row in registers, head_dim <= 64", __FILE__);
   const Params p = make_params(a);
   const std::int64_t bh = a.batch * a.heads;
-  switch (a.head_dim) {
-    case 16: return launch_tiled_d<16>(p, bh, causal, a.stream);
-    case 32: return launch_tiled_d<32>(p, bh, causal, a.stream);
-    case 64: return launch_tiled_d<64>(p, bh, causal, a.stream);
-  }
-  throw NotImplemented("attention: your tiled kernel keeps a q row in registers, head_dim <= 64", __FILE__);
+  cuda::dispatch_value<m03::kTiledHeadDims>(a.head_dim, "head_dim", [&](auto d) {
+    launch_tiled_d<decltype(d)::value>(p, bh, causal, a.stream);
+  });
 }
 
 void launch_tiled(const AttentionArgs& a) {
@@ -438,11 +439,8 @@ __global__ void __launch_bounds__(FusedTile<D>::kThreads, FusedTile<D>::kMinBloc
 template <int D, bool kCausal>
 void launch_cfg(const Params& p, std::int64_t batch_heads, cudaStream_t stream) {
   using T = FusedTile<D>;
-  auto kernel = fused_attention_kernel<D, kCausal>;
-  COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(T::kSmemBytes)));
-  COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                         cudaSharedmemCarveoutMaxShared));
+  constexpr auto kernel = fused_attention_kernel<D, kCausal>;
+  ::course::cuda::opt_in_dynamic_smem<kernel>(static_cast<int>(T::kSmemBytes));
   const dim3 grid(static_cast<unsigned>((static_cast<long long>(p.seq_q) + T::kBlockQ - 1) / T::kBlockQ),
                   static_cast<unsigned>(batch_heads));
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
@@ -461,14 +459,9 @@ void launch_fused(const AttentionArgs& a) {
   if (!kFusedWritten || !kOnlineUpdateWritten) throw NotImplemented("attention step fused", __FILE__);
   const Params p = make_params(a);
   const std::int64_t bh = a.batch * a.heads;
-  switch (a.head_dim) {
-    case 16: return fused::launch_d<16>(p, bh, a.causal, a.stream);
-    case 32: return fused::launch_d<32>(p, bh, a.causal, a.stream);
-    case 64: return fused::launch_d<64>(p, bh, a.causal, a.stream);
-    case 96: return fused::launch_d<96>(p, bh, a.causal, a.stream);
-    case 128: return fused::launch_d<128>(p, bh, a.causal, a.stream);
-  }
-  require_arg(false, "attention", "head_dim", a.head_dim, "is not supported by the fused kernel");
+  cuda::dispatch_value<m03::kHeadDims>(a.head_dim, "head_dim", [&](auto d) {
+    fused::launch_d<decltype(d)::value>(p, bh, a.causal, a.stream);
+  });
 }
 
 void launch_fused_options(const AttentionArgs& a) {

@@ -17,18 +17,21 @@
 /// A step you have not written throws NotImplemented and its tests show SKIPPED.
 
 #include "module03/attention.hpp"
+#include "module03/attention_indexing.cuh"
 
+#include "course/cuda/launch.cuh"
 #include "course/cuda/mma_ptx.cuh"
+#include "course/cuda/tile.cuh"
 #include "course/cuda/warp_reduce.cuh"
 #include "course/error.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 namespace course::exercise {
 namespace {
@@ -37,6 +40,10 @@ using bf16 = __nv_bfloat16;
 using m03::AttentionArgsBf16;
 using m03::AttentionStep;
 using m03::AttentionStrides;
+// The stride arithmetic and the block order (heaviest query tiles of all heads first when
+// causal, step causal's order) are module 3's: module03/attention_indexing.cuh.
+using m03::block_coordinates;
+using m03::row_offset;
 
 // ============================================================================ given ====
 
@@ -56,40 +63,11 @@ struct TcParams {
 
 TcParams make_tc_params(const AttentionArgsBf16& a) {
   TcParams p{};
-  p.q = a.q;
-  p.k = a.k;
-  p.v = a.v;
-  p.o = a.o;
-  p.lse = a.lse;
-  p.qs = a.q_strides;
-  p.ks = a.k_strides;
-  p.vs = a.v_strides;
-  p.os = a.o_strides;
-  p.heads = static_cast<int>(a.heads);
-  p.group = static_cast<int>(a.heads / a.kv_heads);
-  p.seq_q = static_cast<int>(a.seq_q);
-  p.seq_k = static_cast<int>(a.seq_k);
+  m03::fill_attention_params(p, a);  // pointers, strides, heads, group, seq_q, seq_k
   p.causal_offset = static_cast<int>(a.seq_k - a.seq_q);
   p.scale = m03::effective_scale(a);
   p.scale_log2 = p.scale * 1.4426950408889634f;
   return p;
-}
-
-__host__ __device__ __forceinline__ std::int64_t row_offset(const AttentionStrides& s, std::int64_t b, std::int64_t h,
-                                                            std::int64_t n) {
-  return b * s.batch + h * s.head + n * s.seq;
-}
-
-/// Heaviest query tiles of all heads first when causal (step 3's order).
-__device__ __forceinline__ void block_coordinates(bool causal, int& q_tile, int& bh) {
-  if (!causal) {
-    q_tile = static_cast<int>(blockIdx.x);
-    bh = static_cast<int>(blockIdx.y);
-    return;
-  }
-  const long long linear = static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x;
-  q_tile = static_cast<int>(gridDim.x - 1 - linear / gridDim.y);
-  bh = static_cast<int>(linear % gridDim.y);
 }
 
 template <bool kCausal>
@@ -111,11 +89,6 @@ __device__ __forceinline__ bool key_hidden(const TcParams& p, int row, int key) 
   return key >= p.seq_k || (kCausal && static_cast<long long>(key) > static_cast<long long>(row) + p.causal_offset);
 }
 
-__device__ __forceinline__ std::uint32_t pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const std::uint32_t*>(&v);
-}
-
 /// The online update of steps 2-5 (your online_softmax_rescale of attention.cu, repeated
 /// here so that this file stands alone): returns alpha, updates m (scaled scores) and l.
 __device__ __forceinline__ float online_rescale(float& m, float& l, float block_max) {
@@ -124,19 +97,6 @@ __device__ __forceinline__ float online_rescale(float& m, float& l, float block_
   l *= alpha;
   m = m_new;
   return alpha;
-}
-
-template <auto kKernel>
-void opt_in_shared_memory(int bytes) {
-  static std::atomic<unsigned long long> done{0};
-  int device = 0;
-  COURSE_CUDA_CHECK(cudaGetDevice(&device));
-  const unsigned long long bit = device < 64 ? 1ull << device : 0ull;
-  if (bit != 0 && (done.load() & bit) != 0) return;
-  COURSE_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  COURSE_CUDA_CHECK(
-      cudaFuncSetAttribute(kKernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-  done.fetch_or(bit);
 }
 
 // ============================================================================ step 7 ====
@@ -158,23 +118,22 @@ __device__ __forceinline__ int my_swizzle_chunk(int row, int chunk) {
   return chunk;
 }
 
-/// Geometry of a [rows][D] bf16 tile in shared memory (see the solution's TileGeom).
-/// kSwizzle = false: the global layout (step 6). kSwizzle = true: rows padded to a power
-/// of two of chunks, chunks placed by YOUR my_swizzle_chunk (step 7) or by the course's
-/// cuda::swizzle_chunk (steps 8-9, whose address arithmetic relies on its exact form).
+/// Geometry of a [rows][D] bf16 tile in shared memory: course/cuda/tile.cuh's
+/// cuda::TileGeom, plain (Swizzle::none: the global layout, step 6) or swizzled by the
+/// course's cuda::swizzle_chunk (Swizzle::course: steps 8-9, whose address arithmetic
+/// relies on its exact form), and one more for step 7: the same padded rows with the
+/// chunks placed by YOUR my_swizzle_chunk (Swizzle::yours).
 enum class Swizzle { none, yours, course };
-template <int D, Swizzle kSw>
-struct TileGeom {
-  static constexpr int kChunks = D / 8;
-  static constexpr int kRowChunks = kSw == Swizzle::none ? kChunks : (kChunks <= 4 ? 4 : (kChunks <= 8 ? 8 : 16));
-  static constexpr int kRowBytes = 16 * kRowChunks;
+template <int D>
+struct YourSwizzleGeom : cuda::TileGeom<D, true> {
+  using Base = cuda::TileGeom<D, true>;
   __device__ __forceinline__ static std::uint32_t offset(int row, int chunk) {
-    int c = chunk;
-    if constexpr (kSw == Swizzle::yours) c = my_swizzle_chunk<kRowChunks>(row, chunk);
-    if constexpr (kSw == Swizzle::course) c = cuda::swizzle_chunk<kRowChunks>(row, chunk);
-    return static_cast<std::uint32_t>(row * kRowBytes + 16 * c);
+    return static_cast<std::uint32_t>(row * Base::kRowBytes + 16 * my_swizzle_chunk<Base::kRowChunks>(row, chunk));
   }
 };
+template <int D, Swizzle kSw>
+using TileGeom = std::conditional_t<kSw == Swizzle::yours, YourSwizzleGeom<D>,
+                                    cuda::TileGeom<D, kSw == Swizzle::course>>;
 
 /// cp.async copies of rows row0.. of one head into a [kRows][D] tile (zeros past `valid_rows`).
 template <int D, int kRows, int kThreads, Swizzle kSw>
@@ -248,13 +207,12 @@ struct TileStream {
   }
 };
 
-/// Rounds the dynamic shared-memory base up to 1024 bytes (the kernel asks for 1 KB more):
-/// the XOR address arithmetic of steps 8-9 needs tiles aligned to their row length.
-constexpr int kSmemAlign = 1024;
-__device__ __forceinline__ unsigned char* align_smem(unsigned char* p) {
-  const std::uint32_t a = cuda::smem_u32(p);
-  return p + ((kSmemAlign - a % kSmemAlign) % kSmemAlign);
-}
+// The bf16 packing of fragment registers and the 1024-aligned dynamic shared-memory base
+// (the XOR address arithmetic of steps 8-9 needs tiles aligned to their row length; the
+// kernel asks for kSmemAlign bytes more) are course/cuda/tile.cuh's.
+using cuda::align_smem;
+using cuda::kSmemAlign;
+using cuda::pack_bf16x2;
 
 // ====================================================================== steps 6 and 7 ====
 // Step 6: tc_mma. 4 warps, each owns 16 query rows of a 64-row Q tile; K/V tiles of 64
@@ -480,10 +438,10 @@ void launch_smem_softmax_d(const TcParams& p, std::int64_t batch_heads, bool cau
   const dim3 grid(static_cast<unsigned>((static_cast<long long>(p.seq_q) + T::kBlockM - 1) / T::kBlockM),
                   static_cast<unsigned>(batch_heads));
   if (causal) {
-    opt_in_shared_memory<smem_softmax_kernel<D, true, kTuned>>(T::kSmemBytes);
+    cuda::opt_in_dynamic_smem<smem_softmax_kernel<D, true, kTuned>>(T::kSmemBytes);
     smem_softmax_kernel<D, true, kTuned><<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
   } else {
-    opt_in_shared_memory<smem_softmax_kernel<D, false, kTuned>>(T::kSmemBytes);
+    cuda::opt_in_dynamic_smem<smem_softmax_kernel<D, false, kTuned>>(T::kSmemBytes);
     smem_softmax_kernel<D, false, kTuned><<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
   }
   COURSE_CHECK_LAUNCH("smem_softmax_kernel");
@@ -493,12 +451,9 @@ template <bool kTuned>
 void launch_smem_softmax(const AttentionArgsBf16& a) {
   const TcParams p = make_tc_params(a);
   const std::int64_t bh = a.batch * a.heads;
-  switch (a.head_dim) {
-    case 32: return launch_smem_softmax_d<32, kTuned>(p, bh, a.causal, a.stream);
-    case 64: return launch_smem_softmax_d<64, kTuned>(p, bh, a.causal, a.stream);
-    case 96: return launch_smem_softmax_d<96, kTuned>(p, bh, a.causal, a.stream);
-    case 128: return launch_smem_softmax_d<128, kTuned>(p, bh, a.causal, a.stream);
-  }
+  cuda::dispatch_value<m03::kTcHeadDims>(a.head_dim, "head_dim", [&](auto d) {
+    launch_smem_softmax_d<decltype(d)::value, kTuned>(p, bh, a.causal, a.stream);
+  });
 }
 
 // ====================================================================== steps 8 and 9 ====
@@ -770,7 +725,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) register_softmax_kernel(cons
 template <class Cfg, bool kCausal>
 void launch_cfg(const TcParams& p, std::int64_t batch_heads, cudaStream_t stream) {
   constexpr auto kernel = register_softmax_kernel<Cfg, kCausal>;
-  opt_in_shared_memory<kernel>(Cfg::kSmemBytes);
+  cuda::opt_in_dynamic_smem<kernel>(Cfg::kSmemBytes);
   const dim3 grid(static_cast<unsigned>((static_cast<long long>(p.seq_q) + Cfg::kBlockM - 1) / Cfg::kBlockM),
                   static_cast<unsigned>(batch_heads));
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
@@ -781,17 +736,11 @@ template <template <int> class ConfigOf>
 void launch_by_head_dim(const AttentionArgsBf16& a) {
   const TcParams p = make_tc_params(a);
   const std::int64_t bh = a.batch * a.heads;
-  const auto go = [&](auto cfg) {
-    using Cfg = decltype(cfg);
+  cuda::dispatch_value<m03::kTcHeadDims>(a.head_dim, "head_dim", [&](auto d) {
+    using Cfg = ConfigOf<decltype(d)::value>;
     if (a.causal) launch_cfg<Cfg, true>(p, bh, a.stream);
     else launch_cfg<Cfg, false>(p, bh, a.stream);
-  };
-  switch (a.head_dim) {
-    case 32: return go(ConfigOf<32>{});
-    case 64: return go(ConfigOf<64>{});
-    case 96: return go(ConfigOf<96>{});
-    case 128: return go(ConfigOf<128>{});
-  }
+  });
 }
 
 template <int D>

@@ -4,10 +4,12 @@
 /// Read module04_training/README.md (the lesson: the softmax Jacobian, why D = rowsum(dO * O)
 /// replaces it, the chain through attention) and include/module04/attention_backward.hpp
 /// (the formulas, strides, the causal convention, grouped-query heads) first. Then, in order:
-///   1. row_dot_kernel        D_i = dO_i . O_i for every query row (and dQ = 0 for step flash)
-///   2. naive                 recompute_p_kernel + the pipeline of GEMMs and softmax backward
-///   3. flash                 the per-tile math of the K/V-parallel kernel, dQ by atomics
-///   4. flash_deterministic   the query-parallel dQ pass (no atomics)
+///   0. row_dot_kernel        D_i = dO_i . O_i for every query row (and dQ = 0 for flash);
+///                            both flash steps start with it
+///   1. naive                 recompute_p_kernel + the pipeline of GEMMs and softmax backward
+///   2. flash                 the per-tile math of the K/V-parallel kernel, dQ by atomics
+///   3. flash_deterministic   the query-parallel dQ pass (no atomics)
+/// (Steps 1-3 are kAttentionBackwardSteps of module04/attention_backward.hpp.)
 /// The kernels here may be simpler than the solution's (a thread per key row, a thread per
 /// query row): they must be correct, not fast. Measure them against the solution afterwards.
 /// Run the tests with:   ctest --preset default -L exercise -R AttentionBackward
@@ -15,7 +17,9 @@
 /// Hints, one at a time: `bash scripts/course.sh hint attention_backward/<step>`
 /// (all of them: exercises/module04_training/hints/attention_backward.md).
 
+#include "course/cuda/launch.cuh"
 #include "module02/batched_gemm.hpp"
+#include "module03/attention_indexing.cuh"
 #include "module04/attention_backward.hpp"
 #include "module04/softmax_backward.hpp"
 
@@ -32,11 +36,8 @@ using m03::AttentionStrides;
 using m04::AttentionBackwardArgs;
 using m04::AttentionBackwardStep;
 
-/// Element offset of row n of head h of batch b (given: module 3's step 0).
-__host__ __device__ __forceinline__ std::int64_t row_offset(const AttentionStrides& s, std::int64_t b, std::int64_t h,
-                                                            std::int64_t n) {
-  return b * s.batch + h * s.head + n * s.seq;
-}
+/// Element offset of row n of head h of batch b (given: module 3's row_offset).
+using m03::row_offset;
 
 /// Everything a kernel needs, by value (given).
 struct Params {
@@ -95,18 +96,18 @@ unsigned grid_stride_blocks(long long work, int threads) {
 }
 
 // ----------------------------------------------------------------------------
-// Step 1: the preprocessing kernel.  D_i = sum_c dO_ic * O_ic  for every query row
+// Step 0: row_dot_kernel, the preprocessing.  D_i = sum_c dO_ic * O_ic  for every query row
 // r = (b*H + h)*N_q + i, written to p.d_row[r]; when zero_dq, also dQ row r = 0 (step flash
 // adds into dQ with atomics, so it must start from zero; the launch is already there).
 // This dot product of length d replaces sum_j P_ij dP_ij, one of length N_k: see the lesson.
-// TODO(step 1): write the kernel body; then set kRowDotWritten to true.
+// TODO(row_dot): write the kernel body; then set kRowDotWritten to true.
 // Hints, one at a time: bash scripts/course.sh hint attention_backward/row_dot
 // (The solution gives each row a group of lanes with float4 loads and a shuffle reduction.)
 // ----------------------------------------------------------------------------
-constexpr bool kRowDotWritten = false;  // TODO(step 1): true once row_dot_kernel is written
+constexpr bool kRowDotWritten = false;  // TODO(row_dot): true once row_dot_kernel is written
 
 __global__ void row_dot_kernel(const Params p, long long rows, bool zero_dq) {
-  // TODO(step 1)
+  // TODO(row_dot)
   (void)p;
   (void)rows;
   (void)zero_dq;
@@ -120,7 +121,7 @@ void launch_row_dot(const Params& p, long long rows, bool zero_dq, cudaStream_t 
 }
 
 // ----------------------------------------------------------------------------
-// Step 2: naive -- S, P and dP materialized. The workspace holds two [B, H, N_q, N_k]
+// Step 1: naive -- S, P and dP materialized. The workspace holds two [B, H, N_q, N_k]
 // matrices, W1 = a.workspace and W2 = W1 + B*H*N_q*N_k (strides H*N_q*N_k, N_q*N_k, N_k):
 //   W1 = scale * Q K^T       course::solution::batched_gemm_strided(BgemmStep::warp_tiled, ...),
 //                            b_transposed = true, alpha = scale
@@ -132,12 +133,12 @@ void launch_row_dot(const Params& p, long long rows, bool zero_dq, cudaStream_t 
 //   dQ = scale * dS K        GEMM, alpha = scale
 //   dK = scale * dS^T Q      GEMM, a_transposed = true, alpha = scale
 // Why does the softmax backward give dS? It computes D_i = sum_j P_ij dP_ij itself, and
-// sum_j P_ij (dO_i . V_j) = dO_i . O_i: the same D as step 1's.
-// TODO(step 2): write recompute_p_kernel and launch_naive.
+// sum_j P_ij (dO_i . V_j) = dO_i . O_i: the same D as row_dot_kernel's.
+// TODO(naive): write recompute_p_kernel and launch_naive.
 // Hints, one at a time: bash scripts/course.sh hint attention_backward/naive
 // ----------------------------------------------------------------------------
 __global__ void recompute_p_kernel(float* s, const float* lse, long long rows, int seq_q, int seq_k, bool causal) {
-  // TODO(step 2)
+  // TODO(naive)
   (void)s;
   (void)lse;
   (void)rows;
@@ -172,14 +173,14 @@ m02::StridedBatchedGemmArgs<float> gemm(const AttentionBackwardArgs& a, std::int
 }
 
 void launch_naive(const AttentionBackwardArgs& a) {
-  // TODO(step 2): delete the throw, then launch the pipeline above (gemm() fills in the
+  // TODO(naive): delete the throw, then launch the pipeline above (gemm() fills in the
   // sizes and strides of one batched GEMM; set b_transposed, a_transposed and alpha yourself).
   (void)a;
   throw NotImplemented("attention_backward step naive", __FILE__);
 }
 
 // ----------------------------------------------------------------------------
-// Step 3: flash -- never store S or P. Grid: x = tiles of kKvRows keys, y = (batch, kv head).
+// Step 2: flash -- never store S or P. Grid: x = tiles of kKvRows keys, y = (batch, kv head).
 // One thread per key j keeps k_j, v_j and its accumulators dK_j, dV_j (float[D] each) in
 // registers (or local memory, for large D: correct, not fast). The block walks the query
 // rows of every query head that reads its kv head, kQRows at a time; the scaffolding loads
@@ -191,11 +192,12 @@ void launch_naive(const AttentionBackwardArgs& a) {
 //     dK_j += dS * q_i                            (times scale once, at the store)
 //     dQ_i += scale * dS * k_j                    many key threads add into the same dQ_i:
 //                                                 atomicAdd (step flash only: kAtomicDq)
-// Step 4 runs the same kernel with kAtomicDq = false and computes dQ in its own pass.
-// TODO(step 3): write the per-row math marked below; then set kFlashWritten to true.
+// flash_deterministic runs the same kernel with kAtomicDq = false and computes dQ in its
+// own pass.
+// TODO(flash): write the per-row math marked below; then set kFlashWritten to true.
 // Hints, one at a time: bash scripts/course.sh hint attention_backward/flash
 // ----------------------------------------------------------------------------
-constexpr bool kFlashWritten = false;  // TODO(step 3): true once the per-row math is written
+constexpr bool kFlashWritten = false;  // TODO(flash): true once the per-row math is written
 
 constexpr int kKvRows = 32;  // keys per block = threads per block
 constexpr int kQRows = 16;   // query rows per shared-memory tile
@@ -246,7 +248,7 @@ __global__ void __launch_bounds__(kKvRows) flash_kv_kernel(const Params p) {
       if (!active) continue;  // no return: the other threads still need this one at __syncthreads
       for (int r = 0; r < kQRows; ++r) {
         const int i = q0 + r;
-        // TODO(step 3): the per-row math (see above): s, P, dv +=, dP, dS, dk +=, and the
+        // TODO(flash): the per-row math (see above): s, P, dv +=, dP, dS, dk +=, and the
         // dQ atomics when kAtomicDq. Skip the row when key j is hidden from it.
         (void)i;
       }
@@ -264,16 +266,17 @@ __global__ void __launch_bounds__(kKvRows) flash_kv_kernel(const Params p) {
 }
 
 // ----------------------------------------------------------------------------
-// Step 4: flash_deterministic -- dQ without atomics. The K/V kernel above runs with
+// Step 3: flash_deterministic -- dQ without atomics. The K/V kernel above runs with
 // kAtomicDq = false (dK, dV only); then this kernel, one thread per query row i (grid:
 // x = tiles of kDqRows rows, y = (batch, head)), walks the keys in shared-memory tiles of
 // kDqKeys and sums dQ_i = scale * sum_j dS_ij k_j in a fixed order: the same bits every run.
 // It recomputes s, P, dP and dS for every (i, j) -- that recomputation is the price of
 // determinism, which the lesson measures.
-// TODO(step 4): write the per-key math marked below; then set kDqPassWritten to true.
+// TODO(flash_deterministic): write the per-key math marked below; then set kDqPassWritten
+// to true.
 // Hints, one at a time: bash scripts/course.sh hint attention_backward/flash_deterministic
 // ----------------------------------------------------------------------------
-constexpr bool kDqPassWritten = false;  // TODO(step 4): true once the per-key math is written
+constexpr bool kDqPassWritten = false;  // TODO(flash_deterministic): true once written
 
 constexpr int kDqRows = 64;  // query rows per block = threads per block
 constexpr int kDqKeys = 16;  // keys per shared-memory tile
@@ -317,8 +320,8 @@ __global__ void __launch_bounds__(kDqRows) flash_dq_kernel(const Params p) {
     if (!active) continue;
     for (int t = 0; t < kDqKeys; ++t) {
       const int j = kv0 + t;
-      // TODO(step 4): the per-key math (see above): skip hidden keys, then s, P, dP, dS and
-      // dq += dS * k_tile[t].
+      // TODO(flash_deterministic): the per-key math (see above): skip hidden keys, then s, P,
+      // dP, dS and dq += dS * k_tile[t].
       (void)j;
       (void)lse;
       (void)d_i;
@@ -332,7 +335,7 @@ __global__ void __launch_bounds__(kDqRows) flash_dq_kernel(const Params p) {
 }
 
 // ----------------------------------------------------------------------------
-// The launches of steps 3 and 4 (given).
+// The launches of flash and flash_deterministic (given).
 // ----------------------------------------------------------------------------
 template <int D>
 void launch_flash_d(const Params& p, const AttentionBackwardArgs& a, bool deterministic) {
@@ -358,14 +361,8 @@ void launch_flash(const AttentionBackwardArgs& a, bool deterministic) {
   const Params p = make_params(a);
   // D (and dQ = 0 when dQ is accumulated with atomics), then the K/V pass (and the dQ pass).
   launch_row_dot(p, a.batch * a.heads * a.seq_q, /*zero_dq=*/!deterministic, a.stream);
-  switch (a.head_dim) {
-    case 16: return launch_flash_d<16>(p, a, deterministic);
-    case 32: return launch_flash_d<32>(p, a, deterministic);
-    case 64: return launch_flash_d<64>(p, a, deterministic);
-    case 96: return launch_flash_d<96>(p, a, deterministic);
-    case 128: return launch_flash_d<128>(p, a, deterministic);
-  }
-  require_arg(false, "attention_backward", "head_dim", a.head_dim, "is not supported");
+  cuda::dispatch_value<m03::kHeadDims>(a.head_dim, "head_dim",
+                                      [&](auto d) { launch_flash_d<decltype(d)::value>(p, a, deterministic); });
 }
 
 }  // namespace
@@ -376,6 +373,7 @@ void attention_backward(m04::AttentionBackwardStep step, const m04::AttentionBac
     case AttentionBackwardStep::naive: return launch_naive(args);
     case AttentionBackwardStep::flash: return launch_flash(args, false);
     case AttentionBackwardStep::flash_deterministic: return launch_flash(args, true);
+    default: return;  // the tensor-core steps take AttentionBackwardArgsBf16 (validation rejected them)
   }
 }
 

@@ -1,7 +1,15 @@
 /// @file matmul.cu
 /// @brief Solution ladder for fp32 SGEMM, C = alpha * A * B + beta * C (module 1).
 ///
-/// Seven steps from one-thread-per-output to a warp-tiled, double-buffered kernel.
+/// The ladder (kMatmulSteps in module01/matmul.hpp):
+///   1. naive        one thread per output, threadIdx.x along M: strided A loads and C stores
+///   2. coalesced    one thread per output, threadIdx.x along N: coalesced B loads and C stores
+///   3. smem_tiled   32x32 tiles of A and B in shared memory, each reused 32 times
+///   4. register_1d  each thread computes 8 outputs of one column (1-D register blocking)
+///   5. register_2d  each thread computes an 8x8 block of outputs (2-D register blocking)
+///   6. vectorized   float4 global and shared loads, A stored transposed in shared memory
+///   7. warp_tiled   warp tiles, conflict-free fragments, a double-buffered cp.async pipeline
+///
 /// All matrices are row-major with leading dimensions; every kernel handles any
 /// M, N, K >= 1 (partial tiles are zero-filled on load and masked on store) and
 /// follows BLAS: beta == 0 means C is never read.
@@ -21,6 +29,7 @@
 /// Resource usage per kernel (registers, spills) is printed by building with
 /// -DCOURSE_PTXAS_VERBOSE=ON; the numbers in the comments are for sm_90, CUDA 13.0.
 
+#include "course/cuda/launch.cuh"
 #include "course/cuda/mma_ptx.cuh"
 #include "course/device.hpp"
 #include "module01/matmul.hpp"
@@ -28,6 +37,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace course::solution {
 namespace {
@@ -256,7 +266,7 @@ void launch_register_1d(const MatmulArgs& a) {
 // Occupancy: 64 accumulators push registers to ~100-128 per thread: 2 blocks
 // (16 warps) per SM, 8 KB shared memory per block.
 // Measured (results: sgemm/solution/register_2d/4096x4096x4096): 28.1 TFLOP/s = 0.55 of cublas_sgemm;
-// at 1024^3 only 64 blocks of 128x128 for 132 SMs (see step 7):
+// at 1024^3 only 64 blocks of 128x128 for 132 SMs (see warp_tiled):
 // Measured (results: sgemm/solution/register_2d/1024x1024x1024): 9.5 TFLOP/s.
 // Registers: 126, no spills.
 // ============================================================================
@@ -333,7 +343,7 @@ void launch_register_2d(const MatmulArgs& a) {
 }
 
 // ----------------------------------------------------------------------------
-// float4 helpers for steps 6 and 7. kVec selects the 16-byte path; it is true only
+// float4 helpers for vectorized and warp_tiled. kVec selects the 16-byte path; it is true only
 // when the host checked that A, B, C are 16-byte aligned and lda, ldb, ldc are
 // multiples of 4 (m01::matmul_float4_ok), so every row starts 16-byte aligned and
 // a vector at a column that is a multiple of 4 is aligned too. Near the right edge
@@ -389,7 +399,7 @@ __device__ __forceinline__ void store4(float* row, int col, int ncols, float4 ac
 //    contiguous: 2 LDS.128 instead of 8 LDS.32, and no bank conflicts.
 //  * B fragments are read as 2 LDS.128 too; C is written with float4 stores.
 // Per k and warp: 4 LDS.128 (~10 wavefronts: B's 16 distinct float4s 32 bytes
-// apart still conflict 2-way; step 7 fixes that) for 64 FFMAs.
+// apart still conflict 2-way; warp_tiled fixes that) for 64 FFMAs.
 // Prediction (4096^3): ~1.2-1.3x register_2d, ~35-40 TFLOP/s (~70-80% of cuBLAS).
 // Occupancy as register_2d: 2 blocks (16 warps) per SM, 8.2 KB shared memory.
 // Measured (results: sgemm/solution/vectorized/4096x4096x4096): 34.6 TFLOP/s = 0.68 of cublas_sgemm.
@@ -472,7 +482,7 @@ void launch_vectorized(const MatmulArgs& a) {
   COURSE_CHECK_LAUNCH("sgemm_vectorized_kernel");
 }
 
-// cp.async for step 7 (sm_80+), from common/include/course/cuda/mma_ptx.cuh. It copies
+// cp.async for warp_tiled (sm_80+), from common/include/course/cuda/mma_ptx.cuh. It copies
 // global -> shared memory without passing through registers; the copies of a "group"
 // are waited for with cp.async.wait_group. `src_bytes` < the copy size zero-fills the
 // rest of the destination, which is how the edges of the matrices become zeros; with
@@ -501,12 +511,12 @@ __device__ __forceinline__ void cp_async_16(float* smem_dst, const float* gmem_s
 // So a thread's outputs are 4 rows at lane_m*4 and 4 more 32 rows further, by 4
 // columns at lane_n*4 and 4 more 16 columns further.
 //
-// What changes from step 6:
+// What changes from vectorized:
 //  * Fragments: for one k, the 8 distinct A float4s a warp reads are 128
 //    contiguous bytes, the 4 distinct B float4s 64: each LDS.128 is a single
-//    conflict-free wavefront. 4 wavefronts per 64 FFMAs (step 6: ~10).
+//    conflict-free wavefront. 4 wavefronts per 64 FFMAs (vectorized: ~10).
 //  * Loads: cp.async copies the tiles straight into shared memory -- no registers
-//    hold data in flight (staging step 6's float4s in registers would push this
+//    hold data in flight (staging vectorized's float4s in registers would push this
 //    kernel past 128 registers and spill) -- STAGES - 1 tiles ahead of the math.
 //    A is copied element by element (4-byte cp.async) so it lands transposed;
 //    with the row pitch BM + 4, the 4 rows x 8 k a warp copies hit 32 banks.
@@ -692,26 +702,23 @@ __global__ void __launch_bounds__(WarpTiledConfig<BM, BN, BK, WM, WN, STAGES>::k
   }
 }
 
-/// A block may use more than 48 KB of dynamic shared memory only after opting in,
-/// once per kernel (and per device: we set it on every call, it is cheap).
-template <class Kernel>
-void allow_dynamic_smem(Kernel* kernel, int bytes) {
-  if (bytes > 48 * 1024)
-    COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-}
-
 template <int BM, int BN, int BK, int WM, int WN, int STAGES>
 void launch_warp_tiled_config(const MatmulArgs& a) {
   using Cfg = WarpTiledConfig<BM, BN, BK, WM, WN, STAGES>;
   const dim3 grid = tile_grid(ceil_div(a.n, BN), ceil_div(a.m, BM), "matmul warp_tiled", "m", a.m);
   // (The float4 path really needs only B and C aligned -- A is copied element by
   // element -- but one predicate for both vectorized steps keeps the rule simple.)
-  const auto kernel = m01::matmul_float4_ok(a) ? sgemm_warp_tiled_kernel<BM, BN, BK, WM, WN, STAGES, true>
-                                               : sgemm_warp_tiled_kernel<BM, BN, BK, WM, WN, STAGES, false>;
-  allow_dynamic_smem(kernel, Cfg::kSmemBytes);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, a.stream>>>(static_cast<int>(a.m), static_cast<int>(a.n),
-                                                             static_cast<int>(a.k), a.alpha, a.a, a.lda, a.b,
-                                                             a.ldb, a.beta, a.c, a.ldc);
+  const auto launch = [&](auto vec) {
+    constexpr auto kernel = sgemm_warp_tiled_kernel<BM, BN, BK, WM, WN, STAGES, decltype(vec)::value>;
+    // More than 48 KB of dynamic shared memory: opted in once per kernel and device. The
+    // driver's carveout leaves a larger L1 for A's 4-byte cp.async copies (.ca, through L1).
+    ::course::cuda::opt_in_dynamic_smem<kernel>(Cfg::kSmemBytes, ::course::cuda::Carveout::driver_default);
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, a.stream>>>(static_cast<int>(a.m), static_cast<int>(a.n),
+                                                               static_cast<int>(a.k), a.alpha, a.a, a.lda, a.b,
+                                                               a.ldb, a.beta, a.c, a.ldc);
+  };
+  if (m01::matmul_float4_ok(a)) launch(std::true_type{});
+  else launch(std::false_type{});
   COURSE_CHECK_LAUNCH("sgemm_warp_tiled_kernel");
 }
 

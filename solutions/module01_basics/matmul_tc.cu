@@ -1,8 +1,16 @@
 /// @file matmul_tc.cu
 /// @brief Solution ladder for C = A * B on tensor cores: bf16 inputs, fp32 accumulation (module 1).
 ///
-/// Two steps. `wmma` uses the C++ fragment API (nvcuda::wmma), which hides the
-/// register layout of the tensor-core operands; `mma_sync` drops to PTX and takes
+/// The ladder (kTcMatmulSteps in module01/matmul_tc.hpp):
+///   1. wmma                  nvcuda::wmma 16x16x16 fragments; 128x128x32 block tile staged in shared memory
+///   2. mma_sync              PTX mma.sync m16n8k16 + ldmatrix on XOR-swizzled shared memory, cp.async pipeline
+///   3. wgmma                 (matmul_tc_hopper.cu, sm_90a) warpgroup MMA from 128-byte-swizzled shared memory
+///   4. tma_warp_specialized  (matmul_tc_hopper.cu) TMA copies on an mbarrier ring; producer + 2 consumer warpgroups
+///   5. persistent            (matmul_tc_hopper.cu) one block per SM walks the tiles; next loads overlap the epilogue
+///   6. cluster_multicast     (matmul_tc_hopper.cu) 2-block clusters share each B tile, multicast by TMA
+///
+/// This file holds the first two. `wmma` uses the C++ fragment API (nvcuda::wmma), which
+/// hides the register layout of the tensor-core operands; `mma_sync` drops to PTX and takes
 /// control of everything wmma hides: how fragments are loaded (ldmatrix), how shared
 /// memory is laid out (XOR swizzle), and how global loads overlap the math
 /// (a multi-stage cp.async pipeline).
@@ -10,13 +18,14 @@
 /// Numbers for the benchmark shape M = N = K = 8192:
 ///   FLOPs = 2 * M * N * K = 1.10e12. H100 SXM dense bf16 peak ~990 TFLOP/s (wgmma);
 ///   mma.sync, the Ampere instruction, reaches only ~60-70% of that on Hopper, so the
-///   ceiling for this ladder is roughly 600-650 TFLOP/s (cuBLAS, using wgmma, ~750).
+///   ceiling for these two steps is roughly 600-650 TFLOP/s (cuBLAS, using wgmma, ~750).
 ///   Compulsory traffic: A and B 128 MiB each, C 256 MiB: 0.5 GB, ~0.2 ms at 3 TB/s,
 ///   against ~1.7 ms of math at 650 TFLOP/s: the kernel must be compute-bound, and
 ///   its job is to keep the tensor cores fed from shared memory.
 
 #include "module01/matmul_tc.hpp"
 
+#include "course/cuda/launch.cuh"
 #include "course/cuda/mma_ptx.cuh"
 #include "matmul_tc_parts.cuh"
 #include "course/device.hpp"
@@ -27,7 +36,6 @@
 
 #include <climits>
 #include <cstdint>
-#include <sstream>
 #include <type_traits>
 
 namespace course::solution {
@@ -36,7 +44,6 @@ namespace {
 using m01::TcMatmulArgs;
 using m01::TcMatmulStep;
 using bf16 = __nv_bfloat16;
-using tc_parts::allow_dynamic_smem;
 using tc_parts::grid_blocks;
 using tc_parts::grouped_tile;
 using tc_parts::kGroupM;
@@ -213,7 +220,7 @@ void launch_wmma(const TcMatmulArgs& a) {
 //     4 (m16) x 8 (n8) mma tiles = 128 fp32 accumulators per thread. A warp issues
 //     4 + 4 ldmatrix.x4 and 32 mma per k16 step.
 // Shared memory per stage: A 128x32x2 = 8 KB + B 32x256x2 = 16 KB = 24 KB;
-// 4 stages = 96 KB (dynamic; needs cudaFuncAttributeMaxDynamicSharedMemorySize).
+// 4 stages = 96 KB (dynamic: opted in by course::cuda::opt_in_dynamic_smem).
 // Occupancy: ~250 registers x 256 threads -> 1 block (8 warps, 2 per scheduler) per SM.
 // Latency is hidden by the pipeline and by instruction-level parallelism (32
 // independent mma per k-step), not by more warps.
@@ -226,7 +233,7 @@ void launch_wmma(const TcMatmulArgs& a) {
 // Development runs ranged 0.64-0.71 (the card clocks down as it heats; cuBLAS reached
 // 767-790 TFLOP/s when cool). Limit: a loop of nothing but mma.sync.m16n8k16 peaks at
 // ~628 TFLOP/s on the H200, so this kernel is at ~0.7 of the instruction's ceiling; cuBLAS
-// uses Hopper's wgmma (sm_90a), which the next (optional) step would need to match it.
+// uses Hopper's wgmma (sm_90a), as the wgmma step and those after it do (matmul_tc_hopper.cu).
 // ============================================================================
 template <int BM, int BN, int BK, int WarpsM, int WarpsN, int Stages, int GroupM = kGroupM>
 struct MmaConfig {
@@ -261,7 +268,7 @@ struct MmaConfig {
 };
 using MmaCfg = MmaConfig<128, 256, 32, 2, 4, 4>;
 
-// From common/include/course/cuda/mma_ptx.cuh (see the step 2 banner above).
+// From common/include/course/cuda/mma_ptx.cuh (see the mma_sync banner above).
 using ::course::cuda::cp_async_16_zfill;
 using ::course::cuda::cp_async_commit;
 using ::course::cuda::cp_async_wait;
@@ -504,8 +511,8 @@ void launch_mma_sync(const TcMatmulArgs& a) {
   const int tiles_n = static_cast<int>((a.n + Cfg::kBN - 1) / Cfg::kBN);
   const unsigned tiles = grid_blocks(a.m, a.n, Cfg::kBM, Cfg::kBN, "matmul_tc(mma_sync)");
   const bool vec_ok = tc_parts::vec2_store_ok(a);
-  auto kernel = matmul_tc_mma_sync_kernel<Cfg>;
-  allow_dynamic_smem(kernel, Cfg::kSmemBytes, "matmul_tc(mma_sync)");
+  constexpr auto kernel = matmul_tc_mma_sync_kernel<Cfg>;
+  ::course::cuda::opt_in_dynamic_smem<kernel>(Cfg::kSmemBytes);  // 96 KB: more than the 48 KB default
   kernel<<<tiles, Cfg::kThreads, Cfg::kSmemBytes, a.stream>>>(
       a.a, a.b, a.c, static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), a.lda, a.ldb, a.ldc,
       tiles_m, tiles_n, vec_ok);

@@ -24,6 +24,7 @@
 #include "matmul_tc_parts.cuh"
 
 #include "course/cuda/hopper_ptx.cuh"
+#include "course/cuda/launch.cuh"
 #include "course/cuda/mma_ptx.cuh"
 #include "course/device.hpp"
 #include "course/error.hpp"
@@ -456,8 +457,8 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
   const int ctiles = static_cast<int>(grid_blocks((a.m + kCluster - 1) / kCluster, a.n, kBM, kBN, step));
   const CUtensorMap map_a = make_tma_map_bf16_2d(a.a, a.m, a.k, a.lda, kBM, kBK, TmaSwizzle::bytes128);
   const CUtensorMap map_b = make_tma_map_bf16_2d(a.b, a.k, a.n, a.ldb, kBK, 64, TmaSwizzle::bytes128);
-  auto kernel = matmul_tc_ws_kernel<kCluster>;
-  allow_dynamic_smem(kernel, ws::kSmemBytes, step);
+  constexpr auto kernel = matmul_tc_ws_kernel<kCluster>;
+  cc::opt_in_dynamic_smem<kernel>(ws::kSmemBytes);
 
   cudaLaunchConfig_t config = {};
   cudaLaunchAttribute attribute[1];
@@ -494,7 +495,7 @@ void launch_wgmma(const TcMatmulArgs& a) {
   const int tiles_m = static_cast<int>((a.m + kBM - 1) / kBM);
   const int tiles_n = static_cast<int>((a.n + kBN - 1) / kBN);
   const unsigned tiles = grid_blocks(a.m, a.n, kBM, kBN, step);
-  allow_dynamic_smem(wgmma_step::matmul_tc_wgmma_kernel, wgmma_step::kSmemBytes, step);
+  cc::opt_in_dynamic_smem<wgmma_step::matmul_tc_wgmma_kernel>(wgmma_step::kSmemBytes);
   wgmma_step::matmul_tc_wgmma_kernel<<<tiles, wgmma_step::kThreads, wgmma_step::kSmemBytes, a.stream>>>(
       a.a, a.b, a.c, static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), a.lda, a.ldb, a.ldc,
       tiles_m, tiles_n, vec2_store_ok(a));

@@ -7,14 +7,12 @@
 
 #include "module01/matmul_tc.hpp"
 
-#include "course/device.hpp"
 #include "course/error.hpp"
 
 #include <cuda_runtime.h>
 
 #include <climits>
 #include <cstdint>
-#include <sstream>
 
 namespace course::solution::tc_parts {
 
@@ -68,19 +66,6 @@ __device__ __forceinline__ void store_pair(float* C, int M, int N, std::int64_t 
 /// float2 stores of C need an even ldc and an 8-byte aligned C (columns are always even).
 inline bool vec2_store_ok(const m01::TcMatmulArgs& a) {
   return a.ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(a.c) % 8 == 0;
-}
-
-/// Raise the kernel's dynamic shared-memory limit to what it needs (above the 48 KB
-/// default), after checking the device can give it.
-template <class Kernel>
-void allow_dynamic_smem(Kernel kernel, int bytes, const char* what) {
-  const int optin = static_cast<int>(device_properties().sharedMemPerBlockOptin);
-  if (bytes > optin) {
-    std::ostringstream os;
-    os << what << " needs " << bytes << " bytes of shared memory per block; this device allows " << optin;
-    throw Error(os.str());
-  }
-  COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
 /// The Hopper steps (matmul_tc_hopper.cu). Each throws course::Unsupported unless the GPU

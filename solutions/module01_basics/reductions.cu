@@ -1,6 +1,12 @@
 /// @file reductions.cu
 /// @brief Solution ladder for the L2 norm and the dot product (module 1).
 ///
+/// The ladder (kReduceSteps in module01/reductions.hpp):
+///   1. atomic_naive  one atomicAdd per element into a single float
+///   2. smem_tree     block-wide tree reduction in shared memory, one atomic per block
+///   3. warp_shuffle  warp shuffles replace most shared-memory round trips
+///   4. vectorized    float4 grid-stride loads, per-block partials, deterministic second pass
+///
 /// Both ops reduce n terms to one float; `Term` says what a term is
 /// (x_i^2 for the norm, x_i*y_i for the dot product) and how the sum becomes the
 /// result (sqrt for the norm), so every step is written once and serves both.
@@ -116,7 +122,7 @@ void launch_atomic_naive(Term term, const ReduceArgs& a) {
 
 // ----------------------------------------------------------------------------
 // Step 2: smem_tree.
-// Changes from step 1: a grid of only as many blocks as fit on the GPU at once
+// Changes from atomic_naive: a grid of only as many blocks as fit on the GPU at once
 // (8 x 256 threads per SM -> ~1056 blocks on an H100); each thread first sums its
 // own terms in a register (grid-stride loop, stride = all threads of the grid),
 // then the block combines its 256 sums in shared memory with a tree:
@@ -167,7 +173,7 @@ void launch_smem_tree(Term term, const ReduceArgs& a) {
 
 // ----------------------------------------------------------------------------
 // Step 3: warp_shuffle.
-// Changes from step 2: the block's combine uses register shuffles instead of a
+// Changes from smem_tree: the block's combine uses register shuffles instead of a
 // shared-memory tree. This is what common/include/course/cuda/warp_reduce.cuh
 // provides (every later kernel of the course reuses it):
 //  - warp_sum(v): __shfl_xor_sync(mask, v, offset) hands each lane the register v
@@ -180,7 +186,7 @@ void launch_smem_tree(Term term, const ReduceArgs& a) {
 //    (at most 32) warp totals and shuffles once more. 2 barriers instead of 9, and
 //    10 shuffles instead of 8 shared-memory rounds. (Its first __syncthreads protects
 //    `scratch` from a previous call still reading it.)
-// Bytes, grid and loop are those of step 2, so this isolates the combine.
+// Bytes, grid and loop are those of smem_tree, so this isolates the combine.
 // Prediction: the combine ran once per block and was already < 1% of the time, so
 // ~ the same as smem_tree at 2^28 (within noise); it matters where block reductions
 // are short and many: small n here, one per row in softmax and attention.
@@ -213,7 +219,7 @@ void launch_warp_shuffle(Term term, const ReduceArgs& a) {
 
 // ----------------------------------------------------------------------------
 // Step 4: vectorized.
-// Changes from step 3:
+// Changes from warp_shuffle:
 //  - 16-byte loads: x (and y) are read as float4 (aligned: validated), 4x fewer load
 //    instructions for the same bytes. The n % 4 elements after the last whole
 //    float4 (0-3 of them) are added by the first n % 4 threads of the grid.
@@ -343,7 +349,7 @@ void launch_vectorized(Term term, const ReduceArgs& a) {
 template <class Term>
 __global__ void finish_in_place_kernel(float* value) { *value = Term::finish(*value); }
 
-/// Steps 1-3 atomically add into *result: it starts at zero, and the norm's sqrt
+/// atomic_naive, smem_tree and warp_shuffle atomically add into *result: it starts at zero, and the norm's sqrt
 /// is a separate one-thread kernel once every atomic has landed (same stream).
 template <class Term, class Launch>
 void accumulate_atomically(Launch launch, Term term, const ReduceArgs& a) {

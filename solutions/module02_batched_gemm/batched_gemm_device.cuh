@@ -89,19 +89,6 @@ void with_transposes(const Problem& p, F&& f) {
   }
 }
 
-/// A kernel may use more than 48 KB of dynamic shared memory only after opting in
-/// (once per kernel; the attribute then stays set). Returns the kernel for the launch.
-template <auto kKernel>
-auto allow_dynamic_smem(int bytes) {
-  static const bool opted_in = [bytes] {
-    if (bytes > 48 * 1024)
-      COURSE_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    return true;
-  }();
-  (void)opted_in;
-  return kKernel;
-}
-
 // ============================================================================
 // The kernel files' entry points. Each is defined (and explicitly instantiated for the
 // strided and the pointer-array operand sets) in its file; `step` must be one of that

@@ -1,6 +1,17 @@
 /// @file attention.cu
-/// @brief The attention ladder (fp32), steps 1-3 and the dispatcher; steps 4-5 (the
-/// register-blocked fused kernel) live in attention_fused.cu.
+/// @brief The attention ladder (fp32): naive, tiled_online, causal and their dispatcher.
+///
+/// The ladder (kAttentionSteps in module03/attention.hpp):
+///   1. naive                  S = scale Q K^T materialized (module 2's GEMM), module 1's softmax, O = P V
+///   2. tiled_online           one kernel: K/V tiles in shared memory, online softmax in registers, S never stored
+///   3. causal                 tiled_online with the mask only on diagonal tiles; tiles past the diagonal skipped
+///   4. fused                  (attention_fused.cu) 8x4 register micro-tiles, P through shared memory, cp.async K/V
+///   5. fused_options          (attention_fused.cu) fused plus RoPE, ALiBi and grouped-query K/V heads
+///   6. tc_mma                 (attention_tc.cu) bf16; mma.sync + ldmatrix, S and P staged in shared memory
+///   7. tc_swizzled_pipelined  (attention_tc.cu) XOR-swizzled tiles, 2-stage cp.async K/V ring
+///   8. tc_register_softmax    (attention_tc_flash.cu) online softmax on the S accumulators
+///   9. tc_flash2              (attention_tc_flash.cu) FlashAttention-2's tile shapes
+/// The bf16 steps, tc_mma to tc_flash2, have their own dispatcher in attention_tc.cu.
 ///
 /// Predictions are for an H100 SXM (132 SMs, fp32 FMA peak ~67 TFLOP/s, ~3 TB/s HBM) on
 /// the benchmark shape B*H = 64 (B = 4, H = 16), N_q = N_k = N = 4096, d = 64, where
@@ -9,6 +20,7 @@
 
 #include "attention_device.cuh"
 
+#include "course/cuda/launch.cuh"
 #include "module01/softmax.hpp"
 #include "module02/batched_gemm.hpp"
 #include "module03/attention.hpp"
@@ -164,14 +176,14 @@ void launch_naive(const AttentionArgs& a) {
 //     alpha = online_softmax_rescale(m, l, max_j s_j)     -- old max, THEN new max
 //     acc = acc * alpha + sum_j exp(s_j - m) v_j,  l += sum_j exp(s_j - m)
 // and at the end O = acc / l, lse = m + log(l).
-// What changes from step 1: no workspace (O(N) memory), one launch, K and V read from
+// What changes from naive: no workspace (O(N) memory), one launch, K and V read from
 // L2 once per block of 128 queries instead of S round-tripping through HBM.
 // Cost model: per key and thread, 16 broadcast float4 loads for 64 FMAs in q.k and as
 // many for p*v: one shared load per 4 FMAs, so the load/store pipe, not the FMA pipe,
 // sets the pace. ~180 registers per thread leaves ~8 warps per SM.
-// Prediction: ~15-25 TFLOP/s (11-18 ms), similar to step 1 but in O(N) memory.
+// Prediction: ~15-25 TFLOP/s (11-18 ms), similar to naive but in O(N) memory.
 // Measured (results: attn_f32/solution/tiled_online/B4_H16_N4096_d64): 27.2 TFLOP/s = 0.88 of cublas_materialized
-// already, in 0.27 GB (17x less than step 1). 252 registers/thread -> 2 blocks (8 warps)
+// already, in 0.27 GB (17x less than naive). 252 registers/thread -> 2 blocks (8 warps)
 // per SM; __launch_bounds__(128, 3) (<= 170 registers, 3 blocks) made it slower (19.3
 // TFLOP/s in a development run).
 // ============================================================================
@@ -189,10 +201,10 @@ constexpr int kTiledKV = 32;     // keys per shared-memory tile
 //   - only the diagonal tiles in between (and the tail tile past N_k) test j per score.
 // The blocks are launched heaviest first, across all heads (block_coordinates()): the
 // last rows see the most keys, and starting them first keeps the final wave short.
-// Prediction: ~1.8-1.9x faster than step 2 at N = 4096 (ideal 1 / (0.5 + 128/(2N)) = 1.94).
+// Prediction: ~1.8-1.9x faster than tiled_online at N = 4096 (ideal 1 / (0.5 + 128/(2N)) = 1.94).
 // Measured (results: attn_f32/solution/causal/B4_H16_N4096_d64_causal): 25.3 TFLOP/s, counting
-// half the FLOPs, against step 2's (results: attn_f32/solution/tiled_online/B4_H16_N4096_d64): 27.2 TFLOP/s:
-// 2 x 25.3 / 27.4 = 1.85x faster than step 2 (ideal 1.94).
+// half the FLOPs, against tiled_online's (results: attn_f32/solution/tiled_online/B4_H16_N4096_d64): 27.2 TFLOP/s:
+// 2 x 25.3 / 27.2 = 1.86x faster than tiled_online (ideal 1.94).
 // A first version reversed the tiles only WITHIN each head and reached just 1.28x: the
 // heavy tiles of the last heads started late and ran nearly alone at the end, which the
 // ordering across all heads (block_coordinates) fixed.
@@ -305,12 +317,10 @@ void launch_tiled_d(const Params& p, std::int64_t batch_heads, bool causal, cuda
 void launch_tiled(const AttentionArgs& a, bool causal) {
   const Params p = make_params(a);
   const std::int64_t bh = a.batch * a.heads;
-  switch (a.head_dim) {
-    case 16: return launch_tiled_d<16>(p, bh, causal, a.stream);
-    case 32: return launch_tiled_d<32>(p, bh, causal, a.stream);
-    case 64: return launch_tiled_d<64>(p, bh, causal, a.stream);
-  }
-  require_arg(false, "attention", "head_dim", a.head_dim, "is not supported by the tiled_online kernel");
+  // A thread keeps a whole q row in registers: only the small head dims (kTiledHeadDims).
+  cuda::dispatch_value<m03::kTiledHeadDims>(a.head_dim, "head_dim", [&](auto d) {
+    launch_tiled_d<decltype(d)::value>(p, bh, causal, a.stream);
+  });
 }
 
 // ============================================================================
@@ -353,7 +363,7 @@ void attention(m03::AttentionStep step, const m03::AttentionArgs& args) {
 }
 
 std::int64_t attention_row_offset(const m03::AttentionStrides& s, std::int64_t b, std::int64_t h, std::int64_t n) {
-  return attn::row_offset(s, b, h, n);
+  return m03::row_offset(s, b, h, n);
 }
 
 void online_softmax_update_test(const m03::OnlineUpdateTestArgs& args) {

@@ -3,15 +3,14 @@
 /// @brief Device helpers shared by the attention solution's kernels (attention.cu and
 /// attention_fused.cu): the online-softmax update, the kernel parameter block, RoPE and
 /// ALiBi. Private to solutions/module03_attention. The stride arithmetic and the block
-/// order come from attention_indexing.cuh, the cp.async wrappers from
-/// course/cuda/mma_ptx.cuh, the warp reductions from course/cuda/warp_reduce.cuh
-/// (common/include).
-
-#include "attention_indexing.cuh"
+/// order come from module 3's public module03/attention_indexing.cuh, the cp.async
+/// wrappers from course/cuda/mma_ptx.cuh, the warp reductions from
+/// course/cuda/warp_reduce.cuh (common/include).
 
 #include "course/cuda/mma_ptx.cuh"
 #include "course/cuda/warp_reduce.cuh"
 #include "module03/attention.hpp"
+#include "module03/attention_indexing.cuh"
 
 #include <cuda_runtime.h>
 
@@ -23,6 +22,9 @@ namespace course::solution::attn {
 
 using m03::AttentionArgs;
 using m03::AttentionStrides;
+using m03::block_coordinates;
+using m03::fill_attention_params;
+using m03::row_offset;
 
 /// The online-softmax update for one row and one new block of scores whose max is
 /// `block_max`. In this order:

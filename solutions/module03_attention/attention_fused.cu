@@ -4,6 +4,7 @@
 
 #include "attention_device.cuh"
 
+#include "course/cuda/launch.cuh"
 #include "course/cuda/vec.cuh"
 #include "module03/attention.hpp"
 
@@ -295,13 +296,10 @@ __global__ void __launch_bounds__(FusedTile<D>::kThreads, FusedTile<D>::kMinBloc
 template <int D, bool kCausal>
 void launch_fused_cfg(const Params& p, std::int64_t batch_heads, cudaStream_t stream) {
   using T = FusedTile<D>;
-  auto kernel = fused_attention_kernel<D, kCausal>;
-  // > 48 KB of dynamic shared memory must be opted into; prefer the largest carveout so
-  // that kMinBlocks blocks fit on an SM.
-  COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(T::kSmemBytes)));
-  COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                         cudaSharedmemCarveoutMaxShared));
+  constexpr auto kernel = fused_attention_kernel<D, kCausal>;
+  // > 48 KB of dynamic shared memory must be opted into; the largest carveout lets
+  // kMinBlocks blocks fit on an SM.
+  cuda::opt_in_dynamic_smem<kernel>(static_cast<int>(T::kSmemBytes));
   const dim3 grid(static_cast<unsigned>((static_cast<long long>(p.seq_q) + T::kBlockQ - 1) / T::kBlockQ),
                   static_cast<unsigned>(batch_heads));
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
@@ -319,14 +317,9 @@ void launch_fused_d(const Params& p, std::int64_t batch_heads, bool causal, cuda
 void launch_fused(const AttentionArgs& a) {
   const Params p = make_params(a);
   const std::int64_t bh = a.batch * a.heads;
-  switch (a.head_dim) {
-    case 16: return launch_fused_d<16>(p, bh, a.causal, a.stream);
-    case 32: return launch_fused_d<32>(p, bh, a.causal, a.stream);
-    case 64: return launch_fused_d<64>(p, bh, a.causal, a.stream);
-    case 96: return launch_fused_d<96>(p, bh, a.causal, a.stream);
-    case 128: return launch_fused_d<128>(p, bh, a.causal, a.stream);
-  }
-  require_arg(false, "attention", "head_dim", a.head_dim, "is not supported by the fused kernel");
+  cuda::dispatch_value<m03::kHeadDims>(a.head_dim, "head_dim", [&](auto d) {
+    launch_fused_d<decltype(d)::value>(p, bh, a.causal, a.stream);
+  });
 }
 
 }  // namespace course::solution::attn

@@ -1,6 +1,7 @@
 /// @file attention_tc.cu
 /// @brief The tensor-core steps of the attention ladder (bf16 Q, K, V, O; fp32
-/// accumulation, softmax statistics and lse), steps 6 and 7, and their dispatcher:
+/// accumulation, softmax statistics and lse), tc_mma and tc_swizzled_pipelined, and the
+/// dispatcher of all four (numbers as in kAttentionSteps, module03/attention.hpp):
 ///   6. tc_mma                 mma.sync m16n8k16 + ldmatrix (V via .trans); S and P through shared memory
 ///   7. tc_swizzled_pipelined  + XOR-swizzled tiles, 2-stage cp.async K/V ring, Q fragments in registers
 ///   8. tc_register_softmax    (attention_tc_flash.cu) softmax on the accumulator fragments
@@ -12,12 +13,13 @@
 /// Predictions are for an H200 (132 SMs, ~1.98 GHz, 128 B/clk of shared memory per SM;
 /// mma.sync m16n8k16 bf16 = 4096 FLOPs, ~60-70% of the wgmma peak of 989 TFLOP/s) at the
 /// benchmark shapes B*N = 16384 tokens, H*d = 2048, N = 1024 .. 16384 (attention_tc_flash.cu
-/// has the numbers). Step 4 (fused, fp32) for comparison:
+/// has the numbers). The fp32 step fused, for comparison:
 /// Measured (results: attn_f32/solution/fused/B4_H16_N4096_d64): 33.7 TFLOP/s
 /// FlashAttention-2 runs ~300-350 TFLOP/s on these shapes.
 
 #include "attention_tc_device.cuh"
 
+#include "course/cuda/launch.cuh"
 #include "course/cuda/mma_ptx.cuh"
 #include "course/error.hpp"
 #include "module03/attention.hpp"
@@ -34,7 +36,7 @@ namespace {
 // ============================================================================
 // Step 6: tc_mma -- the two GEMMs of a tile on the tensor cores.
 //
-// What changes from step 5 (fused, fp32 FMAs): bf16 inputs, and Q K^T and P V are
+// What changes from fused (fp32 FMAs): bf16 inputs, and Q K^T and P V are
 // warp-wide mma.sync.m16n8k16 instructions (course/cuda/mma_ptx.cuh): a warp multiplies
 // a 16x16 bf16 tile by a 16x8 one into 16x8 fp32 accumulators, 4096 FLOPs per instruction.
 //  - 4 warps, each owns 16 query rows of a 64-row Q tile; K/V tiles of 64 keys.
@@ -43,7 +45,7 @@ namespace {
 //    as the B operand of S = Q K^T (K's rows are keys with dims contiguous: exactly the
 //    "col" layout mma wants for B), V as the B operand of O = P V with ldmatrix.trans
 //    (V's rows are keys = the k dimension of P V, so each 8x8 block must be transposed).
-//  - The softmax stays what steps 2-5 did: each warp writes its 16 x 64 S tile (fp32) to
+//  - The softmax stays what the fp32 steps do: each warp writes its 16 x 64 S tile (fp32) to
 //    shared memory, two lanes per row read it back, apply scale and mask, run the online
 //    update (online_softmax_rescale of attention_device.cuh) and write P as bf16; the warp
 //    then reads P with ldmatrix as the A operand of P V. The O accumulators stay in the
@@ -55,20 +57,20 @@ namespace {
 // instead of 4. Per warp and tile (d = 64): 64 mma against 36 such loads (~1150 cycles of
 // the SM's shared-memory pipe), i.e. ~4.5 cycles of smem per 4096 FLOPs, a bound of
 // ~58 TFLOP/s for the whole SM at either head dim, before the exposed load latency.
-// Expect ~40-50 TFLOP/s: already above step 5, and far from the tensor cores' ~600.
+// Expect ~40-50 TFLOP/s: already above fused, and far from the tensor cores' ~600.
 // Registers (ptxas, sm_90a, non-causal / causal): d = 64: 152/155, d = 128: 198/190
 // (32: 114/117, 96: 178/182); shared memory Q, K, V + S (18 KB) + P (9 KB): 51 / 75 KB;
 // 3 / 2 blocks per SM.
 // Measured (results: attn_bf16/solution/tc_mma/{B16_H32_N1024_d64,B1_H32_N16384_d64}): 44.1 / 44.6 TFLOP/s
 // Measured (results: attn_bf16/solution/tc_mma/{B16_H16_N1024_d128,B1_H16_N16384_d128}): 43.0 / 44.3 TFLOP/s
-// Met: inside ~40-50 and above step 5's fp32 (header), flat in N and d as a shared-memory
+// Met: inside ~40-50 and above fused's fp32 (header), flat in N and d as a shared-memory
 // bound should be. cuBLAS's materialized bf16 pipeline is even at N = 2048, ahead beyond:
 // Measured (results: attn_bf16/solution/tc_mma/{B16_H32_N1024_d64,B4_H32_N4096_d64}): 1.74 / 0.65 of cublas_materialized
 //
 // ============================================================================
 // Step 7: tc_swizzled_pipelined -- feed the tensor cores.
 //
-// What changes from step 6 (same kernel, kTuned = true):
+// What changes from tc_mma (same kernel, kTuned = true):
 //  (a) Swizzled tiles. Chunk c (16 bytes) of row r is stored at chunk
 //      c XOR (r mod 8) (cuda::swizzle_chunk; d = 96 rows are padded to 16 chunks): the 8
 //      rows of every ldmatrix phase land in 8 different bank groups, 4 wavefronts per
@@ -76,7 +78,7 @@ namespace {
 //  (b) A 2-stage cp.async ring: tile t+1's K and V are copied global -> shared while tile
 //      t is computed (no registers, no waiting); one barrier per tile.
 //  (c) Q fragments are loaded once into registers (D/16 x 4 registers per lane).
-// S and P still go through shared memory (step 8 removes that).
+// S and P still go through shared memory (tc_register_softmax removes that).
 // Prediction: per warp-tile (d = 64) 64 mma against ~36 conflict-free ldmatrix.x4
 // (~144 cycles) plus the S/P round trip (~8 KB written and read, ~130 cycles) and the
 // serialized write-sync-read of each warp: ~300 cycles of smem per 64 mma, a bound near
@@ -88,7 +90,7 @@ namespace {
 // Measured (results: attn_bf16/solution/tc_swizzled_pipelined/{B16_H16_N1024_d128,B1_H16_N16384_d128}): 225.9 / 256.1 TFLOP/s
 // Met and beaten: above both ranges, d = 64 near the ~230 smem bound; most likely the
 // softmax and the round trip's latency hide behind the other resident warps better than
-// estimated. Against step 6:
+// estimated. Against tc_mma:
 // Measured (results: attn_bf16/solution/tc_swizzled_pipelined/B4_H32_N4096_d64): 4.60 of attn_bf16/solution/tc_mma/B4_H32_N4096_d64
 // ============================================================================
 
@@ -112,7 +114,7 @@ struct SmemSoftmaxTile {
   static constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + kSBytes + kPBytes;
 };
 
-/// Step 6's loads: every thread copies 16-byte chunks through registers; rows at or past
+/// tc_mma's loads: every thread copies 16-byte chunks through registers; rows at or past
 /// `valid_rows` are zero-filled (garbage V could be NaN, and NaN * 0 = NaN).
 template <int D, int kRows, int kThreads>
 __device__ __forceinline__ void load_tile_sync(unsigned char* tile, const bf16* head, std::int64_t seq_stride,
@@ -241,7 +243,7 @@ __global__ void __launch_bounds__(128, 2) smem_softmax_kernel(const TcParams p) 
     }
     __syncwarp();
 
-    // ---- The online softmax of steps 2-5, two lanes per row.
+    // ---- The online softmax of the fp32 steps, two lanes per row.
     float x[32];
 #pragma unroll
     for (int c = 0; c < 8; ++c) {
@@ -333,10 +335,10 @@ void launch_smem_softmax_d(const TcParams& p, std::int64_t batch_heads, bool cau
     COURSE_CHECK_LAUNCH("smem_softmax_kernel");
   };
   if (causal) {
-    opt_in_shared_memory<smem_softmax_kernel<D, true, kTuned>>(T::kSmemBytes);
+    cuda::opt_in_dynamic_smem<smem_softmax_kernel<D, true, kTuned>>(T::kSmemBytes);
     run(smem_softmax_kernel<D, true, kTuned>);
   } else {
-    opt_in_shared_memory<smem_softmax_kernel<D, false, kTuned>>(T::kSmemBytes);
+    cuda::opt_in_dynamic_smem<smem_softmax_kernel<D, false, kTuned>>(T::kSmemBytes);
     run(smem_softmax_kernel<D, false, kTuned>);
   }
 }
@@ -345,13 +347,9 @@ template <bool kTuned>
 void launch_smem_softmax(const AttentionArgsBf16& a) {
   const TcParams p = make_tc_params(a);
   const std::int64_t bh = a.batch * a.heads;
-  switch (a.head_dim) {
-    case 32: return launch_smem_softmax_d<32, kTuned>(p, bh, a.causal, a.stream);
-    case 64: return launch_smem_softmax_d<64, kTuned>(p, bh, a.causal, a.stream);
-    case 96: return launch_smem_softmax_d<96, kTuned>(p, bh, a.causal, a.stream);
-    case 128: return launch_smem_softmax_d<128, kTuned>(p, bh, a.causal, a.stream);
-  }
-  require_arg(false, "attention", "head_dim", a.head_dim, "is not supported by the tensor-core kernels");
+  cuda::dispatch_value<m03::kTcHeadDims>(a.head_dim, "head_dim", [&](auto d) {
+    launch_smem_softmax_d<decltype(d)::value, kTuned>(p, bh, a.causal, a.stream);
+  });
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include "attention_tc_device.cuh"
 
+#include "course/cuda/launch.cuh"
 #include "course/cuda/mma_ptx.cuh"
 #include "course/cuda/warp_reduce.cuh"
 #include "course/error.hpp"
@@ -384,7 +385,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) register_softm
 template <class Cfg, bool kCausal>
 void launch_cfg(const TcParams& p, std::int64_t batch_heads, cudaStream_t stream) {
   constexpr auto kernel = register_softmax_kernel<Cfg, kCausal>;
-  opt_in_shared_memory<kernel>(Cfg::kSmemBytes);
+  cuda::opt_in_dynamic_smem<kernel>(Cfg::kSmemBytes);
   const dim3 grid(static_cast<unsigned>((static_cast<long long>(p.seq_q) + Cfg::kBlockM - 1) / Cfg::kBlockM),
                   static_cast<unsigned>(batch_heads));
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
@@ -395,18 +396,11 @@ template <template <int> class ConfigOf>
 void launch_by_head_dim(const AttentionArgsBf16& a) {
   const TcParams p = make_tc_params(a);
   const std::int64_t bh = a.batch * a.heads;
-  const auto go = [&](auto cfg) {
-    using Cfg = decltype(cfg);
+  cuda::dispatch_value<m03::kTcHeadDims>(a.head_dim, "head_dim", [&](auto d) {
+    using Cfg = ConfigOf<decltype(d)::value>;
     if (a.causal) launch_cfg<Cfg, true>(p, bh, a.stream);
     else launch_cfg<Cfg, false>(p, bh, a.stream);
-  };
-  switch (a.head_dim) {
-    case 32: return go(ConfigOf<32>{});
-    case 64: return go(ConfigOf<64>{});
-    case 96: return go(ConfigOf<96>{});
-    case 128: return go(ConfigOf<128>{});
-  }
-  require_arg(false, "attention", "head_dim", a.head_dim, "is not supported by the tensor-core kernels");
+  });
 }
 
 template <int D>

@@ -4,11 +4,10 @@
 /// solutions/module04_training (dispatcher: attention_backward.cu; step naive:
 /// attention_backward_naive.cu; steps flash and flash_deterministic:
 /// attention_backward_flash.cu). Private to the solution. The stride arithmetic, the
-/// block order and the shared parameter fields are module 3's
-/// (solutions/module03_attention/attention_indexing.cuh).
+/// block order and the shared parameter fields are module 3's public
+/// module03/attention_indexing.cuh.
 
-#include "../module03_attention/attention_indexing.cuh"
-
+#include "module03/attention_indexing.cuh"
 #include "module04/attention_backward.hpp"
 
 #include <cuda_runtime.h>
@@ -19,9 +18,10 @@ namespace course::solution::attn_bwd {
 
 using m03::AttentionStrides;
 
-// Module 3's stride arithmetic and block order (attention_indexing.cuh).
-using attn::block_coordinates;
-using attn::row_offset;
+// Module 3's stride arithmetic and block order (module03/attention_indexing.cuh).
+using m03::block_coordinates;
+using m03::kv_block_coordinates;
+using m03::row_offset;
 
 /// Everything the flash kernels need, by value (well under the 4 KB parameter space).
 struct Params {
@@ -48,7 +48,7 @@ struct Params {
 
 inline Params make_params(const m04::AttentionBackwardArgs& a) {
   Params p{};
-  attn::fill_attention_params(p, a);  // Q, K, V, O, lse, their strides, the shape
+  m03::fill_attention_params(p, a);  // Q, K, V, O, lse, their strides, the shape
   p.dout = a.dout;
   p.d_row = a.workspace;
   p.dq = a.dq;

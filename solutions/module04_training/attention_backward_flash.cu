@@ -12,6 +12,7 @@
 
 #include "attention_backward_device.cuh"
 
+#include "course/cuda/launch.cuh"
 #include "course/cuda/mma_ptx.cuh"
 #include "course/cuda/vec.cuh"
 #include "course/error.hpp"
@@ -369,32 +370,9 @@ __device__ __forceinline__ void write_dq_rows(const Params& p, const float (&dq)
   }
 }
 
-template <class Kernel>
-void configure_smem(Kernel kernel, std::size_t bytes) {
-  // > 48 KB of dynamic shared memory must be opted into; prefer the largest carveout so
-  // that kMinBlocks blocks fit on an SM.
-  COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  COURSE_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-}
-
 // ---------------------------------------------------------------- K/V-parallel kernel ----
 
-/// Which (key tile, batch * kv head) this block computes, for a grid of (num_kv_tiles,
-/// B * H_kv). No mask: key tile = blockIdx.x, so the blocks running together share one
-/// head's Q and dO in L2. Causal: the key tile is the SLOW index of the linear block
-/// number, counted up: the first key tiles (seen by the most query tiles) of all heads
-/// start first.
-__device__ __forceinline__ void kv_block_coordinates(bool causal, int& kv_tile, int& bhk) {
-  if (!causal) {
-    kv_tile = static_cast<int>(blockIdx.x);
-    bhk = static_cast<int>(blockIdx.y);
-    return;
-  }
-  const long long linear = static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x;
-  kv_tile = static_cast<int>(linear / gridDim.y);
-  bhk = static_cast<int>(linear % gridDim.y);
-}
+// The block order (kv_block_coordinates) is module 3's attention_indexing.cuh.
 
 template <int D, bool kCausal, bool kDq>
 __global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
@@ -533,11 +511,13 @@ __global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
   }
 }
 
-template <int D, bool kDq>
-void launch_kv(const Params& p, std::int64_t batch, bool causal, cudaStream_t stream) {
+// Both launchers: > 48 KB of dynamic shared memory must be opted into; the largest
+// carveout lets kMinBlocks blocks fit on an SM (course/cuda/launch.cuh).
+template <int D, bool kCausal, bool kDq>
+void launch_kv(const Params& p, std::int64_t batch, cudaStream_t stream) {
   using T = BwdTile<D>;
-  auto kernel = causal ? flash_backward_kv_kernel<D, true, kDq> : flash_backward_kv_kernel<D, false, kDq>;
-  configure_smem(kernel, T::kKvSmemBytes);
+  constexpr auto kernel = flash_backward_kv_kernel<D, kCausal, kDq>;
+  cc::opt_in_dynamic_smem<kernel>(static_cast<int>(T::kKvSmemBytes));
   const dim3 grid(static_cast<unsigned>((static_cast<long long>(p.seq_k) + T::kBlock - 1) / T::kBlock),
                   static_cast<unsigned>(batch * p.kv_heads));
   kernel<<<grid, T::kThreads, T::kKvSmemBytes, stream>>>(p);
@@ -641,24 +621,24 @@ __global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
   write_dq_rows<false, kGroups, kVec>(p, dq, q0, b, h, tx, ty);
 }
 
-template <int D>
-void launch_dq(const Params& p, std::int64_t batch, bool causal, cudaStream_t stream) {
+template <int D, bool kCausal>
+void launch_dq(const Params& p, std::int64_t batch, cudaStream_t stream) {
   using T = BwdTile<D>;
-  auto kernel = causal ? flash_backward_dq_kernel<D, true> : flash_backward_dq_kernel<D, false>;
-  configure_smem(kernel, T::kDqSmemBytes);
+  constexpr auto kernel = flash_backward_dq_kernel<D, kCausal>;
+  cc::opt_in_dynamic_smem<kernel>(static_cast<int>(T::kDqSmemBytes));
   const dim3 grid(static_cast<unsigned>((static_cast<long long>(p.seq_q) + T::kBlock - 1) / T::kBlock),
                   static_cast<unsigned>(batch * p.heads));
   kernel<<<grid, T::kThreads, T::kDqSmemBytes, stream>>>(p);
   COURSE_CHECK_LAUNCH("flash_backward_dq_kernel");
 }
 
-template <int D>
+template <int D, bool kCausal>
 void launch_steps_d(const Params& p, const m04::AttentionBackwardArgs& a, bool deterministic) {
   if (deterministic) {
-    launch_kv<D, false>(p, a.batch, a.causal, a.stream);
-    launch_dq<D>(p, a.batch, a.causal, a.stream);
+    launch_kv<D, kCausal, false>(p, a.batch, a.stream);
+    launch_dq<D, kCausal>(p, a.batch, a.stream);
   } else {
-    launch_kv<D, true>(p, a.batch, a.causal, a.stream);
+    launch_kv<D, kCausal, true>(p, a.batch, a.stream);
   }
 }
 
@@ -666,14 +646,10 @@ void launch_flash_steps(const m04::AttentionBackwardArgs& a, bool deterministic)
   // D = rowsum(dO * O) into the workspace; flash also zeroes dQ (its atomics add into it).
   launch_row_dot(a, a.workspace, !deterministic);
   const Params p = make_params(a);
-  switch (a.head_dim) {
-    case 16: return launch_steps_d<16>(p, a, deterministic);
-    case 32: return launch_steps_d<32>(p, a, deterministic);
-    case 64: return launch_steps_d<64>(p, a, deterministic);
-    case 96: return launch_steps_d<96>(p, a, deterministic);
-    case 128: return launch_steps_d<128>(p, a, deterministic);
-  }
-  require_arg(false, "attention_backward", "head_dim", a.head_dim, "is not supported by the flash kernels");
+  cc::dispatch_value<m03::kHeadDims>(a.head_dim, "head_dim", [&](auto d) {
+    if (a.causal) launch_steps_d<decltype(d)::value, true>(p, a, deterministic);
+    else launch_steps_d<decltype(d)::value, false>(p, a, deterministic);
+  });
 }
 
 }  // namespace

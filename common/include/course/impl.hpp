@@ -36,6 +36,19 @@ constexpr bool steps_in_enum_order(const StepInfo<Step> (&table)[N]) {
   return true;
 }
 
+/// True when `columns`, a table of further per-step data that only one op has (e.g.
+/// m03::kAttentionStepColumns: element type, supported features), has one row per row of
+/// the step table `steps`, naming the same step in the same order. With
+/// steps_in_enum_order(steps), row i of both describes enumerator i: a lookup is an index.
+/// (The step table itself stays a StepInfo table: the bridge and the course tool read it.)
+template <class Step, std::size_t N, class Row, std::size_t M>
+constexpr bool columns_match_steps(const StepInfo<Step> (&steps)[N], const Row (&columns)[M]) {
+  if (N != M) return false;
+  for (std::size_t i = 0; i < N; ++i)
+    if (columns[i].step != steps[i].step) return false;
+  return true;
+}
+
 /// The name of `step` in its table ("?" for a value the table does not list): what an
 /// op's step_name() returns, e.g. step_name_in(kSoftmaxSteps, step).
 template <class Step, std::size_t N>

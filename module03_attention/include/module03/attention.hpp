@@ -116,14 +116,48 @@ static_assert(steps_in_enum_order(kAttentionSteps), "kAttentionSteps must list A
 /// fp32 steps take AttentionArgs, bf16 steps AttentionArgsBf16; the other overload rejects them.
 enum class AttentionDType { f32, bf16 };
 
+/// What a step accepts. Anything else is rejected by validate_attention_args.
+struct StepSupport {
+  int max_head_dim;  ///< 64 when a thread keeps a whole q row and accumulator in registers
+  bool causal;       ///< args.causal may be true
+  bool lse;          ///< args.lse may be non-null
+  bool options;      ///< rope, alibi and kv_heads < heads
+  bool workspace;    ///< needs attention_workspace_bytes() of scratch
+};
+
+/// The columns of the step table that only attention has: row i describes the step of
+/// row i of kAttentionSteps (same length, same order: checked below). step_dtype() and
+/// step_support() read them; validation, tests, benchmarks, demos and the bridge call those.
+struct AttentionStepColumns {
+  AttentionStep step;
+  AttentionDType dtype;
+  StepSupport support;  ///< {max_head_dim, causal, lse, options, workspace}
+};
+
+inline constexpr AttentionStepColumns kAttentionStepColumns[] = {
+    {AttentionStep::naive, AttentionDType::f32, {128, true, false, false, true}},
+    {AttentionStep::tiled_online, AttentionDType::f32, {64, false, true, false, false}},
+    {AttentionStep::causal, AttentionDType::f32, {64, true, true, false, false}},
+    {AttentionStep::fused, AttentionDType::f32, {128, true, true, false, false}},
+    {AttentionStep::fused_options, AttentionDType::f32, {128, true, true, true, false}},
+    // bf16 steps: grouped-query attention always; RoPE/ALiBi do not exist in AttentionArgsBf16.
+    {AttentionStep::tc_mma, AttentionDType::bf16, {128, true, true, false, false}},
+    {AttentionStep::tc_swizzled_pipelined, AttentionDType::bf16, {128, true, true, false, false}},
+    {AttentionStep::tc_register_softmax, AttentionDType::bf16, {128, true, true, false, false}},
+    {AttentionStep::tc_flash2, AttentionDType::bf16, {128, true, true, false, false}},
+};
+static_assert(columns_match_steps(kAttentionSteps, kAttentionStepColumns),
+              "kAttentionStepColumns must have one row per row of kAttentionSteps, in the same order");
+
+/// The dtype and support columns of `step` (a value outside the enum: f32, supports nothing).
 constexpr AttentionDType step_dtype(AttentionStep step) {
-  switch (step) {
-    case AttentionStep::tc_mma:
-    case AttentionStep::tc_swizzled_pipelined:
-    case AttentionStep::tc_register_softmax:
-    case AttentionStep::tc_flash2: return AttentionDType::bf16;
-    default: return AttentionDType::f32;
-  }
+  const auto i = static_cast<std::size_t>(step);
+  return i < std::size(kAttentionStepColumns) ? kAttentionStepColumns[i].dtype : AttentionDType::f32;
+}
+
+constexpr StepSupport step_support(AttentionStep step) {
+  const auto i = static_cast<std::size_t>(step);
+  return i < std::size(kAttentionStepColumns) ? kAttentionStepColumns[i].support : StepSupport{};
 }
 
 /// The steps of one element type, in ladder order (tests and benchmarks iterate these).
@@ -134,35 +168,28 @@ inline std::vector<StepInfo<AttentionStep>> attention_steps(AttentionDType dtype
   return out;
 }
 
-/// What a step accepts. Anything else is rejected by validate_attention_args.
-struct StepSupport {
-  int max_head_dim;  ///< 64 when a thread keeps a whole q row and accumulator in registers
-  bool causal;       ///< args.causal may be true
-  bool lse;          ///< args.lse may be non-null
-  bool options;      ///< rope, alibi and kv_heads < heads
-  bool workspace;    ///< needs attention_workspace_bytes() of scratch
-};
-
-constexpr StepSupport step_support(AttentionStep step) {
-  switch (step) {
-    case AttentionStep::naive: return {128, true, false, false, true};
-    case AttentionStep::tiled_online: return {64, false, true, false, false};
-    case AttentionStep::causal: return {64, true, true, false, false};
-    case AttentionStep::fused: return {128, true, true, false, false};
-    case AttentionStep::fused_options: return {128, true, true, true, false};
-    // bf16 steps: grouped-query attention always; RoPE/ALiBi do not exist in AttentionArgsBf16.
-    case AttentionStep::tc_mma:
-    case AttentionStep::tc_swizzled_pipelined:
-    case AttentionStep::tc_register_softmax:
-    case AttentionStep::tc_flash2: return {128, true, true, false, false};
-  }
-  return {0, false, false, false, false};
-}
-
 inline const char* step_name(AttentionStep step) { return step_name_in(kAttentionSteps, step); }
 
 /// Head dimensions the kernels are instantiated for.
 inline constexpr int kHeadDims[] = {16, 32, 64, 96, 128};
+/// Those of steps tiled_online and causal, whose threads keep a whole q row and output
+/// row in registers: kHeadDims up to their max_head_dim (checked below).
+inline constexpr int kTiledHeadDims[] = {16, 32, 64};
+
+namespace detail {
+/// True when `list` is exactly the entries of kHeadDims that are <= max_d, in order.
+template <std::size_t N>
+constexpr bool head_dims_up_to(const int (&list)[N], int max_d) {
+  std::size_t n = 0;
+  for (const int d : kHeadDims)
+    if (d <= max_d && (n >= N || list[n++] != d)) return false;
+  return n == N;
+}
+}  // namespace detail
+static_assert(detail::head_dims_up_to(kTiledHeadDims, step_support(AttentionStep::tiled_online).max_head_dim) &&
+                  detail::head_dims_up_to(kTiledHeadDims, step_support(AttentionStep::causal).max_head_dim),
+              "kTiledHeadDims must be the kHeadDims that steps tiled_online and causal accept");
+
 inline constexpr std::int64_t kMaxGridY = 65535;           ///< gridDim.y limit
 inline constexpr std::int64_t kMaxSeq = 2147483647;        ///< sequence lengths are int in the kernels
 

@@ -4,10 +4,18 @@
 /// asynchronous global->shared copies (cp.async), shared->register fragment loads
 /// (ldmatrix) and the warp-wide matrix multiply-accumulate mma.sync m16n8k16 (bf16 in,
 /// fp32 accumulate), the shared-memory swizzle, and Hopper's wgmma (sm_90a).
-/// The one home of these wrappers: module 1's matmul (cp.async in the fp32 warp_tiled
-/// step; everything but wgmma in the tensor-core mma_sync step and its planted bugs),
-/// module 2's batched GEMM (cp.async in the fp32 steps, mma.sync and wgmma in the bf16
-/// steps) and module 3's fused attention (cp.async) include it.
+///
+/// The one home of these wrappers. Used by (solutions/, and the exercises/ file of the
+/// same name where there is one):
+/// - module 1: matmul.cu (cp.async in warp_tiled); matmul_tc.cu (mma_sync: cp.async,
+///   ldmatrix, mma.sync, swizzle); matmul_tc_hopper.cu (cp.async, wgmma);
+///   softmax.cu (cp.async in cluster_columns); tests/planted/matmul_tc_planted.cu
+/// - module 2: batched_gemm_fp32.cu (cp.async); batched_gemm_tensor_core.cu (mma.sync, wgmma)
+/// - module 3: attention_device.cuh, attention_fused.cu, exercise attention.cu (cp.async);
+///   attention_tc_device.cuh, attention_tc.cu, attention_tc_flash.cu (the
+///   tensor-core steps, ex2 too); tests/planted/attention_tc_planted.cu
+/// - module 4: attention_backward_flash.cu (cp.async)
+/// - common: course/cuda/tile.cuh (smem_u32, swizzle_chunk)
 ///
 /// Why PTX and not a C++ API: these instructions have no stable C++ wrapper that
 /// exposes their register layouts (nvcuda::wmma hides them). Knowing the layout is

@@ -1,9 +1,13 @@
 #pragma once
 /// @file vec.cuh
 /// @brief Small fixed-width vector loads and stores of fp32 (1, 2 or 4 floats as one
-/// instruction), for kernels whose per-thread column chunk is kVec floats wide: module 3's
-/// fused attention (O epilogue, V reads) and module 4's flash backward (dK, dV, dQ).
-/// The pointer must be aligned to kVec floats.
+/// instruction), for kernels whose per-thread column chunk is kVec floats wide.
+///
+/// The pointer must be aligned to kVec floats. Used by:
+/// - module 1: solutions/ and exercises/ softmax.cu (cluster_columns' stores),
+///   bench/bench_softmax_order.cu (the column_order_* rows)
+/// - module 3: solutions/ attention_fused.cu (O epilogue, V reads), exercises/ attention.cu
+/// - module 4: solutions/ attention_backward_flash.cu (dK, dV, dQ), softmax_backward.cu
 ///
 /// The stores go through store_global4 / store_global2: one explicit st.global.v4 / .v2
 /// each. A plain `*reinterpret_cast<float4*>(p) = v` is only a request: in several course

@@ -1,8 +1,15 @@
 #pragma once
 /// @file warp_reduce.cuh
-/// @brief Warp- and block-level reductions shared by the solution kernels: module 1's
-/// reductions and softmax, module 3's fused attention. Taught in module 1's
-/// warp_shuffle step; later steps and modules reuse them instead of rewriting them.
+/// @brief Warp- and block-level reductions shared by the course's kernels.
+///
+/// Taught in module 1's warp_shuffle step; later steps and modules reuse them instead of
+/// rewriting them. Used by (solutions/, and the exercises/ file of the same name where
+/// there is one):
+/// - module 1: reductions.cu, softmax.cu; tests/planted/reductions_planted.cu
+/// - module 3: attention_device.cuh, attention_fused.cu, exercise attention.cu,
+///   attention_tc_device.cuh, attention_tc.cu, attention_tc_flash.cu;
+///   bench/bench_attention_tc_lib.cu
+/// - module 4: softmax_backward.cu, training_ops.cu
 
 #include <cuda_runtime.h>
 

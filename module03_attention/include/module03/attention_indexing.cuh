@@ -1,10 +1,13 @@
 #pragma once
 /// @file attention_indexing.cuh
 /// @brief The stride arithmetic, the block order and the fields every attention kernel's
-/// parameter block shares: module 3's forward steps (attention_device.cuh,
-/// attention_tc_device.cuh) and module 4's backward steps
-/// (solutions/module04_training/attention_backward_device.cuh) include it, so that every
-/// attention kernel of the course computes a row's address in one place.
+/// parameter block shares (device code: include it from .cu files only). Module 3's
+/// forward steps (solutions/module03_attention/attention_device.cuh, and through it
+/// attention_tc_device.cuh), module 4's backward steps
+/// (solutions/module04_training/attention_backward_device.cuh) and the exercises' given
+/// code include it, so that every attention kernel of the course computes a row's address
+/// in one place. (Step row_offset of exercises/module03_attention/attention.cu asks you to
+/// write that function yourself: that file does not include this one.)
 
 #include "module03/attention.hpp"
 
@@ -12,9 +15,7 @@
 
 #include <cstdint>
 
-namespace course::solution::attn {
-
-using m03::AttentionStrides;
+namespace course::m03 {
 
 /// Element offset of row n of head h of batch b: the one place the course computes it.
 /// 64-bit: B*H*N*d exceeds 2^31 for realistic tensors (16 x 32 heads x 32768 x 128 = 2^31).
@@ -44,6 +45,23 @@ __device__ __forceinline__ void block_coordinates(bool causal, int& q_tile, int&
   bh = static_cast<int>(linear % gridDim.y);
 }
 
+/// Which (key tile, batch * kv head) this block computes, for a grid of (num_kv_tiles,
+/// B * H_kv). No mask: key tile = blockIdx.x, so the blocks running together share one
+/// head's Q and dO in L2. Causal: the key tile is the SLOW index of the linear block
+/// number, counted up: the first key tiles (seen by the most query tiles) of all heads
+/// start first. Either way block (kv_tile - 1, bhk) has a lower linear number than block
+/// (kv_tile, bhk): the deterministic backward's blocks wait for their left neighbour only.
+__device__ __forceinline__ void kv_block_coordinates(bool causal, int& kv_tile, int& bhk) {
+  if (!causal) {
+    kv_tile = static_cast<int>(blockIdx.x);
+    bhk = static_cast<int>(blockIdx.y);
+    return;
+  }
+  const long long linear = static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x;
+  kv_tile = static_cast<int>(linear / gridDim.y);
+  bhk = static_cast<int>(linear % gridDim.y);
+}
+
 /// The fields of a kernel parameter block that every attention step fills the same way:
 /// the Q, K, V, O and lse pointers, their strides and the shape (H, H / H_kv, N_q, N_k).
 /// `Params` is the step's own block (fp32 or bf16, forward or backward), `Args` its
@@ -65,4 +83,4 @@ inline void fill_attention_params(Params& p, const Args& a) {
   p.seq_k = static_cast<int>(a.seq_k);
 }
 
-}  // namespace course::solution::attn
+}  // namespace course::m03

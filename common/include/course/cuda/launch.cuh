@@ -1,0 +1,94 @@
+#pragma once
+/// @file launch.cuh
+/// @brief Host-side launch helpers every module's kernels share: the dynamic shared-memory
+/// opt-in with its carveout (once per kernel and device) and the dispatch from a runtime
+/// head dimension to a kernel templated on it, driven by the public header's list of
+/// allowed values.
+///
+/// Why these exist: a kernel that asks for more than 48 KiB of dynamic shared memory must
+/// be opted in with cudaFuncSetAttribute on every device it runs on, and a kernel templated
+/// on the head dimension needs one `case` per value of the header's list. Writing either
+/// by hand next to every launcher is how copies drift (a cache per process instead of per
+/// device, a `case` the header no longer allows).
+
+#include "course/error.hpp"
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+namespace course::cuda {
+
+/// How an SM's unified L1 / shared-memory storage is split for a kernel (the
+/// cudaFuncAttributePreferredSharedMemoryCarveout hint).
+enum class Carveout {
+  /// As much shared memory as the SM has (L1 keeps the rest: 28 KiB of 256 on sm_90): the
+  /// most blocks per SM, for kernels that stage their operands in shared memory or by TMA.
+  max_shared,
+  /// The driver's choice: enough shared memory for the blocks that fit, the rest stays L1.
+  /// For kernels whose loads go through L1: the fp32 warp-tiled GEMMs (4-byte cp.async.ca)
+  /// ran 1-3% slower with max_shared on an H100.
+  driver_default,
+};
+
+/// Lets `kKernel` use `bytes` of dynamic shared memory (more than 48 KiB must be opted
+/// into) and asks for `carveout`, once per device: the attributes are per device, so a
+/// process that launches on two GPUs configures both. Later calls with at most the bytes
+/// already granted on this device return after one atomic load.
+/// Throws course::Error, naming both numbers, when the device cannot give `bytes`.
+template <auto kKernel>
+void opt_in_dynamic_smem(int bytes, Carveout carveout = Carveout::max_shared) {
+  static std::atomic<int> granted[64] = {};  // bytes granted per device (0: never)
+  int device = 0;
+  COURSE_CUDA_CHECK(cudaGetDevice(&device));
+  std::atomic<int>* slot = device >= 0 && device < 64 ? &granted[device] : nullptr;
+  if (slot != nullptr && slot->load(std::memory_order_acquire) >= bytes) return;
+  int optin = 0;  // the most one block may opt into (99 KiB on sm_86/89, 227 KiB on sm_90)
+  COURSE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (bytes > optin)
+    throw Error("a kernel needs " + std::to_string(bytes) + " bytes of shared memory per block; device " +
+                std::to_string(device) + " allows " + std::to_string(optin));
+  COURSE_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  if (carveout == Carveout::max_shared)
+    COURSE_CUDA_CHECK(
+        cudaFuncSetAttribute(kKernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  if (slot == nullptr) return;
+  int seen = slot->load(std::memory_order_relaxed);
+  while (seen < bytes && !slot->compare_exchange_weak(seen, bytes, std::memory_order_release)) {
+  }
+}
+
+namespace detail {
+template <const auto& kList, class F, std::size_t... I>
+void dispatch_in(std::int64_t value, const char* what, F&& f, std::index_sequence<I...>) {
+  bool hit = false;
+  // One comparison per entry of the list; the matching entry calls f with its value as a
+  // compile-time constant.
+  ((!hit && value == kList[I] ? (hit = true, f(std::integral_constant<int, kList[I]>{}), 0) : 0), ...);
+  if (!hit)
+    throw Error(std::string(what) + " = " + std::to_string(value) +
+                        " reached a kernel dispatch that has no instance for it (validation should have rejected it)");
+}
+}  // namespace detail
+
+/// Calls `f(std::integral_constant<int, D>{})` for the entry D of `kList` (a constexpr
+/// int array of a public header, e.g. m03::kTcHeadDims) equal to `value`:
+///
+///     course::cuda::dispatch_value<m04::kTcBackwardHeadDims>(a.head_dim, "head_dim",
+///         [&](auto d) { launch<decltype(d)::value>(a); });
+///
+/// The list is the single source: adding a head dimension to the header instantiates the
+/// kernels for it, and the validation and the dispatch can never disagree. A value not in
+/// the list throws course::Error (validation runs first, so that is a bug, not bad input).
+template <const auto& kList, class F>
+void dispatch_value(std::int64_t value, const char* what, F&& f) {
+  detail::dispatch_in<kList>(value, what, std::forward<F>(f), std::make_index_sequence<std::size(kList)>{});
+}
+
+}  // namespace course::cuda
