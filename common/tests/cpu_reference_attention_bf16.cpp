@@ -11,7 +11,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -122,3 +124,62 @@ TEST(AttentionForwardBf16, BadArgumentsAreNamed) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------- backward -----
+
+/// The bf16 backward's inputs: bf16 Q, K, V, dO; O and lse from the double forward (O
+/// rounded to bf16, lse to fp32), as a bf16 forward hands them over.
+struct BackwardInputs {
+  HostTensor<float> q, k, v, o, dout;
+  std::vector<float> lse;
+};
+BackwardInputs backward_inputs(std::int64_t B, std::int64_t H, std::int64_t H_kv, std::int64_t N_q, std::int64_t N_k,
+                               const ref::AttentionOptions& opts) {
+  BackwardInputs in{random_bf16(B, H, N_q, 64, AttentionLayout::BHND, test_seed()),
+                    random_bf16(B, H_kv, N_k, 64, AttentionLayout::BNHD, test_seed() + 1),
+                    random_bf16(B, H_kv, N_k, 64, AttentionLayout::BNHD, test_seed() + 2),
+                    HostTensor<float>::attention(B, H, N_q, 64, AttentionLayout::BHND),
+                    random_bf16(B, H, N_q, 64, AttentionLayout::BHND, test_seed() + 3),
+                    {}};
+  const auto fwd = ref::attention_forward(in.q.cast<double>(), in.k.cast<double>(), in.v.cast<double>(), opts);
+  for (std::size_t e = 0; e < in.o.storage().size(); ++e) in.o.storage()[e] = static_cast<float>(fwd.out.storage()[e]);
+  in.o.storage() = course::round_to_bf16(in.o.storage());
+  in.lse.assign(fwd.lse.storage().begin(), fwd.lse.storage().end());
+  return in;
+}
+
+/// Its gradients are bf16 values, within a few bf16 ulps of the double backward (the
+/// rule's baseline must be the size of bf16 rounding: neither exact nor far off), and the
+/// rows that see no key get dQ = 0.
+TEST(AttentionBackwardBf16, CloseToTheDoubleReferenceAndBf16Valued) {
+  for (const bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "full");
+    ref::AttentionOptions opts;
+    opts.causal = causal;
+    const BackwardInputs in = backward_inputs(2, 4, 2, 45, 30, opts);  // grouped-query, N_q > N_k
+    const auto got = ref::attention_backward_bf16(in.q, in.k, in.v, in.o, in.dout, in.lse, opts);
+    const auto exact = ref::attention_backward(in.q.cast<double>(), in.k.cast<double>(), in.v.cast<double>(),
+                                               in.dout.cast<double>(), opts);
+    for (const auto& [g, e, name] : {std::tuple{&got.dq, &exact.dq, "dQ"}, {&got.dk, &exact.dk, "dK"},
+                                     {&got.dv, &exact.dv, "dV"}}) {
+      EXPECT_EQ(course::round_to_bf16(g->storage()), g->storage()) << name;
+      double err = 0, scale = 0;
+      for (std::size_t i = 0; i < g->storage().size(); ++i) {
+        err = std::max(err, std::fabs(g->storage()[i] - e->storage()[i]));
+        scale = std::max(scale, std::fabs(e->storage()[i]));
+      }
+      EXPECT_GT(err, 0.0) << name << ": bf16 roundings should leave some error";
+      EXPECT_LT(err, 0x1p-5 * scale) << name << ": error " << err << " against max |grad| " << scale;
+    }
+    if (causal)  // the first N_q - N_k = 15 rows see no key
+      for (std::int64_t i = 0; i < 15; ++i)
+        for (std::int64_t c = 0; c < 64; ++c) EXPECT_EQ(got.dq({1, 3, i, c}), 0.f);
+  }
+}
+
+TEST(AttentionBackwardBf16, RejectsAnLseOfTheWrongSize) {
+  const BackwardInputs in = backward_inputs(1, 2, 2, 8, 8, {});
+  std::vector<float> short_lse(in.lse.begin(), in.lse.end() - 1);
+  course::testing::expect_invalid_argument(
+      [&] { ref::attention_backward_bf16(in.q, in.k, in.v, in.o, in.dout, short_lse); }, "lse.size()");
+}

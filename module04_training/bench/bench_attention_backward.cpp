@@ -216,9 +216,10 @@ const bool kRegistered = [] {
     for (const bool causal : {false, true})
       for (const std::int64_t N : {512, 1024, 2048, 4096, 8192}) {
         const Shape s{N, d, causal};
-        for (const auto& info : course::m04::kAttentionBackwardSteps) {
+        for (const auto& info : course::m04::attention_backward_steps(course::m04::AttentionBackwardDType::f32)) {
           bench::add_step_rows("attn_bwd_f32", info.name, s.name(), benchmark::kMillisecond,
-                               &course::solution::attention_backward, &course::exercise::attention_backward,
+                               static_cast<AttentionBackwardFn>(&course::solution::attention_backward),
+                               static_cast<AttentionBackwardFn>(&course::exercise::attention_backward),
                                [step = info.step, s](benchmark::State& st, AttentionBackwardFn fn) {
                                  bench_step(st, fn, step, s);
                                });

@@ -414,7 +414,7 @@ TEST_P(FuzzAttentionBackward, RandomCases) { run(false); }
 TEST_P(FuzzAttentionBackwardLarge, RandomCases) { run(true); }
 
 COURSE_FUZZ_INSTANTIATE(FuzzAttentionBackward, FuzzAttentionBackwardLarge, step_part_name<AttentionBackwardStep>,
-                        ::testing::ValuesIn(course::m04::kAttentionBackwardSteps));
+                        ::testing::ValuesIn(course::m04::attention_backward_steps(course::m04::AttentionBackwardDType::f32)));
 
 class FuzzAttentionBackwardBadInputs : public GpuTest,
                                        public ::testing::WithParamInterface<StepInfo<AttentionBackwardStep>> {};
@@ -511,7 +511,8 @@ TEST_P(FuzzAttentionBackwardBadInputs, RejectedByNameContextHealthy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, FuzzAttentionBackwardBadInputs,
-                         ::testing::ValuesIn(course::m04::kAttentionBackwardSteps), step_name<AttentionBackwardStep>);
+                         ::testing::ValuesIn(course::m04::attention_backward_steps(course::m04::AttentionBackwardDType::f32)),
+                         step_name<AttentionBackwardStep>);
 
 // ===================================== the generators themselves (CPU only) =====
 // Every drawn case must pass the op's own validation (addresses only, never dereferenced),
@@ -592,7 +593,7 @@ TEST(FuzzGenerators, AttentionBackwardCasesAreValidAndCoverTheContract) {
   const std::uint64_t seed = course::testing::test_seed();
   using course::m04::attention_checks::make_tensor;
   using course::m04::attention_checks::strides_of;
-  for (const auto& info : course::m04::kAttentionBackwardSteps) {
+  for (const auto& info : course::m04::attention_backward_steps(course::m04::AttentionBackwardDType::f32)) {
     const auto sup = course::m04::step_support(info.step);
     course::fuzz::Coverage cov(std::string("attention_backward/") + info.name);
     for (int i = 0; i < kCasesPerStep + kLargeCases; ++i) {

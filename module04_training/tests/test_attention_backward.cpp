@@ -389,7 +389,7 @@ TEST_P(AttentionBackwardTest, RejectedCallsLeaveTheContextHealthy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, AttentionBackwardTest,
-                         ::testing::ValuesIn(course::m04::kAttentionBackwardSteps), step_name);
+                         ::testing::ValuesIn(course::m04::attention_backward_steps(course::m04::AttentionBackwardDType::f32)), step_name);
 
 // ---------------------------------------------------------------- row dot -----
 
@@ -499,7 +499,7 @@ T* shifted_bytes(T* p, std::ptrdiff_t bytes) {
 /// `applies` is false are skipped).
 template <class Mutate, class Applies>
 void expect_rejected(Mutate mutate, const std::vector<std::string>& needles, Applies applies) {
-  for (const auto& info : course::m04::kAttentionBackwardSteps) {
+  for (const auto& info : course::m04::attention_backward_steps(course::m04::AttentionBackwardDType::f32)) {
     if (!applies(info.step)) continue;
     SCOPED_TRACE(info.name);
     auto h = std::make_unique<HostArgs>();
@@ -514,7 +514,7 @@ void expect_rejected(Mutate mutate, const std::vector<std::string>& needles) {
 }
 
 TEST(AttentionBackwardArgsTest, ValidArgumentsPassValidation) {
-  for (const auto& info : course::m04::kAttentionBackwardSteps) {
+  for (const auto& info : course::m04::attention_backward_steps(course::m04::AttentionBackwardDType::f32)) {
     auto h = std::make_unique<HostArgs>();
     EXPECT_NO_THROW(course::m04::validate_attention_backward_args(h->args(), info.step, "test")) << info.name;
     AttentionBackwardArgs a = h->args();

@@ -84,6 +84,7 @@ void attention_backward(m04::AttentionBackwardStep step, const m04::AttentionBac
     case m04::AttentionBackwardStep::naive: return attn_bwd::launch_naive(args);
     case m04::AttentionBackwardStep::flash: return attn_bwd::launch_flash(args);
     case m04::AttentionBackwardStep::flash_deterministic: return attn_bwd::launch_flash_deterministic(args);
+    default: return;  // the tensor-core steps take AttentionBackwardArgsBf16 (validation rejected them)
   }
 }
 

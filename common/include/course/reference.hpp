@@ -131,6 +131,21 @@ AttentionGrads<T> attention_backward(const HostTensor<T>& q, const HostTensor<T>
                                      const HostTensor<T>& v, const HostTensor<T>& dout,
                                      const AttentionOptions& opts = {});
 
+/// The backward pass computed the plain way in bf16 precision: the same-precision baseline of
+/// FlashAttention's backward rule for module 4's tensor-core steps (a kernel's max error
+/// against attention_backward in double must stay within 3x this function's, plus a tiny
+/// floor). Q, K, V, O and dO hold bf16 values (as floats), lse is the forward's fp32
+/// logsumexp ([B, H, N_q] contiguous, -inf for a row that sees no key). Every product below
+/// is a sequential fp32 sum: s = scale q.k, P = exp(s - lse), dP = dO.v, D = dO.O,
+/// dS = P (dP - D); P and dS are rounded to bf16 where a kernel feeds them to a bf16 mma
+/// (dV += P^T dO, dK += dS^T Q, dQ += dS K), the sums stay fp32 (dK and dV summed over a
+/// group's query heads), and dQ, dK (both times scale) and dV are rounded to bf16 once.
+/// Results are contiguous.
+AttentionGrads<float> attention_backward_bf16(const HostTensor<float>& q, const HostTensor<float>& k,
+                                              const HostTensor<float>& v, const HostTensor<float>& o,
+                                              const HostTensor<float>& dout, const std::vector<float>& lse,
+                                              const AttentionOptions& opts = {});
+
 // ------------------------------------------------------ gradient checking -----
 
 /// Central finite differences of a scalar function: g_i = (f(x + h e_i) - f(x - h e_i)) / 2h.

@@ -1,6 +1,7 @@
 #pragma once
 /// @file attention_backward.hpp
-/// @brief Module 4 API: the backward pass of module 3's attention (fp32), as a ladder of steps.
+/// @brief Module 4 API: the backward pass of module 3's attention (fp32, then bf16 on tensor
+/// cores), as a ladder of steps.
 ///
 /// The forward pass (module 3, any fused step) computed, for every batch b and query head h,
 ///
@@ -36,6 +37,14 @@
 /// - flash_deterministic: flash without atomics -- dK/dV in the K/V-parallel kernel, dQ in a
 ///   second, query-parallel kernel that recomputes P and dP itself. Bit-identical run to run;
 ///   the recomputation is its price (measured in the lesson).
+/// The tensor-core steps (bf16 tensors, AttentionBackwardArgsBf16; contract further below):
+/// - tc_mma: flash's structure on mma.sync fragments. Each warp computes S^T = K_w Q^T and
+///   dP^T = V_w dO^T for its 16 keys, so that P^T and dS^T are, as accumulators, already the
+///   A operands of dV += P^T dO and dK += dS^T Q; dS^T goes through shared memory once for
+///   dQ += dS K (fp32 atomics into the workspace, converted to bf16 at the end).
+/// - tc_pipelined: the same with XOR-swizzled tiles and a 2-stage cp.async ring.
+/// - tc_deterministic: dQ added in K/V-tile order, a counter per (batch, head, query tile):
+///   bit-identical run to run.
 ///
 /// ## Contract (validate_attention_backward_args, run by both implementations before any
 /// launch; each violation throws course::InvalidArgument naming the argument and its value)
@@ -56,6 +65,7 @@
 #include "course/validate.hpp"
 #include "module03/attention.hpp"
 
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -64,6 +74,7 @@
 #include <cstdint>
 #include <iterator>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -76,6 +87,11 @@ enum class AttentionBackwardStep {
   naive,                ///< S, P, dP materialized; module 2 GEMMs + softmax backward
   flash,                ///< K/V-tile parallel, P recomputed on chip, dQ by fp32 atomics
   flash_deterministic,  ///< flash without atomics: dQ in its own query-parallel pass
+  // Tensor-core steps: bf16 Q, K, V, O, dO and gradients, fp32 accumulation
+  // (AttentionBackwardArgsBf16).
+  tc_mma,            ///< mma.sync on fragments: S^T, dP^T recomputed; P^T, dS^T reused as A operands
+  tc_pipelined,      ///< + XOR-swizzled tiles and a 2-stage cp.async ring for Q, dO, lse, D
+  tc_deterministic,  ///< + dQ added in K/V-tile order (a semaphore per query tile): bit-identical
 };
 
 inline constexpr StepInfo<AttentionBackwardStep> kAttentionBackwardSteps[] = {
@@ -85,9 +101,19 @@ inline constexpr StepInfo<AttentionBackwardStep> kAttentionBackwardSteps[] = {
      "one kernel per K/V tile: P recomputed from lse, dK/dV in registers, dQ by fp32 atomics"},
     {AttentionBackwardStep::flash_deterministic, "flash_deterministic",
      "flash without atomics: dK/dV per K/V tile, dQ in a query-parallel pass; bit-identical runs"},
+    {AttentionBackwardStep::tc_mma, "tc_mma",
+     "bf16; mma.sync: S^T = K Q^T on fragments, P^T and dS^T reused as A operands, dS via smem for dQ"},
+    {AttentionBackwardStep::tc_pipelined, "tc_pipelined",
+     "bf16; tc_mma with XOR-swizzled tiles and a 2-stage cp.async ring for Q, dO, lse and D"},
+    {AttentionBackwardStep::tc_deterministic, "tc_deterministic",
+     "bf16; tc_pipelined with dQ added in K/V-tile order behind a semaphore per query tile"},
 };
 static_assert(steps_in_enum_order(kAttentionBackwardSteps),
               "kAttentionBackwardSteps must list AttentionBackwardStep in enum order");
+
+/// Element type of Q, K, V, O, dO and the gradients (lse, D and accumulators are fp32).
+/// fp32 steps take AttentionBackwardArgs, bf16 steps AttentionBackwardArgsBf16.
+enum class AttentionBackwardDType { f32, bf16 };
 
 /// What a step accepts. Anything else is rejected by validate_attention_backward_args.
 struct BackwardStepSupport {
@@ -97,20 +123,47 @@ struct BackwardStepSupport {
   bool deterministic;  ///< bit-identical results run to run
 };
 
+/// The step table's further columns: one row per step, in the same order (checked below).
+struct AttentionBackwardStepColumns {
+  AttentionBackwardStep step;
+  AttentionBackwardDType dtype;  ///< which argument struct the step takes
+  BackwardStepSupport support;
+};
+
+inline constexpr AttentionBackwardStepColumns kAttentionBackwardStepColumns[] = {
+    {AttentionBackwardStep::naive, AttentionBackwardDType::f32, {128, true, false, true}},
+    {AttentionBackwardStep::flash, AttentionBackwardDType::f32, {128, true, true, false}},
+    {AttentionBackwardStep::flash_deterministic, AttentionBackwardDType::f32, {128, true, true, true}},
+    {AttentionBackwardStep::tc_mma, AttentionBackwardDType::bf16, {128, true, true, false}},
+    {AttentionBackwardStep::tc_pipelined, AttentionBackwardDType::bf16, {128, true, true, false}},
+    {AttentionBackwardStep::tc_deterministic, AttentionBackwardDType::bf16, {128, true, true, true}},
+};
+static_assert(columns_match_steps(kAttentionBackwardSteps, kAttentionBackwardStepColumns),
+              "kAttentionBackwardStepColumns must have one row per row of kAttentionBackwardSteps, in the same order");
+
 constexpr BackwardStepSupport step_support(AttentionBackwardStep step) {
-  switch (step) {
-    case AttentionBackwardStep::naive: return {128, true, false, true};
-    case AttentionBackwardStep::flash: return {128, true, true, false};
-    case AttentionBackwardStep::flash_deterministic: return {128, true, true, true};
-  }
-  return {0, false, false, false};
+  const auto i = static_cast<std::size_t>(step);
+  return i < std::size(kAttentionBackwardStepColumns) ? kAttentionBackwardStepColumns[i].support
+                                                      : BackwardStepSupport{0, false, false, false};
+}
+constexpr AttentionBackwardDType step_dtype(AttentionBackwardStep step) {
+  const auto i = static_cast<std::size_t>(step);
+  return i < std::size(kAttentionBackwardStepColumns) ? kAttentionBackwardStepColumns[i].dtype
+                                                      : AttentionBackwardDType::f32;
 }
 
-inline const char* step_name(AttentionBackwardStep step) {
+/// The steps of one element type, in ladder order (tests and benchmarks iterate these).
+inline std::vector<StepInfo<AttentionBackwardStep>> attention_backward_steps(AttentionBackwardDType dtype) {
+  std::vector<StepInfo<AttentionBackwardStep>> out;
   for (const auto& info : kAttentionBackwardSteps)
-    if (info.step == step) return info.name;
-  return "?";
+    if (step_dtype(info.step) == dtype) out.push_back(info);
+  return out;
 }
+
+/// Head dimensions the tensor-core backward kernels are instantiated for.
+inline constexpr int kTcBackwardHeadDims[] = {64, 128};
+
+inline const char* step_name(AttentionBackwardStep step) { return step_name_in(kAttentionBackwardSteps, step); }
 
 /// Device-side arguments of attention_backward(). All pointers are DEVICE pointers.
 struct AttentionBackwardArgs {
@@ -169,6 +222,8 @@ inline float effective_scale(const AttentionBackwardArgs& a) { return m03::detai
 ///  - flash, flash_deterministic: D, B*H*N_q floats: O(N).
 inline std::size_t attention_backward_workspace_bytes(AttentionBackwardStep step, std::int64_t batch,
                                                       std::int64_t heads, std::int64_t seq_q, std::int64_t seq_k) {
+  require_arg(step_dtype(step) == AttentionBackwardDType::f32, "attention_backward_workspace_bytes", "step",
+              step_name(step), "is a bf16 step: its workspace depends on head_dim, call the AttentionBackwardArgsBf16 overload");
   if (batch <= 0 || heads <= 0 || seq_q <= 0 || seq_k <= 0) return 0;
   const auto rows = static_cast<std::size_t>(batch) * static_cast<std::size_t>(heads) * static_cast<std::size_t>(seq_q);
   if (step == AttentionBackwardStep::naive) return 2 * rows * static_cast<std::size_t>(seq_k) * sizeof(float);
@@ -176,6 +231,122 @@ inline std::size_t attention_backward_workspace_bytes(AttentionBackwardStep step
 }
 inline std::size_t attention_backward_workspace_bytes(AttentionBackwardStep step, const AttentionBackwardArgs& a) {
   return attention_backward_workspace_bytes(step, a.batch, a.heads, a.seq_q, a.seq_k);
+}
+
+// ------------------------------------------------------------------------------
+// The tensor-core steps (tc_*): bf16 tensors.
+//
+// The same computation, conventions and strides as AttentionBackwardArgs. Inside the
+// kernels S, P, dP, dS and every accumulation are fp32; P and dS are rounded to bf16 where
+// they become mma operands (dV += P^T dO, dK += dS^T Q, dQ += dS K); dK and dV are rounded
+// to bf16 once, at the end; dQ is accumulated in an fp32 workspace and rounded once.
+// Contract as for AttentionBackwardArgs, except:
+//  - head_dim in {64, 128} (kTcBackwardHeadDims);
+//  - every stride a multiple of 8 elements and every pointer 16-byte aligned (one cp.async
+//    copies 16 bytes = 8 bf16);
+//  - the workspace holds D, the lse in base 2 and dQ in fp32 (and, for tc_deterministic, a
+//    counter per query tile): tc_backward_workspace_bytes().
+
+/// Query rows per tile of the tensor-core backward kernels (the workspace pads to it).
+inline constexpr int kTcBackwardQTile = 64;
+
+/// Device-side arguments of the bf16 attention_backward(). All pointers are DEVICE pointers.
+struct AttentionBackwardArgsBf16 {
+  const __nv_bfloat16* q = nullptr;     ///< [B, H, N_q, d]
+  const __nv_bfloat16* k = nullptr;     ///< [B, H_kv, N_k, d]
+  const __nv_bfloat16* v = nullptr;     ///< [B, H_kv, N_k, d]
+  const __nv_bfloat16* o = nullptr;     ///< [B, H, N_q, d], the forward's output
+  const __nv_bfloat16* dout = nullptr;  ///< [B, H, N_q, d], dL/dO
+  const float* lse = nullptr;           ///< [B, H, N_q] contiguous fp32, the forward's natural-log logsumexp
+  __nv_bfloat16* dq = nullptr;          ///< [B, H, N_q, d]
+  __nv_bfloat16* dk = nullptr;          ///< [B, H_kv, N_k, d]
+  __nv_bfloat16* dv = nullptr;          ///< [B, H_kv, N_k, d]
+  std::int64_t batch = 0;     ///< B
+  std::int64_t heads = 0;     ///< H, query heads
+  std::int64_t kv_heads = 0;  ///< H_kv, key/value heads (H % H_kv == 0)
+  std::int64_t seq_q = 0;     ///< N_q
+  std::int64_t seq_k = 0;     ///< N_k
+  std::int64_t head_dim = 0;  ///< d
+  AttentionStrides q_strides, k_strides, v_strides, o_strides, do_strides;
+  AttentionStrides dq_strides, dk_strides, dv_strides;
+  float scale = 0.f;    ///< 0 selects 1/sqrt(d); must equal the forward's
+  bool causal = false;  ///< bottom-right aligned causal mask, as in the forward
+  float* workspace = nullptr;       ///< scratch, see tc_backward_workspace_bytes()
+  std::size_t workspace_bytes = 0;  ///< >= attention_backward_workspace_bytes(step, args)
+  cudaStream_t stream = nullptr;
+};
+
+/// Arguments for dense bf16 tensors all stored in `layout` (gradients like their inputs).
+inline AttentionBackwardArgsBf16 make_attention_backward_args_bf16(
+    const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, const __nv_bfloat16* o,
+    const __nv_bfloat16* dout, const float* lse, __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
+    std::int64_t batch, std::int64_t heads, std::int64_t kv_heads, std::int64_t seq_q, std::int64_t seq_k,
+    std::int64_t head_dim, AttentionLayout layout, cudaStream_t stream = nullptr) {
+  AttentionBackwardArgsBf16 a;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.o = o;
+  a.dout = dout;
+  a.lse = lse;
+  a.dq = dq;
+  a.dk = dk;
+  a.dv = dv;
+  m03::detail::set_dense_shape(a, batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, stream);
+  a.do_strides = a.q_strides;
+  a.dq_strides = a.q_strides;
+  a.dk_strides = a.k_strides;
+  a.dv_strides = a.k_strides;
+  return a;
+}
+
+inline float effective_scale(const AttentionBackwardArgsBf16& a) { return m03::detail::scale_or_default(a); }
+
+/// Where the parts of a tensor-core step's workspace live (byte offsets from its start, each
+/// 16-byte aligned). Rows are padded to whole query tiles: N_q_pad = N_q rounded up to
+/// kTcBackwardQTile, so a tile's lse and D are read as whole 16-byte chunks.
+///  - lse2 [B*H, N_q_pad] fp32: lse * log2(e); +inf for padding and for rows that see no key
+///    (P = 2^(s*c - lse2) is then exactly 0);
+///  - d    [B*H, N_q_pad] fp32: D_i = dO_i . O_i (0 for padding);
+///  - dq   [B*H, N_q, d] fp32: the dQ accumulator (zeroed, then added to by every K/V tile);
+///  - sem  [B*H, N_q_pad / kTcBackwardQTile] int: the dQ turn counters (tc_deterministic).
+struct TcBackwardWorkspace {
+  std::size_t lse2 = 0, d = 0, dq = 0, sem = 0, bytes = 0;
+};
+
+inline TcBackwardWorkspace tc_backward_workspace(AttentionBackwardStep step, std::int64_t batch, std::int64_t heads,
+                                                 std::int64_t seq_q, std::int64_t head_dim) {
+  TcBackwardWorkspace w;
+  if (batch <= 0 || heads <= 0 || seq_q <= 0 || head_dim <= 0) return w;
+  const auto f = [](std::int64_t x) { return static_cast<std::size_t>(x); };
+  const std::size_t bh = f(batch) * f(heads);
+  const std::size_t tiles = (f(seq_q) + kTcBackwardQTile - 1) / kTcBackwardQTile;
+  const std::size_t padded = tiles * kTcBackwardQTile;
+  const auto up16 = [](std::size_t x) { return (x + 15) / 16 * 16; };
+  w.lse2 = 0;
+  w.d = w.lse2 + up16(bh * padded * sizeof(float));
+  w.dq = w.d + up16(bh * padded * sizeof(float));
+  w.sem = w.dq + up16(bh * f(seq_q) * f(head_dim) * sizeof(float));
+  w.bytes = w.sem + (step == AttentionBackwardStep::tc_deterministic ? up16(bh * tiles * sizeof(int)) : 0);
+  return w;
+}
+
+/// Scratch bytes a tensor-core step needs: O(B*H*N_q*d) (the fp32 dQ accumulator).
+inline std::size_t attention_backward_workspace_bytes(AttentionBackwardStep step, const AttentionBackwardArgsBf16& a) {
+  return tc_backward_workspace(step, a.batch, a.heads, a.seq_q, a.head_dim).bytes;
+}
+
+/// FLOPs by the FlashAttention convention, as for AttentionBackwardArgs.
+inline double attention_backward_flops(const AttentionBackwardArgsBf16& a) { return m03::detail::gemm_flops(a, 5); }
+
+/// Device bytes a call touches: the bf16 inputs and gradients, lse and the workspace.
+inline std::size_t attention_backward_device_bytes(AttentionBackwardStep step, const AttentionBackwardArgsBf16& a) {
+  const auto f = [](std::int64_t x) { return static_cast<std::size_t>(x); };
+  const std::size_t q_like = f(a.batch) * f(a.heads) * f(a.seq_q) * f(a.head_dim);
+  const std::size_t kv_like = f(a.batch) * f(a.kv_heads) * f(a.seq_k) * f(a.head_dim);
+  const std::size_t lse = f(a.batch) * f(a.heads) * f(a.seq_q);
+  return (4 * q_like + 4 * kv_like) * sizeof(__nv_bfloat16) + lse * sizeof(float) +
+         attention_backward_workspace_bytes(step, a);
 }
 
 /// FLOPs by the FlashAttention convention: backward = 2.5 x forward = 10*B*H*N_q*N_k*d
@@ -223,12 +394,10 @@ inline bool same_layout_views_overlap(std::int64_t delta, std::vector<m03::detai
   return false;
 }
 
-}  // namespace detail
-
-/// The validation every implementation runs first (see the contract above). Throws
-/// InvalidArgument naming the argument, its value and the rule.
-inline void validate_attention_backward_args(const AttentionBackwardArgs& a, AttentionBackwardStep step,
-                                             const char* fn) {
+/// The checks both element types share (see the contracts above): T is float or
+/// __nv_bfloat16. Throws InvalidArgument naming the argument, its value and the rule.
+template <class T, class Args>
+void validate_backward_args(const Args& a, AttentionBackwardStep step, const char* fn) {
   namespace cv = ::course::validate;  // generic checks (course/validate.hpp)
   namespace md = m03::detail;          // the attention tensors' stride rules and dims (module 3)
   using cv::msg;
@@ -237,10 +406,22 @@ inline void validate_attention_backward_args(const AttentionBackwardArgs& a, Att
               "is not an AttentionBackwardStep");
   const BackwardStepSupport sup = step_support(step);
   const std::string sname = step_name(step);
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  require_arg(step_dtype(step) == (kBf16 ? AttentionBackwardDType::bf16 : AttentionBackwardDType::f32), fn, "step", sname,
+              kBf16 ? "reads and writes float tensors: call attention_backward(step, const AttentionBackwardArgs&)"
+                    : "reads and writes __nv_bfloat16 tensors: call attention_backward(step, const "
+                      "AttentionBackwardArgsBf16&)");
 
   // Sizes (module 3's rules).
   md::require_attention_sizes(a, fn);
-  md::require_fp32_head_dim(a.head_dim, fn);
+  if constexpr (kBf16) {
+    const bool known_d = std::find(std::begin(kTcBackwardHeadDims), std::end(kTcBackwardHeadDims), a.head_dim) !=
+                         std::end(kTcBackwardHeadDims);
+    require_arg(known_d, fn, "head_dim", a.head_dim,
+                msg("must be 64 or 128 for step ", sname, " (the tensor-core kernels are templated on it)").c_str());
+  } else {
+    md::require_fp32_head_dim(a.head_dim, fn);
+  }
   require_arg(a.head_dim <= sup.max_head_dim, fn, "head_dim", a.head_dim,
               msg("is above ", sup.max_head_dim, " for step ", sname).c_str());
   require_arg(std::isfinite(a.scale) && a.scale >= 0.f, fn, "scale", a.scale,
@@ -255,22 +436,28 @@ inline void validate_attention_backward_args(const AttentionBackwardArgs& a, Att
                   .c_str());
 
   // Pointers and strides.
-  for (const auto& [p, name] : {std::pair<const float*, const char*>{a.q, "q"}, {a.k, "k"}, {a.v, "v"}, {a.o, "o"},
-                                {a.dout, "dout"}, {a.dq, "dq"}, {a.dk, "dk"}, {a.dv, "dv"}}) {
+  using TensorName = std::pair<const T*, const char*>;
+  const TensorName tensors[] = {{a.q, "q"},       {a.k, "k"},   {a.v, "v"},   {a.o, "o"},
+                                {a.dout, "dout"}, {a.dq, "dq"}, {a.dk, "dk"}, {a.dv, "dv"}};
+  for (const auto& [p, name] : tensors) {
     require_not_null(p, fn, name);
     require_aligned(p, 16, fn, name);
   }
   require_not_null(a.lse, fn, "lse");
   require_aligned(a.lse, alignof(float), fn, "lse");
   const std::int64_t d = a.head_dim;
-  md::require_strides(a.q_strides, d, fn, md::kQNames);
-  md::require_strides(a.k_strides, d, fn, md::kKNames);
-  md::require_strides(a.v_strides, d, fn, md::kVNames);
-  md::require_strides(a.o_strides, d, fn, md::kONames);
-  md::require_strides(a.do_strides, d, fn, detail::kDoutNames);
-  md::require_strides(a.dq_strides, d, fn, detail::kDqNames);
-  md::require_strides(a.dk_strides, d, fn, detail::kDkNames);
-  md::require_strides(a.dv_strides, d, fn, detail::kDvNames);
+  // 16-byte rows: 4 floats or 8 bf16 (float4 / cp.async loads).
+  const std::int64_t multiple = 16 / static_cast<std::int64_t>(sizeof(T));
+  const char* why = kBf16 ? "every row must start 16-byte aligned (cp.async copies 8 bf16 at once)"
+                          : md::kFloatRowRule;
+  md::require_strides(a.q_strides, d, fn, md::kQNames, multiple, why);
+  md::require_strides(a.k_strides, d, fn, md::kKNames, multiple, why);
+  md::require_strides(a.v_strides, d, fn, md::kVNames, multiple, why);
+  md::require_strides(a.o_strides, d, fn, md::kONames, multiple, why);
+  md::require_strides(a.do_strides, d, fn, kDoutNames, multiple, why);
+  md::require_strides(a.dq_strides, d, fn, kDqNames, multiple, why);
+  md::require_strides(a.dk_strides, d, fn, kDkNames, multiple, why);
+  md::require_strides(a.dv_strides, d, fn, kDvNames, multiple, why);
   const auto q_dims = [&](const AttentionStrides& st, const md::StrideNames& n = {"", "", ""}) {
     return md::tensor_dims(st, a.batch, a.heads, a.seq_q, d, n);
   };
@@ -287,17 +474,17 @@ inline void validate_attention_backward_args(const AttentionBackwardArgs& a, Att
   // No overlap between what is written (dq, dk, dv, workspace) and anything else.
   using md::Range;
   const Range inputs[] = {
-      {a.q, cv::span_bytes<float>(q_dims(a.q_strides)), "q"},
-      {a.k, cv::span_bytes<float>(kv_dims(a.k_strides)), "k"},
-      {a.v, cv::span_bytes<float>(kv_dims(a.v_strides)), "v"},
-      {a.o, cv::span_bytes<float>(q_dims(a.o_strides)), "o"},
-      {a.dout, cv::span_bytes<float>(q_dims(a.do_strides)), "dout"},
+      {a.q, cv::span_bytes<T>(q_dims(a.q_strides)), "q"},
+      {a.k, cv::span_bytes<T>(kv_dims(a.k_strides)), "k"},
+      {a.v, cv::span_bytes<T>(kv_dims(a.v_strides)), "v"},
+      {a.o, cv::span_bytes<T>(q_dims(a.o_strides)), "o"},
+      {a.dout, cv::span_bytes<T>(q_dims(a.do_strides)), "dout"},
       {a.lse, static_cast<std::size_t>(a.batch * a.heads * a.seq_q) * sizeof(float), "lse"},
   };
   const Range grads[] = {
-      {a.dq, cv::span_bytes<float>(dq_dims), "dq"},
-      {a.dk, cv::span_bytes<float>(dk_dims), "dk"},
-      {a.dv, cv::span_bytes<float>(dv_dims), "dv"},
+      {a.dq, cv::span_bytes<T>(dq_dims), "dq"},
+      {a.dk, cv::span_bytes<T>(dk_dims), "dk"},
+      {a.dv, cv::span_bytes<T>(dv_dims), "dv"},
   };
   // Two gradients overlap if their address ranges meet -- unless they have one layout and
   // interleave without sharing an element: dQ, dK, dV written as the column blocks of one
@@ -307,10 +494,10 @@ inline void validate_attention_backward_args(const AttentionBackwardArgs& a, Att
                                          const std::vector<md::Dim>& y_dims) {
     if (!cv::ranges_intersect(x.p, x.bytes, y.p, y.bytes)) return false;
     const auto delta = reinterpret_cast<std::intptr_t>(y.p) - reinterpret_cast<std::intptr_t>(x.p);
-    bool same_layout = delta % static_cast<std::intptr_t>(sizeof(float)) == 0 && x_dims.size() == y_dims.size();
+    bool same_layout = delta % static_cast<std::intptr_t>(sizeof(T)) == 0 && x_dims.size() == y_dims.size();
     for (std::size_t i = 0; same_layout && i < x_dims.size(); ++i)
       same_layout = x_dims[i].extent == y_dims[i].extent && x_dims[i].stride == y_dims[i].stride;
-    return !same_layout || detail::same_layout_views_overlap(delta / static_cast<std::intptr_t>(sizeof(float)), x_dims);
+    return !same_layout || same_layout_views_overlap(delta / static_cast<std::intptr_t>(sizeof(T)), x_dims);
   };
   // Inputs first, for every gradient: a gradient pointed at an input is named as the one at
   // fault even when its span also runs into another gradient's buffer.
@@ -329,8 +516,9 @@ inline void validate_attention_backward_args(const AttentionBackwardArgs& a, Att
   const std::size_t need = attention_backward_workspace_bytes(step, a);
   require_arg(a.workspace_bytes >= need, fn, "workspace_bytes", a.workspace_bytes,
               msg("must be >= attention_backward_workspace_bytes(step, ...) = ", need, " (step ", sname,
-                  step == AttentionBackwardStep::naive ? " stores P and dP: 2 * B*H*N_q*N_k floats)"
-                                                       : " stores D = rowsum(dO * O): B*H*N_q floats)")
+                  kBf16 ? " stores D, lse in base 2, an fp32 dQ accumulator of B*H*N_q*d floats and its counters)"
+                  : step == AttentionBackwardStep::naive ? " stores P and dP: 2 * B*H*N_q*N_k floats)"
+                                                         : " stores D = rowsum(dO * O): B*H*N_q floats)")
                   .c_str());
   require_not_null(a.workspace, fn, "workspace");
   require_aligned(a.workspace, 16, fn, "workspace");
@@ -342,6 +530,21 @@ inline void validate_attention_backward_args(const AttentionBackwardArgs& a, Att
                 static_cast<const void*>(a.workspace), msg("overlaps ", r.name).c_str());
 }
 
+
+}  // namespace detail
+
+/// The validation every implementation runs first (see the contract above). Throws
+/// InvalidArgument naming the argument, its value and the rule.
+inline void validate_attention_backward_args(const AttentionBackwardArgs& a, AttentionBackwardStep step,
+                                             const char* fn) {
+  detail::validate_backward_args<float>(a, step, fn);
+}
+/// The same for the tensor-core steps (bf16 tensors, see their contract).
+inline void validate_attention_backward_args(const AttentionBackwardArgsBf16& a, AttentionBackwardStep step,
+                                             const char* fn) {
+  detail::validate_backward_args<__nv_bfloat16>(a, step, fn);
+}
+
 }  // namespace course::m04
 
 COURSE_DECLARE_FOR_BOTH_IMPLS(
@@ -349,6 +552,10 @@ COURSE_DECLARE_FOR_BOTH_IMPLS(
     /// (asynchronous on args.stream). dq, dk, dv are overwritten (not accumulated into).
     void attention_backward(::course::m04::AttentionBackwardStep step,
                             const ::course::m04::AttentionBackwardArgs& args);
+    /// The tensor-core steps (tc_*): bf16 tensors, fp32 lse; dq, dk, dv overwritten
+    /// (asynchronous on args.stream; args.workspace is used as scratch).
+    void attention_backward(::course::m04::AttentionBackwardStep step,
+                            const ::course::m04::AttentionBackwardArgsBf16& args);
     /// The preprocessing kernel alone: D[b, h, i] = sum_c dO[b,h,i,c] * O[b,h,i,c] written to
     /// `d` ([B, H, N_q] contiguous floats, device). Validated like step flash. Synchronous.
     void attention_backward_row_dot(const ::course::m04::AttentionBackwardArgs& args, float* d);)

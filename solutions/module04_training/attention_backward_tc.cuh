@@ -1,0 +1,582 @@
+#pragma once
+/// @file attention_backward_tc.cuh
+/// @brief The tensor-core (bf16, mma.sync) attention backward: its kernels, written once and
+/// shared by the solution (attention_backward_tc.cu) and the exercise
+/// (exercises/module04_training/attention_backward_tc.cu). The three phases a learner writes
+/// -- P recomputed on the fragments, dS, and the ordered dQ hand-off -- are the `Phases`
+/// template parameter: each file supplies its own, everything else is this header.
+///
+/// The ladder (steps of module04/attention_backward.hpp):
+///   tc_mma            mma.sync on fragments: S^T = K Q^T and dP^T = V dO^T per warp, P^T and
+///                     dS^T reused from the accumulators as A operands of dV and dK, dS^T
+///                     through shared memory for dQ = dS K; plain tiles, one load stage.
+///   tc_pipelined      + XOR-swizzled tiles (conflict-free ldmatrix) and a 2-stage cp.async ring
+///                     for the next query tile's Q, dO, lse and D.
+///   tc_deterministic  + dQ added in K/V-tile order: a counter per (batch, head, query tile)
+///                     admits the K/V blocks one at a time, in index order.
+///
+/// One block owns one K/V tile (128 keys, 16 per warp) of one kv head and walks every query
+/// tile (64 rows) of every query head of its group. Per query tile, warp w (keys 16w..16w+15):
+///
+///     scores            S^T  = K_w Q^T             16 x 64 fp32 accumulators  (A = K_w, B = Q)
+///     probabilities     P^T  = 2^(S^T c - lse2)    masked keys and rows -> 0
+///     scores            dP^T = V_w dO^T            (A = V_w, B = dO)
+///     ds                dS^T = P^T * (dP^T - D)
+///     accumulate        dV_w += P^T dO             A = P^T packed from the accumulators, B = dO (.trans)
+///     accumulate        dK_w += dS^T Q             A = dS^T likewise, B = Q (.trans)
+///     store_ds          dS^T -> shared memory      (bf16)
+///   then the whole block:
+///     accumulate_dq     dQ_i += dS K               A = dS (ldmatrix.trans of dS^T), B = K (.trans)
+///     add_dq            fp32 atomics into the workspace (tc_deterministic: in K/V-tile order)
+/// and at the end dK = scale * dK_w and dV_w go to global memory as bf16; a last kernel turns
+/// the fp32 dQ into bf16 (times scale).
+///
+/// Why S^T and not S: the accumulator of an m16n8 mma holds two consecutive COLUMNS of a row
+/// per register pair, and the A operand of the next mma wants two consecutive k of a row.
+/// dV = P^T dO contracts over the queries, so its A operand is P^T with the queries as k:
+/// computing S^T (keys as rows, queries as columns) makes P^T's accumulators exactly that A
+/// operand, with no shuffle and no shared memory (the forward's P -> P V trick, transposed).
+/// Only dQ = dS K contracts over the keys, against the layout: dS^T goes through shared
+/// memory once and comes back through ldmatrix.trans.
+
+#include "course/cuda/launch.cuh"
+#include "course/cuda/mma_ptx.cuh"
+#include "course/cuda/tile.cuh"
+#include "course/error.hpp"
+#include "module03/attention_indexing.cuh"
+#include "module04/attention_backward.hpp"
+
+#include <cuda/atomic>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+namespace course::attn_bwd_tc {
+// Internal linkage: the solution's and the exercise's translation units each get their own
+// copy of these kernels (one test binary links both, and kernels defined in two objects of
+// one program would register the same symbol twice).
+namespace {
+
+using bf16 = __nv_bfloat16;
+using m03::AttentionStrides;
+using m04::AttentionBackwardArgsBf16;
+using m04::AttentionBackwardStep;
+
+/// log2(e): e^x = 2^(x * log2(e)).
+constexpr float kLog2e = 1.4426950408889634f;
+
+/// Everything the kernels need, by value.
+struct Params {
+  const bf16* q;
+  const bf16* k;
+  const bf16* v;
+  const bf16* o;
+  const bf16* dout;
+  const float* lse;  ///< [B*H, N_q], natural log (-inf: the row sees no key)
+  bf16* dq;
+  bf16* dk;
+  bf16* dv;
+  float* lse2;    ///< workspace [B*H, N_q_pad]: lse * log2(e), +inf for padding and dead rows
+  float* d_row;   ///< workspace [B*H, N_q_pad]: D = rowsum(dO * O), 0 for padding
+  float* dq_acc;  ///< workspace [B*H, N_q, d] fp32
+  int* turn;      ///< workspace [B*H, q_tiles]: the K/V tile whose turn it is to add to dQ
+  AttentionStrides qs, ks, vs, os, dos, dqs, dks, dvs;
+  int heads, kv_heads, group, seq_q, seq_k, seq_q_pad, q_tiles;
+  int causal_offset;  ///< N_k - N_q: query i sees key j iff j <= i + causal_offset
+  float scale;        ///< softmax scale (dQ and dK are multiplied by it)
+  float scale_log2;   ///< scale * log2(e)
+};
+
+inline Params make_params(AttentionBackwardStep step, const AttentionBackwardArgsBf16& a) {
+  const m04::TcBackwardWorkspace w = m04::tc_backward_workspace(step, a.batch, a.heads, a.seq_q, a.head_dim);
+  auto* ws = reinterpret_cast<unsigned char*>(a.workspace);
+  Params p{};
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.o = a.o;
+  p.dout = a.dout;
+  p.lse = a.lse;
+  p.dq = a.dq;
+  p.dk = a.dk;
+  p.dv = a.dv;
+  p.lse2 = reinterpret_cast<float*>(ws + w.lse2);
+  p.d_row = reinterpret_cast<float*>(ws + w.d);
+  p.dq_acc = reinterpret_cast<float*>(ws + w.dq);
+  p.turn = step == AttentionBackwardStep::tc_deterministic ? reinterpret_cast<int*>(ws + w.sem) : nullptr;
+  p.qs = a.q_strides;
+  p.ks = a.k_strides;
+  p.vs = a.v_strides;
+  p.os = a.o_strides;
+  p.dos = a.do_strides;
+  p.dqs = a.dq_strides;
+  p.dks = a.dk_strides;
+  p.dvs = a.dv_strides;
+  p.heads = static_cast<int>(a.heads);
+  p.kv_heads = static_cast<int>(a.kv_heads);
+  p.group = static_cast<int>(a.heads / a.kv_heads);
+  p.seq_q = static_cast<int>(a.seq_q);
+  p.seq_k = static_cast<int>(a.seq_k);
+  p.q_tiles = static_cast<int>((a.seq_q + m04::kTcBackwardQTile - 1) / m04::kTcBackwardQTile);
+  p.seq_q_pad = p.q_tiles * m04::kTcBackwardQTile;
+  p.causal_offset = static_cast<int>(a.seq_k - a.seq_q);
+  p.scale = m04::effective_scale(a);
+  p.scale_log2 = p.scale * kLog2e;
+  return p;
+}
+
+/// The tile configuration of one step.
+template <int D_, bool kSwizzle_, int kStages_, bool kOrderedDq_>
+struct Config {
+  static constexpr int D = D_;
+  static constexpr bool kSwizzle = kSwizzle_;  ///< XOR-swizzled shared-memory rows
+  static constexpr int kStages = kStages_;     ///< query tiles in flight (1: load, wait, compute)
+  static constexpr bool kOrderedDq = kOrderedDq_;  ///< dQ added in K/V-tile order
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kBlockN = 16 * kWarps;  ///< keys per block: 16 per warp
+  static constexpr int kBlockM = m04::kTcBackwardQTile;  ///< query rows per tile
+  static constexpr int kSTiles = kBlockM / 8;  ///< n8 accumulator tiles of S^T per warp (queries)
+  static constexpr int kDSteps = D / 16;       ///< k16 steps over d (S^T, dP^T)
+  static constexpr int kDTiles = D / 8;        ///< n8 tiles of a dK / dV row block
+  static constexpr int kQSteps = kBlockM / 16;  ///< k16 steps over the queries (dV, dK)
+  static constexpr int kKeySteps = kBlockN / 16;  ///< k16 steps over the keys (dQ)
+  // dQ = dS K: a 64 x d tile over 8 warps, 4 along the queries (16 rows) x 2 along d.
+  // (kDqMTiles = 2 -- 32 rows per warp, every K fragment feeding two mma, 16 instead of 20
+  // KB of shared memory per warp and tile -- gave a 4-8% lower ratio to FlashAttention-2 on
+  // an H100: d = 128 then spills, and d = 64 loses too.)
+  static constexpr int kDqMTiles = 1;
+  static constexpr int kDqWarpsM = kBlockM / (16 * kDqMTiles);
+  static constexpr int kDqWarpsN = kWarps / kDqWarpsM;
+  static constexpr int kDqCols = D / kDqWarpsN;
+  static constexpr int kDqTiles = kDqCols / 8;
+  using Geom = cuda::TileGeom<D, kSwizzle>;          ///< K, V, Q, dO: [rows][D]
+  using DsGeom = cuda::TileGeom<kBlockM, kSwizzle>;  ///< dS^T: [kBlockN keys][kBlockM queries]
+  static constexpr int kKVBytes = kBlockN * Geom::kRowBytes;
+  static constexpr int kQBytes = kBlockM * Geom::kRowBytes;
+  static constexpr int kStatBytes = kBlockM * 4;  ///< lse2 or D of one tile
+  static constexpr int kStageBytes = 2 * kQBytes + 2 * kStatBytes;  ///< Q, dO, lse2, D
+  static constexpr int kDsBytes = kBlockN * DsGeom::kRowBytes;
+  static constexpr int kSmemBytes = 2 * kKVBytes + kStages * kStageBytes + kDsBytes + cuda::kSmemAlign;
+  static_assert(kDqWarpsM * kDqWarpsN == kWarps && kDqCols % 16 == 0, "dQ warp grid");
+  static_assert(kStages == 1 || kStages == 2, "one stage, or a 2-stage ring");
+};
+
+/// Where one query tile's operands sit in shared memory (byte addresses, .shared space).
+struct StageAddr {
+  std::uint32_t q, dout, lse2, d;
+};
+template <class Cfg>
+__device__ __forceinline__ StageAddr stage_addr(std::uint32_t s_stages, int stage) {
+  const std::uint32_t base = s_stages + stage * Cfg::kStageBytes;
+  return {base, base + Cfg::kQBytes, base + 2 * Cfg::kQBytes, base + 2 * Cfg::kQBytes + Cfg::kStatBytes};
+}
+
+/// The accumulator tile of one warp: 16 keys x kBlockM queries, kSTiles n8 tiles of 4 fp32.
+/// Element e of tile j: key row g + 8*(e/2), query column 8j + 2t + e%2 (g = lane/4, t = lane%4).
+template <class Cfg>
+using KeyQueryTile = float[Cfg::kSTiles][4];
+
+/// What the probabilities phase needs to know about its warp's tile.
+struct TileSpot {
+  int key0;    ///< first key of the warp (kv0 + 16 w)
+  int query0;  ///< first query of the tile
+  bool needs_mask;  ///< some (key, query) of the tile is hidden: tail keys or the causal diagonal
+};
+
+// ============================================================================
+// The phases every step shares.
+
+/// S^T (or dP^T) = X_w Y^T for the warp's 16 rows of X (K or V, [kBlockN][D] in shared
+/// memory) against the tile's kBlockM rows of Y (Q or dO): acc[j] is the n8 tile of queries
+/// 8j..8j+7. A: ldmatrix.x4 of X_w (rows lane%16, chunk lane/16 of the k16 step); B: one
+/// ldmatrix.x4 covers two n8 tiles of Y (rows lane%8 + 8 (lane/16), chunk (lane/8)%2).
+template <class Cfg>
+__device__ __forceinline__ void scores_transposed(float (&acc)[Cfg::kSTiles][4], std::uint32_t s_x, int warp,
+                                                  std::uint32_t s_y) {
+  using G = typename Cfg::Geom;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int j = 0; j < Cfg::kSTiles; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
+  const int a_row = 16 * warp + (lane & 15);
+  const int b_row = (lane & 7) + 8 * (lane >> 4);
+#pragma unroll
+  for (int ks = 0; ks < Cfg::kDSteps; ++ks) {
+    std::uint32_t a[4];
+    cuda::ldmatrix_x4(a, s_x + G::offset(a_row, 2 * ks + (lane >> 4)));
+#pragma unroll
+    for (int np = 0; np < Cfg::kSTiles / 2; ++np) {
+      std::uint32_t b[4];
+      cuda::ldmatrix_x4(b, s_y + G::offset(16 * np + b_row, 2 * ks + ((lane >> 3) & 1)));
+      const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+      cuda::mma_m16n8k16_bf16_f32(acc[2 * np], a, b0);
+      cuda::mma_m16n8k16_bf16_f32(acc[2 * np + 1], a, b1);
+    }
+  }
+}
+
+/// The A fragments of a key x query accumulator tile, packed to bf16: pk[j][0] holds key row
+/// g, queries 8j+2t, 8j+2t+1; pk[j][1] the same queries of key row g+8. For the k16 step kk
+/// over the queries, {pk[2kk][0], pk[2kk][1], pk[2kk+1][0], pk[2kk+1][1]} is the m16n8k16 A
+/// operand as it is (see mma_m16n8k16_bf16_f32).
+template <class Cfg>
+__device__ __forceinline__ void pack_a_fragments(std::uint32_t (&pk)[Cfg::kSTiles][2],
+                                                 const float (&acc)[Cfg::kSTiles][4]) {
+#pragma unroll
+  for (int j = 0; j < Cfg::kSTiles; ++j) {
+    pk[j][0] = cuda::pack_bf16x2(acc[j][0], acc[j][1]);
+    pk[j][1] = cuda::pack_bf16x2(acc[j][2], acc[j][3]);
+  }
+}
+
+/// acc (the warp's 16 keys x D) += A (16 keys x kBlockM queries, packed) * Y (Q or dO,
+/// [kBlockM][D] in shared memory): Y is k x n with n contiguous, so its B fragments come
+/// through ldmatrix.trans (rows lane%8 + 8 ((lane/8)%2), chunk lane/16 of the k16 pair).
+template <class Cfg>
+__device__ __forceinline__ void accumulate_keys(float (&acc)[Cfg::kDTiles][4],
+                                                const std::uint32_t (&pk)[Cfg::kSTiles][2], std::uint32_t s_y) {
+  using G = typename Cfg::Geom;
+  const int lane = threadIdx.x % 32;
+  const int row = (lane & 7) + 8 * ((lane >> 3) & 1);
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kQSteps; ++kk) {
+    const std::uint32_t a[4] = {pk[2 * kk][0], pk[2 * kk][1], pk[2 * kk + 1][0], pk[2 * kk + 1][1]};
+#pragma unroll
+    for (int dp = 0; dp < Cfg::kDSteps; ++dp) {
+      std::uint32_t b[4];
+      cuda::ldmatrix_x4_trans(b, s_y + G::offset(16 * kk + row, 2 * dp + (lane >> 4)));
+      const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+      cuda::mma_m16n8k16_bf16_f32(acc[2 * dp], a, b0);
+      cuda::mma_m16n8k16_bf16_f32(acc[2 * dp + 1], a, b1);
+    }
+  }
+}
+
+/// dS^T (packed A fragments of the warp's 16 keys) -> the [kBlockN][kBlockM] tile in shared
+/// memory: key row 16w + g (+8), queries 8j + 2t, 8j + 2t + 1 as one 4-byte store.
+template <class Cfg>
+__device__ __forceinline__ void store_ds(std::uint32_t (&pk)[Cfg::kSTiles][2], unsigned char* s_ds, int warp) {
+  using G = typename Cfg::DsGeom;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int j = 0; j < Cfg::kSTiles; ++j)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+      *reinterpret_cast<std::uint32_t*>(s_ds + G::offset(16 * warp + g + 8 * hr, j) + 4 * t) = pk[j][hr];
+}
+
+/// This warp's part of dQ_i = dS K: rows 32 wm .. 32 wm + 31 of the query tile (two m16
+/// tiles), columns wn * kDqCols .. A = dS (queries x keys): ldmatrix.trans of the stored
+/// dS^T, matrix m = lane/8 being queries 8 (m%2).. and keys 8 (m/2)..; B = K (keys x d, d
+/// contiguous) through ldmatrix.trans, each fragment used by both m16 tiles.
+template <class Cfg>
+__device__ __forceinline__ void accumulate_dq(float (&acc)[Cfg::kDqMTiles][Cfg::kDqTiles][4], std::uint32_t s_ds,
+                                              std::uint32_t s_k, int wm, int wn) {
+  using G = typename Cfg::Geom;
+  using DG = typename Cfg::DsGeom;
+  const int lane = threadIdx.x % 32;
+  const int m = lane >> 3, r = lane & 7;
+  const int b_row = r + 8 * ((lane >> 3) & 1);
+#pragma unroll
+  for (int mi = 0; mi < Cfg::kDqMTiles; ++mi)
+#pragma unroll
+    for (int dt = 0; dt < Cfg::kDqTiles; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][dt][e] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kKeySteps; ++kk) {
+    std::uint32_t a[Cfg::kDqMTiles][4];
+#pragma unroll
+    for (int mi = 0; mi < Cfg::kDqMTiles; ++mi)
+      cuda::ldmatrix_x4_trans(a[mi], s_ds + DG::offset(16 * kk + 8 * (m >> 1) + r,
+                                                       2 * (Cfg::kDqMTiles * wm + mi) + (m & 1)));
+#pragma unroll
+    for (int dp = 0; dp < Cfg::kDqTiles / 2; ++dp) {
+      std::uint32_t b[4];
+      cuda::ldmatrix_x4_trans(b, s_k + G::offset(16 * kk + b_row, wn * Cfg::kDqCols / 8 + 2 * dp + (lane >> 4)));
+      const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+#pragma unroll
+      for (int mi = 0; mi < Cfg::kDqMTiles; ++mi) {
+        cuda::mma_m16n8k16_bf16_f32(acc[mi][2 * dp], a[mi], b0);
+        cuda::mma_m16n8k16_bf16_f32(acc[mi][2 * dp + 1], a[mi], b1);
+      }
+    }
+  }
+}
+
+/// Adds this warp's dQ fragments to the fp32 accumulator (rows past N_q dropped): two
+/// consecutive floats per register pair, one 8-byte atomic add where the GPU has it.
+template <class Cfg>
+__device__ __forceinline__ void add_dq(const float (&acc)[Cfg::kDqMTiles][Cfg::kDqTiles][4], float* dq_head, int q0,
+                                       int seq_q, int wm, int wn) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mi = 0; mi < Cfg::kDqMTiles; ++mi)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int row = q0 + 16 * (Cfg::kDqMTiles * wm + mi) + g + 8 * hr;
+      if (row >= seq_q) continue;
+      float* dst = dq_head + static_cast<std::int64_t>(row) * Cfg::D + wn * Cfg::kDqCols + 2 * t;
+#pragma unroll
+      for (int dt = 0; dt < Cfg::kDqTiles; ++dt) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        atomicAdd(reinterpret_cast<float2*>(dst + 8 * dt), make_float2(acc[mi][dt][2 * hr], acc[mi][dt][2 * hr + 1]));
+#else
+        atomicAdd(dst + 8 * dt, acc[mi][dt][2 * hr]);
+        atomicAdd(dst + 8 * dt + 1, acc[mi][dt][2 * hr + 1]);
+#endif
+      }
+    }
+}
+
+/// Writes the warp's 16 rows of dK or dV (times `mul`) as bf16 pairs; rows past N_k dropped.
+template <class Cfg>
+__device__ __forceinline__ void store_rows(const float (&acc)[Cfg::kDTiles][4], bf16* head, std::int64_t seq_stride,
+                                           int key0, int seq_k, float mul) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = key0 + g + 8 * hr;
+    if (row >= seq_k) continue;
+    bf16* dst = head + static_cast<std::int64_t>(row) * seq_stride + 2 * t;
+#pragma unroll
+    for (int dt = 0; dt < Cfg::kDTiles; ++dt)
+      *reinterpret_cast<std::uint32_t*>(dst + 8 * dt) =
+          cuda::pack_bf16x2(acc[dt][2 * hr] * mul, acc[dt][2 * hr + 1] * mul);
+  }
+}
+
+/// First query tile a key tile [kv0, kv0 + kBlockN) needs: causal, the first row that sees
+/// key kv0 is kv0 - causal_offset.
+template <class Cfg, bool kCausal>
+__device__ __forceinline__ int first_query_tile(const Params& p, int kv0) {
+  if (!kCausal) return 0;
+  const int first_row = kv0 - p.causal_offset;
+  return first_row <= 0 ? 0 : first_row / Cfg::kBlockM;
+}
+
+// ============================================================================
+// The kernels.
+
+/// The main kernel: grid (key tiles, B * H_kv), one block per K/V tile of one kv head. The
+/// block visits the query tiles of every query head of its group, in order (head, tile).
+template <class Cfg, bool kCausal, class Phases>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) backward_kernel(const Params p) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = cuda::align_smem(smem_raw);
+  const std::uint32_t s_k = cuda::smem_u32(smem);
+  const std::uint32_t s_v = s_k + Cfg::kKVBytes;
+  const std::uint32_t s_stages = s_v + Cfg::kKVBytes;
+  unsigned char* const ds_tile = smem + 2 * Cfg::kKVBytes + Cfg::kStages * Cfg::kStageBytes;
+  const std::uint32_t s_ds = cuda::smem_u32(ds_tile);
+
+  int kv_tile, bhk;
+  m03::kv_block_coordinates(kCausal, kv_tile, bhk);  // causal: the heaviest key tiles first
+  const int b = bhk / p.kv_heads, hk = bhk % p.kv_heads;
+  const int kv0 = kv_tile * Cfg::kBlockN;
+  const int warp = threadIdx.x / 32;
+  const int first_tile = first_query_tile<Cfg, kCausal>(p, kv0);
+  const int tiles_per_head = first_tile < p.q_tiles ? p.q_tiles - first_tile : 0;
+  const int iterations = tiles_per_head * p.group;
+
+  // K and V of the block, once (part of the first cp.async group).
+  cuda::TileCopier<Cfg::D, Cfg::kBlockN, Cfg::kThreads, Cfg::kSwizzle> kv_copy;
+  kv_copy.copy(s_k, p.k + m03::row_offset(p.ks, b, hk, 0), p.ks.seq, kv0, p.seq_k);
+  kv_copy.copy(s_v, p.v + m03::row_offset(p.vs, b, hk, 0), p.vs.seq, kv0, p.seq_k);
+
+  // Iteration it visits query head h = hk * group + it / tiles_per_head, tile first + it % ...
+  const auto head_of = [&](int it) { return hk * p.group + it / tiles_per_head; };
+  const auto tile_of = [&](int it) { return first_tile + it % tiles_per_head; };
+  const auto load_query_tile = [&](int it, int stage) {
+    const int h = head_of(it), q0 = tile_of(it) * Cfg::kBlockM;
+    const StageAddr st = stage_addr<Cfg>(s_stages, stage);
+    cuda::TileCopier<Cfg::D, Cfg::kBlockM, Cfg::kThreads, Cfg::kSwizzle> copy;
+    copy.copy(st.q, p.q + m03::row_offset(p.qs, b, h, 0), p.qs.seq, q0, p.seq_q);
+    copy.copy(st.dout, p.dout + m03::row_offset(p.dos, b, h, 0), p.dos.seq, q0, p.seq_q);
+    // lse2 and D: kBlockM floats each = 16 chunks of 16 bytes, padded in the workspace.
+    const int c = threadIdx.x;
+    if (c < 2 * Cfg::kStatBytes / 16) {
+      const std::int64_t row0 = static_cast<std::int64_t>(b * p.heads + h) * p.seq_q_pad + q0;
+      const int half = Cfg::kStatBytes / 16;
+      const float* src = (c < half ? p.lse2 : p.d_row) + row0 + 4 * (c % half);
+      cuda::cp_async_16_zfill((c < half ? st.lse2 : st.d) + 16 * (c % half), src, 16);
+    }
+  };
+
+  float dk[Cfg::kDTiles][4], dv[Cfg::kDTiles][4];
+#pragma unroll
+  for (int dt = 0; dt < Cfg::kDTiles; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[dt][e] = dv[dt][e] = 0.f;
+
+  if (iterations > 0) load_query_tile(0, 0);
+  cuda::cp_async_commit();
+
+  for (int it = 0; it < iterations; ++it) {
+    const int stage = it % Cfg::kStages;
+    // ---- Tile `it` has landed for the block; with two stages, the next one starts now
+    // (its stage was last read in iteration it - 1, which every warp has finished).
+    cuda::cp_async_wait<0>();
+    __syncthreads();
+    if constexpr (Cfg::kStages == 2) {
+      if (it + 1 < iterations) load_query_tile(it + 1, (it + 1) % 2);
+      cuda::cp_async_commit();
+    }
+    const StageAddr st = stage_addr<Cfg>(s_stages, stage);
+    const int h = head_of(it), q0 = tile_of(it) * Cfg::kBlockM;
+    const int key0 = kv0 + 16 * warp;
+    const TileSpot spot{key0, q0,
+                        key0 + 15 >= p.seq_k || (kCausal && key0 + 15 > q0 + p.causal_offset)};
+
+    // ---- Per warp: P^T and dS^T for its 16 keys, then dV and dK from the same registers.
+    float s[Cfg::kSTiles][4], dp[Cfg::kSTiles][4];
+    scores_transposed<Cfg>(s, s_k, warp, st.q);
+    Phases::template probabilities<Cfg, kCausal>(s, p, spot, reinterpret_cast<const float*>(smem + (st.lse2 - s_k)));
+    scores_transposed<Cfg>(dp, s_v, warp, st.dout);
+    Phases::template ds<Cfg>(dp, s, reinterpret_cast<const float*>(smem + (st.d - s_k)));
+    std::uint32_t pt[Cfg::kSTiles][2], dst[Cfg::kSTiles][2];
+    pack_a_fragments<Cfg>(pt, s);
+    pack_a_fragments<Cfg>(dst, dp);
+    store_ds<Cfg>(dst, ds_tile, warp);
+    accumulate_keys<Cfg>(dv, pt, st.dout);
+    accumulate_keys<Cfg>(dk, dst, st.q);
+    __syncthreads();  // dS^T of all 128 keys is in shared memory
+
+    // ---- The block: dQ_i += dS K, added to the fp32 workspace.
+    const int wm = warp % Cfg::kDqWarpsM, wn = warp / Cfg::kDqWarpsM;
+    float dq[Cfg::kDqMTiles][Cfg::kDqTiles][4];
+    accumulate_dq<Cfg>(dq, s_ds, s_k, wm, wn);
+    float* dq_head = p.dq_acc + static_cast<std::int64_t>(b * p.heads + h) * p.seq_q * Cfg::D;
+    if constexpr (Cfg::kOrderedDq) {
+      int* turn = p.turn + static_cast<std::int64_t>(b * p.heads + h) * p.q_tiles + tile_of(it);
+      Phases::wait_dq_turn(turn, kv_tile);
+      add_dq<Cfg>(dq, dq_head, q0, p.seq_q, wm, wn);
+      Phases::pass_dq_turn(turn, kv_tile);
+    } else {
+      add_dq<Cfg>(dq, dq_head, q0, p.seq_q, wm, wn);
+    }
+    if constexpr (Cfg::kStages == 1) {  // one stage: refill it once every warp is done with it
+      __syncthreads();
+      if (it + 1 < iterations) load_query_tile(it + 1, 0);
+      cuda::cp_async_commit();
+    }
+  }
+  cuda::cp_async_wait<0>();
+
+  // ---- dK = scale * sum dS^T Q, dV = sum P^T dO, summed over the group's query heads.
+  const int key0 = kv0 + 16 * warp;
+  store_rows<Cfg>(dk, p.dk + m03::row_offset(p.dks, b, hk, 0), p.dks.seq, key0, p.seq_k, p.scale);
+  store_rows<Cfg>(dv, p.dv + m03::row_offset(p.dvs, b, hk, 0), p.dvs.seq, key0, p.seq_k, 1.f);
+}
+
+/// Preprocessing, one group of D/8 lanes per padded query row r = (b*H + h) * N_q_pad + i:
+/// D = dO_i . O_i (fp32 over bf16 pairs), lse2 = lse * log2(e) (+inf for padding and for rows
+/// that see no key), the row's fp32 dQ accumulator zeroed, and the turn counter of its query
+/// tile reset. Memory-bound: reads dO and O once.
+template <int D>
+__global__ void preprocess_kernel(const Params p, long long rows) {
+  constexpr int kLanes = D / 8;  // 16 bytes of dO and of O per lane
+  const long long r = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
+  const int lane = threadIdx.x % kLanes;
+  const bool live = r < rows;
+  const long long bh = live ? r / p.seq_q_pad : 0;
+  const int i = live ? static_cast<int>(r % p.seq_q_pad) : 0;
+  const bool real = live && i < p.seq_q;
+  float acc = 0.f;
+  if (real) {
+    const int b = static_cast<int>(bh / p.heads), h = static_cast<int>(bh % p.heads);
+    const uint4 x = *reinterpret_cast<const uint4*>(p.dout + m03::row_offset(p.dos, b, h, i) + 8 * lane);
+    const uint4 y = *reinterpret_cast<const uint4*>(p.o + m03::row_offset(p.os, b, h, i) + 8 * lane);
+    const auto* xp = reinterpret_cast<const __nv_bfloat162*>(&x);
+    const auto* yp = reinterpret_cast<const __nv_bfloat162*>(&y);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 u = __bfloat1622float2(xp[e]), w = __bfloat1622float2(yp[e]);
+      acc = fmaf(u.x, w.x, fmaf(u.y, w.y, acc));
+    }
+    float4* z = reinterpret_cast<float4*>(p.dq_acc + (bh * p.seq_q + i) * D + 8 * lane);
+    z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+    z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+#pragma unroll
+  for (int off = kLanes / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (live && lane == 0) {
+    const float lse = real ? p.lse[bh * p.seq_q + i] : -INFINITY;
+    p.lse2[r] = lse == -INFINITY ? INFINITY : lse * kLog2e;
+    p.d_row[r] = acc;
+    if (p.turn != nullptr && i % m04::kTcBackwardQTile == 0)
+      p.turn[bh * p.q_tiles + i / m04::kTcBackwardQTile] = 0;
+  }
+}
+
+/// dQ = scale * (fp32 accumulator) as bf16, 8 elements per thread, any dQ strides.
+template <int D>
+__global__ void convert_dq_kernel(const Params p, long long chunks) {
+  const long long c = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= chunks) return;
+  constexpr int kPerRow = D / 8;
+  const long long row = c / kPerRow;  // (b*H + h) * N_q + i
+  const int col = static_cast<int>(c % kPerRow) * 8;
+  const long long bh = row / p.seq_q;
+  const int i = static_cast<int>(row % p.seq_q);
+  const float4* src = reinterpret_cast<const float4*>(p.dq_acc + row * D + col);
+  const float4 x = src[0], y = src[1];
+  uint4 out;
+  out.x = cuda::pack_bf16x2(x.x * p.scale, x.y * p.scale);
+  out.y = cuda::pack_bf16x2(x.z * p.scale, x.w * p.scale);
+  out.z = cuda::pack_bf16x2(y.x * p.scale, y.y * p.scale);
+  out.w = cuda::pack_bf16x2(y.z * p.scale, y.w * p.scale);
+  const int b = static_cast<int>(bh / p.heads), h = static_cast<int>(bh % p.heads);
+  *reinterpret_cast<uint4*>(p.dq + m03::row_offset(p.dqs, b, h, i) + col) = out;
+}
+
+// ============================================================================
+// The host side: the three kernels of one step.
+
+template <class Cfg, bool kCausal, class Phases>
+void launch_main(const Params& p, std::int64_t batch, cudaStream_t stream) {
+  constexpr auto kernel = backward_kernel<Cfg, kCausal, Phases>;
+  cuda::opt_in_dynamic_smem<kernel>(Cfg::kSmemBytes);
+  const dim3 grid(static_cast<unsigned>((p.seq_k + Cfg::kBlockN - 1) / Cfg::kBlockN),
+                  static_cast<unsigned>(batch * p.kv_heads));
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+  COURSE_CHECK_LAUNCH("attention backward_kernel (tensor cores)");
+}
+
+/// Runs one tensor-core step: preprocess, the main kernel, the dQ conversion. `Phases` is
+/// the solution's or the exercise's (see the file comment).
+template <class Phases>
+void run_step(AttentionBackwardStep step, const AttentionBackwardArgsBf16& a) {
+  const Params p = make_params(step, a);
+  cuda::dispatch_value<m04::kTcBackwardHeadDims>(a.head_dim, "head_dim", [&](auto dim) {
+    constexpr int D = decltype(dim)::value;
+    constexpr int kThreads = 256;
+    const long long rows = static_cast<long long>(a.batch) * a.heads * p.seq_q_pad;
+    const long long pre_threads = rows * (D / 8);
+    preprocess_kernel<D><<<static_cast<unsigned>((pre_threads + kThreads - 1) / kThreads), kThreads, 0, a.stream>>>(
+        p, rows);
+    COURSE_CHECK_LAUNCH("attention backward preprocess_kernel");
+    const auto main = [&](auto cfg) {
+      using Cfg = decltype(cfg);
+      if (a.causal) launch_main<Cfg, true, Phases>(p, a.batch, a.stream);
+      else launch_main<Cfg, false, Phases>(p, a.batch, a.stream);
+    };
+    switch (step) {
+      case AttentionBackwardStep::tc_mma: main(Config<D, false, 1, false>{}); break;
+      case AttentionBackwardStep::tc_pipelined: main(Config<D, true, 2, false>{}); break;
+      case AttentionBackwardStep::tc_deterministic: main(Config<D, true, 2, true>{}); break;
+      default: throw Error(std::string("attention_backward: step ") + m04::step_name(step) + " is not a tensor-core step");
+    }
+    const long long chunks = static_cast<long long>(a.batch) * a.heads * a.seq_q * (D / 8);
+    convert_dq_kernel<D><<<static_cast<unsigned>((chunks + kThreads - 1) / kThreads), kThreads, 0, a.stream>>>(
+        p, chunks);
+    COURSE_CHECK_LAUNCH("attention backward convert_dq_kernel");
+  });
+}
+
+}  // namespace
+}  // namespace course::attn_bwd_tc
