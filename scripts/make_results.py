@@ -108,7 +108,7 @@ COURSE_OP_ORDER = {
     "m01": ["l2_norm", "dot", "softmax", "sgemm", "hgemm_bf16"],
     "m02": ["bgemm_qk_f32", "bgemm_pv_f32", "bgemm_qk_bf16", "bgemm_pv_bf16", "bgemm_ptr_build"],
     "m03": ["attn_f32", "attn_bf16"],
-    "m04": ["softmax_backward", "linear_backward", "bias_grad", "attn_bwd_f32"],
+    "m04": ["softmax_backward", "linear_backward", "bias_grad", "attn_bwd_f32", "attn_bwd_bf16"],
 }
 
 
@@ -226,6 +226,8 @@ SUMMARY = [
     dict(label="linear backward (dX, dW, db)", module="m04", op="linear_backward", torch="linear_backward"),
     dict(label="bias gradient (db alone)", module="m04", op="bias_grad"),
     dict(label="attention backward, fp32", module="m04", op="attn_bwd_f32", torch="attention_backward"),
+    dict(label="attention backward, bf16", module="m04", op="attn_bwd_bf16", torch="attention_backward_bf16",
+         library="flash"),
 ]
 SUMMARY_SKIP = {"bgemm_ptr_build"}  # host-side timing of pointer arrays: no library, no ladder top
 
@@ -695,6 +697,9 @@ def main():
     ap.add_argument("--yours", type=pathlib.Path, default=pathlib.Path(__file__).resolve().parent.parent / "build",
                     help="folder of your own benchmark JSON (bench_*.json; default: build/)")
     ap.add_argument("--no-plots", action="store_true", help="draw no images; link those already in docs/images/")
+    ap.add_argument("--merge", action="store_true",
+                    help="RUN_DIR's benchmark rows replace the stored rows of the same name and the other stored "
+                         "rows stay (a run of some benchmarks only); without it a run's rows replace them all")
     args = ap.parse_args()
     plots = not args.no_plots
     if plots:
@@ -717,7 +722,15 @@ def main():
         # Keep the facts (date, commit, GPU, driver, CUDA, CMake); drop any git-status noise.
         env = "\n".join(l for l in env.splitlines()
                         if l.strip() and not l.startswith(("??", " M", "HEAD", "(no git)")))
-        store_bench(stored, records, env, f"scripts/gpu_check.sh: {', '.join(p.name for p in bench_files)}")
+        source = f"scripts/gpu_check.sh: {', '.join(p.name for p in bench_files)}"
+        if args.merge and stored.exists():
+            old_records, old_env, old_source = load_stored(stored)
+            key = lambda r: (r["module"], r["op"], r["impl"], r["step"], r["shape"])
+            fresh = {key(r) for r in records}
+            records = [r for r in old_records if key(r) not in fresh] + records
+            env = f"{old_env}\n(merged rows: {source})\n{env}"
+            source = f"{old_source}; merged: {source}"
+        store_bench(stored, records, env, source)
         print(f"kept the {len(records)} benchmark rows in {stored}")
     elif stored.exists():
         records, env, _ = load_stored(stored)
