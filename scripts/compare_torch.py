@@ -16,6 +16,13 @@ result against a float64 reference:
   attention_bf16          the tensor-core steps beside SDPA's backends: d in {64, 128},
                           N in {1024, ..., 16384}, B = 16384 / N, H = 2048 / d, causal and not
   attention_backward      autograd through SDPA (efficient, math), fp32
+  attention_backward_bf16 the tensor-core backward steps beside SDPA's flash and cudnn
+                          backward, the backward alone: SDPA's forward runs once outside the
+                          timer and torch.autograd.grad(out, (q, k, v), dO, retain_graph=True)
+                          is timed; the course's attention_backward is timed on the O and
+                          lse of its tc_flash2 forward. Shapes as attention_bf16
+  attention_fwdbwd_bf16   forward + backward: SDPA's autograd against ck.attention's
+                          (tc_flash2, then each backward step), torch.autograd.grad of both
   softmax_backward        torch._softmax_backward_data
   linear_backward         dy @ w.T, x.T @ dy, dy.sum(0)
 Timer: CUDA events around each call, a 256 MiB L2 flush and a short GPU spin before it
@@ -45,7 +52,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bindings" / "python"))  # works without installing the package too
 
 OPS = ["l2_norm", "dot", "softmax", "matmul", "matmul_tc", "batched_gemm", "attention", "attention_bf16",
-       "attention_backward", "softmax_backward", "linear_backward"]
+       "attention_backward", "attention_backward_bf16", "attention_fwdbwd_bf16", "softmax_backward",
+       "linear_backward"]
 
 torch = None  # imported in main(), so that --help works without PyTorch
 ck = None
@@ -540,6 +548,95 @@ def bench_attention_backward(run, quick):
                 torch.cuda.empty_cache()
 
 
+def reference_grads_blocked(q, k, v, dout, causal, heads, block=1024):
+    """float64 (dq, dk, dv) of the sampled heads (N_q == N_k, H == H_kv) from the backward's
+    formulas, one block of query rows at a time -- P recomputed per block, as the kernels
+    do, so no N x N matrix exists whole (N = 16384 would need 2 GiB per matrix)."""
+    out = []
+    N, d = q.shape[2], q.shape[3]
+    scale = 1.0 / math.sqrt(d)
+    for b, h in heads:
+        qd, kd, vd, dod = (t[b, h].double() for t in (q, k, v, dout))
+        dq, dk, dv = torch.empty_like(qd), torch.zeros_like(kd), torch.zeros_like(vd)
+        for i0 in range(0, N, block):
+            rows = slice(i0, min(i0 + block, N))
+            s = scale * qd[rows] @ kd.t()
+            if causal:
+                i = torch.arange(rows.start, rows.stop, device="cuda")[:, None]
+                s.masked_fill_(torch.arange(N, device="cuda")[None, :] > i, -math.inf)
+            p = torch.softmax(s, -1)
+            o = p @ vd
+            ds = p * (dod[rows] @ vd.t() - (dod[rows] * o).sum(-1, keepdim=True))  # dS = P (dP - D)
+            dq[rows] = scale * ds @ kd
+            dk += scale * ds.t() @ qd[rows]
+            dv += p.t() @ dod[rows]
+        out.append((dq, dk, dv))
+    return out
+
+
+def bench_attention_backward_bf16(run, quick, with_forward):
+    """The bf16 backward (with_forward False: op attention_backward_bf16, the backward alone)
+    or forward + backward (op attention_fwdbwd_bf16) beside SDPA's flash and cudnn, on the
+    shapes of attention_bf16. Errors: relative max error of dq, dk, dv vs float64 on
+    sampled heads; the rule compares it with the best SDPA backend's."""
+    op = "attention_fwdbwd_bf16" if with_forward else "attention_backward_bf16"
+    Ns = [1024, 4096] if quick else [1024, 2048, 4096, 8192, 16384]
+    backends = [(n, b) for n, b in sdpa_backends() if n in ("flash", "cudnn")]
+    for d in (64, 128):
+        for causal in (False, True):
+            for N in Ns:
+                B, H = 16384 // N, 2048 // d
+                q, k, v, dout = (torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+                shape = shape_name(B=B, H=H, N=N, d=d) + ("_causal" if causal else "")
+                # FLOPs by the FlashAttention convention: backward 2.5x the forward's 4 B H N^2 d
+                # (five GEMM-sized products), forward + backward 3.5x; halved when causal.
+                flops = (14.0 if with_forward else 10.0) * B * H * N * N * d / (2 if causal else 1)
+                heads = sampled_heads(B, H)
+                try:
+                    refs = reference_grads_blocked(q, k, v, dout, causal, heads)
+                except Exception as e:  # noqa: BLE001
+                    healthy(e)
+                    refs = None
+                err_of = (lambda g: grads_err(g, refs, heads)) if refs else None
+                leaves = tuple(t.detach().requires_grad_() for t in (q, k, v))
+                for name, backend in backends:
+                    if with_forward:
+                        fn = lambda backend=backend: torch.autograd.grad(  # noqa: E731
+                            sdpa(backend, *leaves, causal), leaves, dout)
+                    else:
+                        try:  # the forward (and its graph) once, outside the timer
+                            o_t = sdpa(backend, *leaves, causal)
+                        except Exception as e:  # noqa: BLE001 -- a backend that refuses: recorded
+                            run.record(op=op, shape=shape, impl="pytorch", backend=name, kind="backend",
+                                       unit="TFLOP/s", error=f"{type(e).__name__}: {e}"[:400])
+                            healthy(e)
+                            continue
+                        fn = lambda o_t=o_t: torch.autograd.grad(o_t, leaves, dout, retain_graph=True)  # noqa: E731
+                    run.measure(op, shape, "pytorch", name, fn, flops, "TFLOP/s", err_of, note="bf16",
+                                kind="backend")
+                    fn = o_t = None
+                if with_forward:  # ck.attention is differentiable: the same autograd.grad call
+                    for impl, step in run.course_steps("attention_backward_bf16"):
+                        fn = lambda s=step, i=impl: torch.autograd.grad(  # noqa: E731
+                            ck.attention(*leaves, causal=causal, step="tc_flash2", backward_step=s, impl=i),
+                            leaves, dout)
+                        run.run_course(op, shape, impl, "tc_flash2+" + step, fn, flops, "TFLOP/s", err_of)
+                else:
+                    o, lse = ck.attention(q, k, v, causal=causal, return_lse=True, step="tc_flash2")
+                    grads = tuple(torch.empty_like(t) for t in (q, k, v))
+                    for impl, step in run.course_steps("attention_backward_bf16"):
+                        nbytes = ck.library(impl).workspace_bytes(
+                            "course_attention_backward_bf16_workspace_bytes", step.encode(), B, H, N, N, d)
+                        ws = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+                        fn = lambda s=step, i=impl, ws=ws: ck.attention_backward(  # noqa: E731
+                            q, k, v, o, dout, lse, causal=causal, step=s, impl=i, out=grads, workspace=ws)
+                        run.run_course(op, shape, impl, step, fn, flops, "TFLOP/s", err_of)
+                        del ws
+                    del o, lse, grads
+                del q, k, v, dout, leaves, refs
+                torch.cuda.empty_cache()
+
+
 # ---------------------------------------------------------------------------------------
 # Module 4 (besides attention backward)
 # ---------------------------------------------------------------------------------------
@@ -596,7 +693,8 @@ def bench_linear_backward(run, quick):
 
 def accuracy_flags(rows):
     """The accuracy rule for every course row that has an error and a PyTorch one to compare with."""
-    rule = {"attention_f32": (2.0, 1e-5), "attention_bf16": (2.0, 1e-4), "attention_backward": (3.0, 1e-5)}
+    rule = {"attention_f32": (2.0, 1e-5), "attention_bf16": (2.0, 1e-4), "attention_backward": (3.0, 1e-5),
+            "attention_backward_bf16": (3.0, 1e-3), "attention_fwdbwd_bf16": (3.0, 1e-3)}
     torch_err = {}
     for r in rows:
         if r["impl"] == "pytorch" and r.get("err") is not None:
@@ -691,6 +789,8 @@ def main():
         "matmul_tc": lambda q: bench_matmul_tc(run, q), "batched_gemm": lambda q: bench_batched_gemm(run, q),
         "attention": lambda q: bench_attention_fp32(run, q), "attention_bf16": lambda q: bench_attention_bf16(run, q),
         "attention_backward": lambda q: bench_attention_backward(run, q),
+        "attention_backward_bf16": lambda q: bench_attention_backward_bf16(run, q, with_forward=False),
+        "attention_fwdbwd_bf16": lambda q: bench_attention_backward_bf16(run, q, with_forward=True),
         "softmax_backward": lambda q: bench_softmax_backward(run, q),
         "linear_backward": lambda q: bench_linear_backward(run, q),
     }

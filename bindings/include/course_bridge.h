@@ -21,7 +21,8 @@
  *    asynchronous on it, like the C++ API (the pointer-array and copy helpers excepted).
  *  - Booleans are int (0 false, anything else true).
  *  - Arguments are validated by the C++ API before any launch, so a bad argument is
- *    reported the same way with or without a GPU.
+ *    reported the same way with or without a GPU. Without one, the first CUDA call returns
+ *    COURSE_ERR_NO_GPU ("no NVIDIA GPU found", the runtime's error on the next line).
  *  - Steps that need scratch memory take (workspace, workspace_bytes); the matching
  *    course_*_workspace_bytes() says how much (0 when the step needs none).
  *
@@ -54,7 +55,9 @@ typedef enum course_status {
                                         this build does not contain; the message names the file to edit */
   COURSE_ERR_UNSUPPORTED = 3,      /**< course::Unsupported: this GPU or build cannot run the step */
   COURSE_ERR_CUDA = 4,             /**< course::CudaError: a CUDA call or launch failed (call, file, line) */
-  COURSE_ERR_OTHER = 5             /**< any other exception (out of host memory, ...) */
+  COURSE_ERR_OTHER = 5,            /**< any other exception (out of host memory, ...) */
+  COURSE_ERR_NO_GPU = 6            /**< a CUDA call found no GPU to run on: no NVIDIA driver, or no device.
+                                        The message's first line says so; the runtime's error follows */
 } course_status;
 
 /* ---------------------------------------------------------------------------------------
@@ -220,13 +223,33 @@ COURSE_BRIDGE_API int course_linear_backward(const char* step, const void* x, co
                                              int64_t ldx, int64_t ldw, int64_t lddy, int64_t lddx, int64_t lddw,
                                              void* stream);
 
+/** Workspace bytes of the fp32 steps (naive, flash, flash_deterministic). */
 COURSE_BRIDGE_API int course_attention_backward_workspace_bytes(const char* step, int64_t batch, int64_t heads,
                                                                 int64_t seq_q, int64_t seq_k, size_t* bytes);
 /** dQ, dK, dV of module 3's fp32 attention, given Q, K, V, the forward's O and lse, and dO.
  *  Shapes and strides as course_attention_forward (dout, dq like q; dk, dv like k); lse is
  *  required. dq, dk, dv are overwritten. With kv_heads < heads, dK and dV sum over the
- *  query heads of a group. scale and causal must equal the forward's. */
+ *  query heads of a group. scale and causal must equal the forward's. Steps: op name
+ *  "attention_backward" (fp32). */
 COURSE_BRIDGE_API int course_attention_backward(
+    const char* step, const void* q, const void* k, const void* v, const void* o, const void* dout, const void* lse,
+    void* dq, void* dk, void* dv, int64_t batch, int64_t heads, int64_t kv_heads, int64_t seq_q, int64_t seq_k,
+    int64_t head_dim, const int64_t q_strides[3], const int64_t k_strides[3], const int64_t v_strides[3],
+    const int64_t o_strides[3], const int64_t do_strides[3], const int64_t dq_strides[3],
+    const int64_t dk_strides[3], const int64_t dv_strides[3], float scale, int causal, void* workspace,
+    size_t workspace_bytes, void* stream);
+
+/** Workspace bytes of the tensor-core steps (op name "attention_backward_bf16"): D, the lse
+ *  in base 2 and an fp32 dQ accumulator, so it depends on head_dim. */
+COURSE_BRIDGE_API int course_attention_backward_bf16_workspace_bytes(const char* step, int64_t batch, int64_t heads,
+                                                                     int64_t seq_q, int64_t seq_k, int64_t head_dim,
+                                                                     size_t* bytes);
+/** The same for bf16 Q, K, V, O, dO and bf16 dQ, dK, dV (steps tc_*;
+ *  course_list_steps("attention_backward_bf16")); lse stays fp32 (what
+ *  course_attention_forward_bf16 writes). head_dim 64 or 128, every stride a multiple of 8
+ *  elements, pointers 16-byte aligned. Returns COURSE_ERR_NOT_IMPLEMENTED where the library
+ *  was built without the tensor-core backward. */
+COURSE_BRIDGE_API int course_attention_backward_bf16(
     const char* step, const void* q, const void* k, const void* v, const void* o, const void* dout, const void* lse,
     void* dq, void* dk, void* dv, int64_t batch, int64_t heads, int64_t kv_heads, int64_t seq_q, int64_t seq_k,
     int64_t head_dim, const int64_t q_strides[3], const int64_t k_strides[3], const int64_t v_strides[3],

@@ -6,8 +6,15 @@
 //  2. calls course::<impl>::<op>, which validates before any launch,
 //  3. maps any exception to a status code and keeps its message for course_last_error().
 // The step is found by name in the op's k...Steps table (find_step, one helper for all).
+// Ops with an fp32 and a bf16 overload (attention, attention_backward) are two entry points
+// and two op names ("attention" / "attention_bf16"): each lists and accepts the steps of its
+// dtype, the step table's dtype column.
 //
-// Ops a build may lack (module 4's, the bf16 attention overload) are referenced weakly:
+// Without a GPU the first CUDA call fails with the runtime's words for it
+// (cudaErrorInsufficientDriver reads as "update your driver"): guarded() says "no NVIDIA GPU
+// found" instead, status COURSE_ERR_NO_GPU, the runtime's error on the next line.
+//
+// Ops a build may lack (module 4's, the bf16 attention overloads) are referenced weakly:
 // the library links, course_op_available() says 0, and a call reports
 // COURSE_ERR_NOT_IMPLEMENTED naming the folder to fill in. The module libraries are
 // linked whole (bindings/CMakeLists.txt), so a weak symbol that exists is found.
@@ -54,24 +61,62 @@ __attribute__((weak)) void linear_backward(::course::m04::BiasGradStep step,
                                            const ::course::m04::LinearBackwardArgs& args);
 __attribute__((weak)) void attention_backward(::course::m04::AttentionBackwardStep step,
                                               const ::course::m04::AttentionBackwardArgs& args);
+__attribute__((weak)) void attention_backward(::course::m04::AttentionBackwardStep step,
+                                              const ::course::m04::AttentionBackwardArgsBf16& args);
 }  // namespace course::COURSE_IMPL
 
 namespace {
 
-using AttentionBf16Fn = void (*)(course::m03::AttentionStep, const course::m03::AttentionArgsBf16&);
+namespace impl = course::COURSE_IMPL;
 
-bool reads_bf16(course::m03::AttentionStep step) {
-  return course::m03::step_dtype(step) == course::m03::AttentionDType::bf16;
+// An overloaded function's address needs the overload named: these are the pointer types.
+using AttentionBf16Fn = void (*)(course::m03::AttentionStep, const course::m03::AttentionArgsBf16&);
+using AttentionBackwardFn = void (*)(course::m04::AttentionBackwardStep, const course::m04::AttentionBackwardArgs&);
+using AttentionBackwardBf16Fn = void (*)(course::m04::AttentionBackwardStep,
+                                         const course::m04::AttentionBackwardArgsBf16&);
+
+/// True for a step of the bf16 overload: the dtype column of the step's table (argument-
+/// dependent lookup finds module 3's or module 4's step_dtype).
+template <class Step>
+bool reads_bf16(Step step) {
+  return step_dtype(step) == decltype(step_dtype(step))::bf16;
+}
+template <class Step>
+bool reads_f32(Step step) {
+  return !reads_bf16(step);
 }
 
-bool attention_bf16_linked() { return static_cast<AttentionBf16Fn>(&course::COURSE_IMPL::attention) != nullptr; }
-
-namespace impl = course::COURSE_IMPL;
+bool attention_bf16_linked() { return static_cast<AttentionBf16Fn>(&impl::attention) != nullptr; }
 using course::InvalidArgument;
 
 constexpr const char* kImplName = COURSE_BRIDGE_STR(COURSE_IMPL);
 
 thread_local std::string t_last_error;
+
+/// What a CUDA error means when it says there is no GPU to run on, in plain words; empty
+/// when it means something else. The runtime reports a machine without the NVIDIA driver
+/// as cudaErrorInsufficientDriver (or cudaErrorStubLibrary when only the toolkit's stub
+/// libcuda is found) -- the same code as a driver too old for the runtime, which
+/// cudaDriverGetVersion tells apart: it reports version 0 when no driver is installed.
+std::string no_gpu_headline(cudaError_t code) {
+  if (code == cudaErrorNoDevice) return "no NVIDIA GPU found (the NVIDIA driver sees no CUDA device)";
+  if (code == cudaErrorStubLibrary) return "no NVIDIA GPU found (no NVIDIA driver: only the CUDA toolkit's stub)";
+  if (code != cudaErrorInsufficientDriver) return "";
+  int driver = 0;
+  if (cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0)
+    return "no NVIDIA GPU found (no NVIDIA driver is installed)";
+  return "";
+}
+
+/// A driver older than the runtime this library was built with: say which versions.
+std::string old_driver_headline(cudaError_t code) {
+  int driver = 0, runtime = 0;
+  if (code != cudaErrorInsufficientDriver || cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0) return "";
+  cudaRuntimeGetVersion(&runtime);
+  const auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+  return "the NVIDIA driver supports CUDA " + version(driver) + ", older than the CUDA " + version(runtime) +
+         " runtime this library was built with: update the driver";
+}
 
 int fail(int status, const char* message) noexcept {
   try {
@@ -95,6 +140,11 @@ int guarded(F&& body) noexcept {
   } catch (const course::Unsupported& e) {
     return fail(COURSE_ERR_UNSUPPORTED, e.what());
   } catch (const course::CudaError& e) {
+    // The headline first, the runtime's own report (code, call, file, line) under it.
+    if (const std::string gpu = no_gpu_headline(e.code()); !gpu.empty())
+      return fail(COURSE_ERR_NO_GPU, (gpu + "\n" + e.what()).c_str());
+    if (const std::string old = old_driver_headline(e.code()); !old.empty())
+      return fail(COURSE_ERR_CUDA, (old + "\n" + e.what()).c_str());
     return fail(COURSE_ERR_CUDA, e.what());
   } catch (const std::bad_alloc&) {
     return fail(COURSE_ERR_OTHER, "out of host memory");
@@ -145,11 +195,16 @@ const std::vector<OpEntry>& op_table() {
         op_entry("matmul", m01::kMatmulSteps),
         op_entry("matmul_tc", m01::kTcMatmulSteps),
         op_entry("batched_gemm", m02::kBgemmSteps),
-        op_entry("attention", m03::kAttentionSteps, true, [](m03::AttentionStep st) { return !reads_bf16(st); }),
-        op_entry("attention_bf16", m03::kAttentionSteps, attention_bf16_linked(), reads_bf16),
+        op_entry("attention", m03::kAttentionSteps, true, reads_f32<m03::AttentionStep>),
+        op_entry("attention_bf16", m03::kAttentionSteps, attention_bf16_linked(), reads_bf16<m03::AttentionStep>),
         op_entry("softmax_backward", m04::kSoftmaxBackwardSteps, &impl::softmax_backward != nullptr),
         op_entry("linear_backward", m04::kBiasGradSteps, &impl::linear_backward != nullptr),
-        op_entry("attention_backward", m04::kAttentionBackwardSteps, &impl::attention_backward != nullptr),
+        op_entry("attention_backward", m04::kAttentionBackwardSteps,
+                 static_cast<AttentionBackwardFn>(&impl::attention_backward) != nullptr,
+                 reads_f32<m04::AttentionBackwardStep>),
+        op_entry("attention_backward_bf16", m04::kAttentionBackwardSteps,
+                 static_cast<AttentionBackwardBf16Fn>(&impl::attention_backward) != nullptr,
+                 reads_bf16<m04::AttentionBackwardStep>),
     };
   }();
   return table;
@@ -182,15 +237,21 @@ std::string unknown_step_message(const char* op, const char* step, const std::st
          "; the steps are: " + valid;
 }
 
-/// The step of `table` called `name`; InvalidArgument listing the valid names otherwise.
-template <class Step, std::size_t N>
-Step find_step(const course::StepInfo<Step> (&table)[N], const char* name, const char* op) {
+/// The step of `table` called `name`, among those `keep` accepts (an op's steps of one
+/// dtype); InvalidArgument listing them otherwise.
+template <class Step, std::size_t N, class Keep>
+Step find_step(const course::StepInfo<Step> (&table)[N], const char* name, const char* op, Keep keep) {
   std::string valid;
   for (const auto& info : table) {
+    if (!keep(info.step)) continue;
     if (name != nullptr && std::strcmp(info.name, name) == 0) return info.step;
     valid += (valid.empty() ? "" : ",") + std::string(info.name);
   }
   throw InvalidArgument(unknown_step_message(op, name, valid));
+}
+template <class Step, std::size_t N>
+Step find_step(const course::StepInfo<Step> (&table)[N], const char* name, const char* op) {
+  return find_step(table, name, op, [](Step) { return true; });
 }
 
 /// Throws NotImplemented for an op whose implementation this build lacks (weak symbol null).
@@ -327,6 +388,35 @@ void set_attention_shape(Args& args, const char* fn, int64_t batch, int64_t head
   args.scale = scale;
   args.causal = causal != 0;
   args.stream = as_stream(stream);
+}
+
+/// Every field of the attention backward's arguments; T is the element type of the tensors
+/// (float or __nv_bfloat16), lse and the workspace are fp32 for both.
+template <class T, class Args>
+void set_attention_backward_args(Args& args, const char* fn, const void* q, const void* k, const void* v,
+                                 const void* o, const void* dout, const void* lse, void* dq, void* dk, void* dv,
+                                 int64_t batch, int64_t heads, int64_t kv_heads, int64_t seq_q, int64_t seq_k,
+                                 int64_t head_dim, const int64_t* q_strides, const int64_t* k_strides,
+                                 const int64_t* v_strides, const int64_t* o_strides, const int64_t* do_strides,
+                                 const int64_t* dq_strides, const int64_t* dk_strides, const int64_t* dv_strides,
+                                 float scale, int causal, void* workspace, size_t workspace_bytes, void* stream) {
+  args.q = in<T>(q);
+  args.k = in<T>(k);
+  args.v = in<T>(v);
+  args.o = in<T>(o);
+  args.dout = in<T>(dout);
+  args.lse = in<float>(lse);
+  args.dq = out<T>(dq);
+  args.dk = out<T>(dk);
+  args.dv = out<T>(dv);
+  set_attention_shape(args, fn, batch, heads, kv_heads, seq_q, seq_k, head_dim, q_strides, k_strides, v_strides,
+                      o_strides, scale, causal, stream);
+  args.do_strides = strides3(do_strides, fn, "do_strides");
+  args.dq_strides = strides3(dq_strides, fn, "dq_strides");
+  args.dk_strides = strides3(dk_strides, fn, "dk_strides");
+  args.dv_strides = strides3(dv_strides, fn, "dv_strides");
+  args.workspace = out<float>(workspace);
+  args.workspace_bytes = workspace_bytes;
 }
 
 int set_bytes(size_t* bytes, std::size_t value, const char* fn) {
@@ -647,9 +737,26 @@ int course_linear_backward(const char* step, const void* x, const void* w, const
 int course_attention_backward_workspace_bytes(const char* step, int64_t batch, int64_t heads, int64_t seq_q,
                                               int64_t seq_k, size_t* bytes) {
   return guarded([&] {
-    const auto s = find_step(course::m04::kAttentionBackwardSteps, step, "attention_backward");
+    const auto s = find_step(course::m04::kAttentionBackwardSteps, step, "attention_backward",
+                             reads_f32<course::m04::AttentionBackwardStep>);
     set_bytes(bytes, course::m04::attention_backward_workspace_bytes(s, batch, heads, seq_q, seq_k),
               "attention_backward_workspace_bytes");
+  });
+}
+
+int course_attention_backward_bf16_workspace_bytes(const char* step, int64_t batch, int64_t heads, int64_t seq_q,
+                                                   int64_t seq_k, int64_t head_dim, size_t* bytes) {
+  return guarded([&] {
+    const auto s = find_step(course::m04::kAttentionBackwardSteps, step, "attention_backward_bf16",
+                             reads_bf16<course::m04::AttentionBackwardStep>);
+    course::m04::AttentionBackwardArgsBf16 args;  // the workspace depends on the sizes alone
+    args.batch = batch;
+    args.heads = heads;
+    args.seq_q = seq_q;
+    args.seq_k = seq_k;
+    args.head_dim = head_dim;
+    set_bytes(bytes, course::m04::attention_backward_workspace_bytes(s, args),
+              "attention_backward_bf16_workspace_bytes");
   });
 }
 
@@ -662,27 +769,39 @@ int course_attention_backward(const char* step, const void* q, const void* k, co
                               void* workspace, size_t workspace_bytes, void* stream) {
   return guarded([&] {
     const char* fn = "attention_backward";
-    const auto s = find_step(course::m04::kAttentionBackwardSteps, step, fn);
-    require_linked(&impl::attention_backward, fn, "module04_training");
+    const auto s = find_step(course::m04::kAttentionBackwardSteps, step, fn,
+                             reads_f32<course::m04::AttentionBackwardStep>);
+    const auto run = static_cast<AttentionBackwardFn>(&impl::attention_backward);
+    require_linked(run, fn, "module04_training");
     course::m04::AttentionBackwardArgs args;
-    args.q = in<float>(q);
-    args.k = in<float>(k);
-    args.v = in<float>(v);
-    args.o = in<float>(o);
-    args.dout = in<float>(dout);
-    args.lse = in<float>(lse);
-    args.dq = out<float>(dq);
-    args.dk = out<float>(dk);
-    args.dv = out<float>(dv);
-    set_attention_shape(args, fn, batch, heads, kv_heads, seq_q, seq_k, head_dim, q_strides, k_strides, v_strides,
-                        o_strides, scale, causal, stream);
-    args.do_strides = strides3(do_strides, fn, "do_strides");
-    args.dq_strides = strides3(dq_strides, fn, "dq_strides");
-    args.dk_strides = strides3(dk_strides, fn, "dk_strides");
-    args.dv_strides = strides3(dv_strides, fn, "dv_strides");
-    args.workspace = out<float>(workspace);
-    args.workspace_bytes = workspace_bytes;
-    impl::attention_backward(s, args);
+    set_attention_backward_args<float>(args, fn, q, k, v, o, dout, lse, dq, dk, dv, batch, heads, kv_heads, seq_q,
+                                       seq_k, head_dim, q_strides, k_strides, v_strides, o_strides, do_strides,
+                                       dq_strides, dk_strides, dv_strides, scale, causal, workspace,
+                                       workspace_bytes, stream);
+    run(s, args);
+  });
+}
+
+int course_attention_backward_bf16(const char* step, const void* q, const void* k, const void* v, const void* o,
+                                   const void* dout, const void* lse, void* dq, void* dk, void* dv, int64_t batch,
+                                   int64_t heads, int64_t kv_heads, int64_t seq_q, int64_t seq_k, int64_t head_dim,
+                                   const int64_t q_strides[3], const int64_t k_strides[3],
+                                   const int64_t v_strides[3], const int64_t o_strides[3],
+                                   const int64_t do_strides[3], const int64_t dq_strides[3],
+                                   const int64_t dk_strides[3], const int64_t dv_strides[3], float scale, int causal,
+                                   void* workspace, size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    const char* fn = "attention_backward";
+    const auto s = find_step(course::m04::kAttentionBackwardSteps, step, "attention_backward_bf16",
+                             reads_bf16<course::m04::AttentionBackwardStep>);
+    const auto run = static_cast<AttentionBackwardBf16Fn>(&impl::attention_backward);
+    require_linked(run, "the bf16 attention_backward", "module04_training");
+    course::m04::AttentionBackwardArgsBf16 args;
+    set_attention_backward_args<__nv_bfloat16>(args, fn, q, k, v, o, dout, lse, dq, dk, dv, batch, heads, kv_heads,
+                                               seq_q, seq_k, head_dim, q_strides, k_strides, v_strides, o_strides,
+                                               do_strides, dq_strides, dk_strides, dv_strides, scale, causal,
+                                               workspace, workspace_bytes, stream);
+    run(s, args);
   });
 }
 

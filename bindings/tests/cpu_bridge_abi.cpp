@@ -159,6 +159,58 @@ TEST(BridgeAbi, ModuleFourReportsItsState) {
   }
 }
 
+TEST(BridgeAbi, AttentionBackwardStepsAreSplitByDtype) {
+  // One op name per overload, as for the forward: each lists and accepts its dtype's steps.
+  EXPECT_STREQ(course_list_steps("attention_backward"), "naive,flash,flash_deterministic");
+  EXPECT_STREQ(course_list_steps("attention_backward_bf16"), "tc_mma,tc_pipelined,tc_deterministic");
+  std::size_t bytes = 0;
+  EXPECT_EQ(course_attention_backward_workspace_bytes("tc_mma", 2, 4, 100, 100, &bytes), COURSE_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(last_error(), "is not a step of attention_backward; the steps are: naive,")) << last_error();
+  EXPECT_EQ(course_attention_backward_bf16_workspace_bytes("flash", 2, 4, 100, 100, 64, &bytes),
+            COURSE_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(last_error(), "the steps are: tc_mma,tc_pipelined,tc_deterministic")) << last_error();
+  // The bf16 workspace holds an fp32 dQ accumulator: it grows with head_dim.
+  std::size_t d64 = 0, d128 = 0;
+  ASSERT_EQ(course_attention_backward_bf16_workspace_bytes("tc_pipelined", 2, 4, 100, 100, 64, &d64), COURSE_OK);
+  ASSERT_EQ(course_attention_backward_bf16_workspace_bytes("tc_pipelined", 2, 4, 100, 100, 128, &d128), COURSE_OK);
+  EXPECT_GE(d64, std::size_t{2 * 4 * 100 * 64 * sizeof(float)});
+  EXPECT_GT(d128, d64);
+
+  const auto backward_bf16 = [&](const char* step, std::int64_t d) {
+    return course_attention_backward_bf16(step, fake(1), fake(2), fake(3), fake(4), fake(5), fake(6), fake(7),
+                                          fake(8), fake(9), 2, 4, 4, 8, 8, d, kBhnd, kBhnd, kBhnd, kBhnd, kBhnd,
+                                          kBhnd, kBhnd, kBhnd, 0.f, 0, fake(10), d128, nullptr);
+  };
+  EXPECT_EQ(backward_bf16("flash", 64), COURSE_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(last_error(), "attention_backward_bf16: argument 'step' = \"flash\"")) << last_error();
+  const bool built = course_op_available("attention_backward_bf16") == 1;
+  const int status = backward_bf16("tc_pipelined", 48);
+  if (built) {
+    EXPECT_EQ(status, COURSE_ERR_INVALID_ARGUMENT) << last_error();
+    EXPECT_TRUE(contains(last_error(), "argument 'head_dim' = 48")) << last_error();
+  } else {
+    EXPECT_EQ(status, COURSE_ERR_NOT_IMPLEMENTED) << last_error();
+    EXPECT_TRUE(contains(last_error(), "module04_training")) << last_error();
+  }
+}
+
+TEST(BridgeAbi, NoGpuIsSaidPlainly) {
+  // Without a GPU the runtime's first failure (cudaErrorInsufficientDriver when no driver is
+  // installed) reads as "update your driver"; the bridge says what it means, then the raw error.
+  void* p = nullptr;
+  const int status = course_malloc(16, &p);
+  if (status == COURSE_OK) {  // a GPU is here
+    EXPECT_EQ(course_free(p), COURSE_OK);
+    return;
+  }
+  ASSERT_EQ(status, COURSE_ERR_NO_GPU) << last_error();
+  const std::string message = last_error();
+  EXPECT_EQ(message.rfind("no NVIDIA GPU found", 0), 0u) << message;
+  const std::string second = message.substr(message.find('\n') + 1);
+  EXPECT_EQ(second.rfind("CUDA error cuda", 0), 0u) << message;
+  EXPECT_TRUE(contains(second, "cudaMalloc")) << message;
+}
+
 TEST(BridgeAbi, ErrorsAreClearedAndThreadLocal) {
   ASSERT_EQ(course_matmul("naive", nullptr, nullptr, nullptr, 4, 4, 4, 4, 4, 4, 1.f, 0.f, nullptr),
             COURSE_ERR_INVALID_ARGUMENT);

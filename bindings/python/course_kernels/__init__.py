@@ -16,13 +16,20 @@ Five lines::
 
 Ops (module): l2_norm, dot, softmax, matmul, matmul_tc (1); batched_gemm,
 batched_gemm_ptr_array (2); attention, float32 or bfloat16 (3); softmax_backward,
-linear_backward, attention_backward (4). Every op takes ``step=`` (a name from ``steps(op)``),
-``impl="solution" | "exercise"``, ``out=`` and ``stream=``.
+linear_backward, attention_backward, float32 or bfloat16 (4). Every op takes ``step=`` (a
+name from ``steps(op)``), ``impl="solution" | "exercise"``, ``out=`` and ``stream=``.
+
+``attention`` is differentiable: for torch tensors that require grad it runs through
+``AttentionFunction`` (module 3's forward, module 4's backward), so the course's attention
+can train a PyTorch model.
 
 Errors: argument problems found in Python raise TypeError / ValueError naming the
 argument; the C++ validation's reports arrive as InvalidArgumentError (a ValueError), an
 unwritten exercise stub as StubNotImplementedError (a NotImplementedError) naming the file
-to edit, a step this GPU cannot run as UnsupportedError, CUDA failures as CudaError.
+to edit, a step this GPU cannot run as UnsupportedError, CUDA failures as CudaError --
+NoGpuError (a CudaError) when there is no GPU or driver at all. Step names, dtypes and
+shapes are checked before anything is allocated, so they are reported as such without a
+GPU too.
 
 Finding the library: ``$COURSE_BRIDGE_LIB`` (a file or folder), else the checkout's
 ``build*/bindings/`` folders, newest first; ``library_path(impl)`` says which one.
@@ -33,13 +40,13 @@ from typing import List, Tuple
 
 from ._arrays import DeviceArray
 from ._library import (ABI_VERSION, CourseError, CudaError, InvalidArgumentError, Library, LibraryNotFoundError,
-                       StubNotImplementedError, UnsupportedError, library, library_path)
+                       NoGpuError, StubNotImplementedError, UnsupportedError, library, library_path)
 from .ops import (DEFAULT_STEPS, attention, attention_backward, batched_gemm, batched_gemm_ptr_array, dot, l2_norm,
                   linear_backward, matmul, matmul_tc, softmax, softmax_backward)
 
 __version__ = "0.1.0"
 
-for _cls in (CourseError, CudaError, InvalidArgumentError, LibraryNotFoundError, StubNotImplementedError,
+for _cls in (CourseError, CudaError, InvalidArgumentError, LibraryNotFoundError, NoGpuError, StubNotImplementedError,
              UnsupportedError, DeviceArray, Library):
     _cls.__module__ = __name__  # help() shows course_kernels.X, the public name
 del _cls
@@ -49,8 +56,18 @@ __all__ = [
     "softmax_backward", "linear_backward", "attention_backward",
     "ops", "steps", "available", "library", "library_path", "device_array",
     "CourseError", "InvalidArgumentError", "StubNotImplementedError", "UnsupportedError", "CudaError",
-    "LibraryNotFoundError", "DeviceArray", "Library", "DEFAULT_STEPS", "ABI_VERSION",
+    "NoGpuError", "LibraryNotFoundError", "DeviceArray", "Library", "DEFAULT_STEPS", "ABI_VERSION",
+    "AttentionFunction",
 ]
+
+
+def __getattr__(name: str):
+    """``AttentionFunction`` is a torch.autograd.Function: importing it imports torch, so it
+    is loaded on first use (the package itself never imports torch)."""
+    if name == "AttentionFunction":
+        from .autograd import AttentionFunction
+        return AttentionFunction
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def ops(impl: str = "solution") -> List[str]:

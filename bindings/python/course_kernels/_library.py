@@ -46,11 +46,17 @@ class CudaError(CourseError):
     """A CUDA call or kernel launch failed (status 4)."""
 
 
+class NoGpuError(CudaError):
+    """No GPU to run on: no NVIDIA driver, or no device (status 6). The first line of the
+    message says so; the CUDA runtime's own error follows on the next."""
+
+
 class LibraryNotFoundError(CourseError, FileNotFoundError):
     """No built libcourse_bridge_<impl>.so was found (build it with CMake first)."""
 
 
-_STATUS_ERRORS = {1: InvalidArgumentError, 2: StubNotImplementedError, 3: UnsupportedError, 4: CudaError}
+_STATUS_ERRORS = {1: InvalidArgumentError, 2: StubNotImplementedError, 3: UnsupportedError, 4: CudaError,
+                  6: NoGpuError}
 
 _P = c_void_p
 _I64 = c_int64
@@ -99,6 +105,11 @@ _SIGNATURES = {
     "course_attention_backward": (c_int, [c_char_p, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64, _I64,
                                           _I64, _I64, _STRIDES, _STRIDES, _STRIDES, _STRIDES, _STRIDES, _STRIDES,
                                           _STRIDES, _STRIDES, c_float, c_int, _P, c_size_t, _P]),
+    "course_attention_backward_bf16_workspace_bytes": (c_int, [c_char_p, _I64, _I64, _I64, _I64, _I64,
+                                                               POINTER(c_size_t)]),
+    "course_attention_backward_bf16": (c_int, [c_char_p, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64,
+                                               _I64, _I64, _I64, _STRIDES, _STRIDES, _STRIDES, _STRIDES, _STRIDES,
+                                               _STRIDES, _STRIDES, _STRIDES, c_float, c_int, _P, c_size_t, _P]),
 }
 
 
@@ -164,6 +175,7 @@ class Library:
             raise CourseError(f"{self.path}: C ABI version {version}, this package speaks version {ABI_VERSION}; "
                               "rebuild the library or update the package")
         self.impl: str = self._dll.course_bridge_impl().decode()
+        self._step_names: Dict[str, frozenset] = {}
 
     def __repr__(self) -> str:
         return f"<course_kernels.Library {self.impl} at {self.path}>"
@@ -197,6 +209,17 @@ class Library:
         if summary is None:
             raise InvalidArgumentError(self.last_error())
         return summary.decode()
+
+    def require_step(self, op: str, step: str) -> None:
+        """Raises InvalidArgumentError unless `step` is a step of `op`: the check the C++ side
+        makes first, made here before any output or workspace is allocated (so a wrong name
+        is reported as such on a machine without a GPU too). The message is the C++ one."""
+        names = self._step_names.get(op)
+        if names is None:
+            names = self._step_names[op] = frozenset(self.steps(op))
+        if step not in names:
+            self._dll.course_step_summary(op.encode(), step.encode())  # fails, leaving the message
+            raise InvalidArgumentError(f"[{self.impl}] {self.last_error()}")
 
     def op_available(self, op: str) -> bool:
         """True if this build contains `op`; unknown ops raise InvalidArgumentError."""

@@ -2,7 +2,10 @@
 
 Every function
   * checks device, dtype, shape and strides in Python and raises ``TypeError`` /
-    ``ValueError`` naming the argument;
+    ``ValueError`` naming the argument, and checks the step name against the op's step table
+    (``InvalidArgumentError``) -- all before it allocates anything, so these mistakes are
+    reported as such on a machine without a GPU too (where the first allocation raises
+    ``NoGpuError``);
   * passes strides in elements to the C ABI, whose C++ validation reports anything else
     (alignment, overlaps, limits of a step) as ``InvalidArgumentError`` (a ``ValueError``);
   * runs on ``stream`` (default: torch's current stream for tensors, else the default stream);
@@ -20,7 +23,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from . import _arrays as A
 from ._arrays import BFLOAT16, FLOAT32, Array
-from ._library import library
+from ._library import InvalidArgumentError, library
 
 # Default step of each op: the top of its ladder that runs on any supported GPU.
 DEFAULT_STEPS = {
@@ -35,15 +38,32 @@ DEFAULT_STEPS = {
     "softmax_backward": "fused_vectorized",
     "linear_backward": "block_column_strip",
     "attention_backward": "flash",
+    "attention_backward_bf16": "tc_pipelined",  # bfloat16 tensors: the tensor-core steps
 }
+
+# Ops whose steps are split by dtype (one op name each, as the C ABI lists them), so that
+# a float32 step asked of bfloat16 tensors (or the reverse) can be named as such.
+_DTYPE_TWIN = {"attention": "attention_bf16", "attention_bf16": "attention",
+               "attention_backward": "attention_backward_bf16", "attention_backward_bf16": "attention_backward"}
 DEFAULT_BF16_BGEMM_STEP = "tensor_core"
 
 
-def _step(step: Any, op: str) -> bytes:
+def _step(lib, step: Any, op: str, arg: str = "step") -> bytes:
+    """The step's name (None: the op's default), checked against the op's step table."""
     if step is None:
         step = DEFAULT_STEPS[op]
     if not isinstance(step, str):
-        raise TypeError(f"step: expected a step name (str), got {type(step).__name__}; see steps({op!r})")
+        raise TypeError(f"{arg}: expected a step name (str), got {type(step).__name__}; see steps({op!r})")
+    try:
+        lib.require_step(op, step)
+    except InvalidArgumentError as e:
+        message = str(e) if arg == "step" else f"{arg}: {e}"
+        twin = _DTYPE_TWIN.get(op)
+        if twin and step in lib.steps(twin):
+            theirs = BFLOAT16 if twin.endswith("_bf16") else FLOAT32
+            ours = FLOAT32 if theirs == BFLOAT16 else BFLOAT16
+            message += f" (step {step} takes {theirs} tensors; these are {ours})"
+        raise InvalidArgumentError(message) from None
     return step.encode()
 
 
@@ -92,14 +112,15 @@ def _reduce(op: str, x: Any, y: Any, step: Optional[str], impl: str, out: Any, s
         A.check_shape(Y, X.shape, "x's shape")
         A.check_contiguous(Y)
         arrays.append(Y)
+    s = _step(lib, step, op)
     R = _scalar_out(lib, out, X)
     A.check_same_device(*arrays, R)
     n = X.shape[0]
     ws = A.Scratch(lib, lib.workspace_bytes("course_reduce_workspace_bytes", n), X, workspace)
     if op == "l2_norm":
-        _call(lib, "course_l2_norm", X, stream, _step(step, op), X.ptr, n, R.ptr, ws.ptr, ws.nbytes)
+        _call(lib, "course_l2_norm", X, stream, s, X.ptr, n, R.ptr, ws.ptr, ws.nbytes)
     else:
-        _call(lib, "course_dot", X, stream, _step(step, op), X.ptr, arrays[1].ptr, n, R.ptr, ws.ptr, ws.nbytes)
+        _call(lib, "course_dot", X, stream, s, X.ptr, arrays[1].ptr, n, R.ptr, ws.ptr, ws.nbytes)
     return R.obj
 
 
@@ -136,9 +157,9 @@ def softmax(x: Any, dim: int = -1, *, step: Optional[str] = None, impl: str = "s
     A.check_dtype(X, FLOAT32)
     d = _dim(dim)
     rows, cols = X.shape
+    s = _step(lib, step, "softmax")
     Y = A.output(lib, out, "out", (rows, cols), FLOAT32, X)
     A.check_same_device(X, Y)
-    s = _step(step, "softmax")
     ws = A.Scratch(lib, lib.workspace_bytes("course_softmax_workspace_bytes", s, rows, cols, d), X, workspace)
     _call(lib, "course_softmax", X, stream, s, X.ptr, Y.ptr, rows, cols, A.leading_dim(X), A.leading_dim(Y), d,
           ws.ptr, ws.nbytes)
@@ -168,9 +189,10 @@ def matmul(a: Any, b: Any, *, alpha: float = 1.0, beta: float = 0.0, step: Optio
     Am, Bm, m, n, k = _gemm_operands(a, b, FLOAT32)
     if beta != 0 and out is None:
         raise ValueError("beta: a nonzero beta reads C (C = alpha*a@b + beta*C): pass out=")
+    s = _step(lib, step, "matmul")
     C = A.output(lib, out, "out", (m, n), FLOAT32, Am)
     A.check_same_device(Am, Bm, C)
-    _call(lib, "course_matmul", Am, stream, _step(step, "matmul"), Am.ptr, Bm.ptr, C.ptr, m, n, k,
+    _call(lib, "course_matmul", Am, stream, s, Am.ptr, Bm.ptr, C.ptr, m, n, k,
           A.leading_dim(Am), A.leading_dim(Bm), A.leading_dim(C), float(alpha), float(beta))
     return C.obj
 
@@ -184,9 +206,10 @@ def matmul_tc(a: Any, b: Any, *, step: Optional[str] = None, impl: str = "soluti
     """
     lib = library(impl)
     Am, Bm, m, n, k = _gemm_operands(a, b, BFLOAT16)
+    s = _step(lib, step, "matmul_tc")
     C = A.output(lib, out, "out", (m, n), FLOAT32, Am)
     A.check_same_device(Am, Bm, C)
-    _call(lib, "course_matmul_tc", Am, stream, _step(step, "matmul_tc"), Am.ptr, Bm.ptr, C.ptr, m, n, k,
+    _call(lib, "course_matmul_tc", Am, stream, s, Am.ptr, Bm.ptr, C.ptr, m, n, k,
           A.leading_dim(Am), A.leading_dim(Bm), A.leading_dim(C))
     return C.obj
 
@@ -243,14 +266,14 @@ def batched_gemm(a: Any, b: Any, *, alpha: float = 1.0, step: Optional[str] = No
     a_t, lda = _operand_layout(Am)
     b_t, ldb = _operand_layout(Bm)
     lead = Am.shape[:-2]
+    bf16 = Am.dtype == BFLOAT16
+    s = _step(lib, (step or DEFAULT_BF16_BGEMM_STEP) if bf16 else step, "batched_gemm")
     C = A.output(lib, out, "out", (*lead, m, n), FLOAT32, Am)
     A.check_same_device(Am, Bm, C)
     batch = lead[0] if len(lead) >= 1 else 1
     heads = lead[1] if len(lead) >= 2 else 1
-    bf16 = Am.dtype == BFLOAT16
-    s = (step or DEFAULT_BF16_BGEMM_STEP) if bf16 else step
     name = "course_batched_gemm_strided_bf16" if bf16 else "course_batched_gemm_strided_f32"
-    _call(lib, name, Am, stream, _step(s, "batched_gemm"), Am.ptr, Bm.ptr, C.ptr, m, n, k, batch, heads,
+    _call(lib, name, Am, stream, s, Am.ptr, Bm.ptr, C.ptr, m, n, k, batch, heads,
           A.strides3(*_lead_strides(Am), lda), A.strides3(*_lead_strides(Bm), ldb),
           A.strides3(*_lead_strides(C), A.leading_dim(C)), int(a_t), int(b_t), float(alpha))
     return C.obj
@@ -293,6 +316,8 @@ def batched_gemm_ptr_array(a: Sequence[Any], b: Sequence[Any], *, alpha: float =
         raise ValueError(f"b[0]: shape {Bs[0].shape} does not match a[0]'s {As[0].shape}")
     a_t, lda = _operand_layout(As[0])
     b_t, ldb = _operand_layout(Bs[0])
+    bf16 = As[0].dtype == BFLOAT16
+    s = _step(lib, (step or DEFAULT_BF16_BGEMM_STEP) if bf16 else step, "batched_gemm")
     if out is None:
         Cs = [A.empty(lib, (m, n), FLOAT32, As[0], f"out[{i}]") for i in range(len(As))]
     else:
@@ -307,10 +332,8 @@ def batched_gemm_ptr_array(a: Sequence[Any], b: Sequence[Any], *, alpha: float =
     pa = _pointer_array(lib, [x.ptr for x in As], As[0], "a_ptrs")
     pb = _pointer_array(lib, [x.ptr for x in Bs], As[0], "b_ptrs")
     pc = _pointer_array(lib, [x.ptr for x in Cs], As[0], "c_ptrs")
-    bf16 = As[0].dtype == BFLOAT16
-    s = (step or DEFAULT_BF16_BGEMM_STEP) if bf16 else step
     name = "course_batched_gemm_ptr_array_bf16" if bf16 else "course_batched_gemm_ptr_array_f32"
-    _call(lib, name, As[0], stream, _step(s, "batched_gemm"), pa.ptr, pb.ptr, pc.ptr, m, n, k, len(As), 1, lda,
+    _call(lib, name, As[0], stream, s, pa.ptr, pb.ptr, pc.ptr, m, n, k, len(As), 1, lda,
           ldb, ldc, int(a_t), int(b_t), float(alpha))
     return [c.obj for c in Cs]
 
@@ -349,10 +372,17 @@ def _lse_out(lib, lse_out: Any, shape, like: Array) -> Array:
     return A.output(lib, lse_out, "lse_out", shape, FLOAT32, like, contiguous=True)
 
 
+def _requires_grad(*xs: Any) -> bool:
+    """True when autograd must see this call: torch tensors, grad mode on, one needing a gradient."""
+    torch = A._torch()
+    return torch is not None and torch.is_grad_enabled() and any(
+        isinstance(x, torch.Tensor) and x.requires_grad for x in xs)
+
+
 def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Optional[float] = None, rope: bool = False,
               rope_theta: float = 10000.0, alibi: bool = False, return_lse: bool = False,
-              step: Optional[str] = None, impl: str = "solution", out: Any = None, lse_out: Any = None,
-              stream: Any = None, workspace: Any = None) -> Any:
+              step: Optional[str] = None, backward_step: Optional[str] = None, impl: str = "solution",
+              out: Any = None, lse_out: Any = None, stream: Any = None, workspace: Any = None) -> Any:
     """softmax(scale * q k^T [+ ALiBi] [causal]) v: module 3's attention forward.
 
     float32 q, k, v run the fp32 ladder; bfloat16 ones the tensor-core steps
@@ -367,29 +397,49 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Optional[f
     when ``return_lse`` or ``lse_out`` is given. float32 steps: naive, tiled_online, causal,
     fused (default), fused_options (default when rope, alibi or H_kv < H); bfloat16 steps:
     tc_mma .. tc_flash2 (default).
+
+    Differentiable: when q, k or v is a torch tensor that requires grad (and grad mode is
+    on), the call goes through ``AttentionFunction``: ``backward()`` runs module 4's
+    attention backward (``backward_step``: default tc_pipelined for bfloat16, flash for
+    float32) on the saved q, k, v, O and lse. That path returns O alone and takes no
+    ``out``, ``lse_out``, ``return_lse``, ``rope``, ``alibi`` or ``workspace``.
     """
+    if _requires_grad(q, k, v):
+        from .autograd import attention_with_grad
+        given = {"out": out, "lse_out": lse_out, "workspace": workspace}
+        for name, value in (*given.items(), ("return_lse", return_lse), ("rope", rope), ("alibi", alibi)):
+            if value is not None and value is not False:
+                raise ValueError(f"{name}: not with autograd (q, k or v requires grad): the differentiable "
+                                 "attention returns a new O and has no RoPE or ALiBi backward; call it under "
+                                 "torch.no_grad() for the plain op")
+        return attention_with_grad(q, k, v, causal=causal, scale=scale, step=step, backward_step=backward_step,
+                                   impl=impl)
     lib = library(impl)
     Q, K, V = _qkv(q, k, v, (FLOAT32, BFLOAT16))
     B, H, Nq, d = Q.shape
     Hkv, Nk = K.shape[1], K.shape[2]
-    O = A.output(lib, out, "out", (B, H, Nq, d), Q.dtype, Q)
-    L = _lse_out(lib, lse_out, (B, H, Nq), Q) if (return_lse or lse_out is not None) else None
-    A.check_same_device(Q, K, V, O, L)
-    lse_ptr = L.ptr if L is not None else None
-    if Q.dtype == BFLOAT16:
+    bf16 = Q.dtype == BFLOAT16
+    if bf16:
         for flag, on in (("rope", rope), ("alibi", alibi)):
             if on:
                 raise ValueError(f"{flag}: the tensor-core (bfloat16) steps have no {flag}; use float32 inputs "
                                  "and step fused_options")
         if workspace is not None:
             raise ValueError("workspace: the tensor-core (bfloat16) steps need none")
-        _call(lib, "course_attention_forward_bf16", Q, stream, _step(step, "attention_bf16"), Q.ptr, K.ptr, V.ptr,
-              O.ptr, lse_ptr, B, H, Hkv, Nq, Nk, d, _attn_strides(Q), _attn_strides(K), _attn_strides(V),
-              _attn_strides(O), float(scale or 0.0), int(causal))
-        return (O.obj, L.obj) if L is not None else O.obj
-    if step is None and (rope or alibi or Hkv != H):
+    elif step is None and (rope or alibi or Hkv != H):
         step = "fused_options"
-    s = _step(step, "attention")
+    s = _step(lib, step, "attention_bf16" if bf16 else "attention")
+    if backward_step is not None:  # checked now, so that a wrong name does not wait for backward()
+        _step(lib, backward_step, "attention_backward_bf16" if bf16 else "attention_backward", "backward_step")
+    O = A.output(lib, out, "out", (B, H, Nq, d), Q.dtype, Q)
+    L = _lse_out(lib, lse_out, (B, H, Nq), Q) if (return_lse or lse_out is not None) else None
+    A.check_same_device(Q, K, V, O, L)
+    lse_ptr = L.ptr if L is not None else None
+    if bf16:
+        _call(lib, "course_attention_forward_bf16", Q, stream, s, Q.ptr, K.ptr, V.ptr, O.ptr, lse_ptr, B, H, Hkv,
+              Nq, Nk, d, _attn_strides(Q), _attn_strides(K), _attn_strides(V), _attn_strides(O),
+              float(scale or 0.0), int(causal))
+        return (O.obj, L.obj) if L is not None else O.obj
     ws = A.Scratch(lib, lib.workspace_bytes("course_attention_workspace_bytes", s, B, H, Nq, Nk), Q, workspace)
     _call(lib, "course_attention_forward", Q, stream, s, Q.ptr, K.ptr, V.ptr, O.ptr, lse_ptr, B, H, Hkv, Nq, Nk, d,
           _attn_strides(Q), _attn_strides(K), _attn_strides(V), _attn_strides(O),
@@ -416,9 +466,9 @@ def softmax_backward(y: Any, dy: Any, dim: int = -1, *, step: Optional[str] = No
     A.check_shape(DY, Y.shape, "y's shape")
     d = _dim(dim)
     rows, cols = Y.shape
+    s = _step(lib, step, "softmax_backward")
     DX = A.output(lib, out, "out", (rows, cols), FLOAT32, Y)
     A.check_same_device(Y, DY, DX)
-    s = _step(step, "softmax_backward")
     ws = A.Scratch(lib, lib.workspace_bytes("course_softmax_backward_workspace_bytes", s, rows, cols, d), Y,
                    workspace)
     _call(lib, "course_softmax_backward", Y, stream, s, Y.ptr, DY.ptr, DX.ptr, rows, cols, A.leading_dim(Y),
@@ -456,6 +506,7 @@ def linear_backward(x: Any, w: Any, dy: Any, *, need_dx: bool = True, need_dw: b
         A.check_shape(X, (M, K), "[M, K] (M from dy)")
     if W is not None:
         A.check_shape(W, (K, N), "[K, N] (K from x, N from dy)")
+    s = _step(lib, step, "linear_backward")
     outs = list(out) if out is not None else [None, None, None]
     if len(outs) != 3:
         raise ValueError("out: expected (dx, dw, db)")
@@ -465,46 +516,63 @@ def linear_backward(x: Any, w: Any, dy: Any, *, need_dx: bool = True, need_dw: b
     A.check_same_device(DY, X, W, DX, DW, DB)
     ld = lambda t: A.leading_dim(t) if t is not None else 0  # noqa: E731 (0: dense)
     ptr = lambda t: t.ptr if t is not None else None  # noqa: E731
-    _call(lib, "course_linear_backward", DY, stream, _step(step, "linear_backward"), ptr(X), ptr(W), DY.ptr,
+    _call(lib, "course_linear_backward", DY, stream, s, ptr(X), ptr(W), DY.ptr,
           ptr(DX), ptr(DW), ptr(DB), M, K, N, ld(X), ld(W), ld(DY), ld(DX), ld(DW))
     return tuple(t.obj if t is not None else None for t in (DX, DW, DB))
+
+
+def _like_q(x: Any, name: str, Q: Array) -> Array:
+    """o or dout: q's dtype and shape, contiguous last dim."""
+    t = A.as_array(x, name)
+    A.check_ndim(t, 4, what="[batch, heads, seq_q, head_dim]")
+    if t.dtype != Q.dtype:
+        raise TypeError(f"{name}: dtype {t.dtype}, but q is {Q.dtype}; q, k, v, o and dout share one dtype")
+    A.check_shape(t, Q.shape, "q's shape")
+    A.check_unit_last_stride(t)
+    return t
 
 
 def attention_backward(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, *, causal: bool = False,
                        scale: Optional[float] = None, step: Optional[str] = None, impl: str = "solution",
                        out: Optional[Sequence[Any]] = None, stream: Any = None,
                        workspace: Any = None) -> Tuple[Any, Any, Any]:
-    """(dq, dk, dv) of module 3's float32 attention, from the forward's o and lse and dout = dL/do.
+    """(dq, dk, dv) of module 3's attention, from the forward's o and lse and dout = dL/do.
 
     Shapes and strides as ``attention``: q, o, dout [B, H, N_q, d]; k, v [B, H_kv, N_k, d];
-    lse [B, H, N_q] contiguous (``attention(..., return_lse=True)``). causal and scale must
-    be the forward's. With H_kv < H, dk and dv sum over each group's query heads.
-    Steps: naive, flash (default), flash_deterministic.
+    lse [B, H, N_q] float32 contiguous (``attention(..., return_lse=True)``). causal and
+    scale must be the forward's. With H_kv < H, dk and dv sum over each group's query heads.
+    float32 q, k, v, o, dout: steps naive, flash (default), flash_deterministic.
+    bfloat16 q, k, v, o, dout (lse stays float32): the tensor-core steps
+    (``steps("attention_backward_bf16")``: tc_mma, tc_pipelined (default), tc_deterministic),
+    bfloat16 gradients with fp32 accumulation; head_dim 64 or 128, strides multiples of 8
+    elements. The gradients come back in the inputs' dtype.
     """
     lib = library(impl)
-    Q, K, V = _qkv(q, k, v, (FLOAT32,))
+    Q, K, V = _qkv(q, k, v, (FLOAT32, BFLOAT16))
     B, H, Nq, d = Q.shape
     Hkv, Nk = K.shape[1], K.shape[2]
-    O = _attention_tensor(o, "o", (FLOAT32,))
-    DO = _attention_tensor(dout, "dout", (FLOAT32,))
-    A.check_shape(O, Q.shape, "q's shape")
-    A.check_shape(DO, Q.shape, "q's shape")
+    O = _like_q(o, "o", Q)
+    DO = _like_q(dout, "dout", Q)
     L = A.as_array(lse, "lse")
     A.check_dtype(L, FLOAT32)
     A.check_shape(L, (B, H, Nq), "[B, H, N_q]")
     A.check_contiguous(L)
+    bf16 = Q.dtype == BFLOAT16
+    s = _step(lib, step, "attention_backward_bf16" if bf16 else "attention_backward")
     outs = list(out) if out is not None else [None, None, None]
     if len(outs) != 3:
         raise ValueError("out: expected (dq, dk, dv)")
-    DQ = A.output(lib, outs[0], "out[0] (dq)", Q.shape, FLOAT32, Q)
-    DK = A.output(lib, outs[1], "out[1] (dk)", K.shape, FLOAT32, Q)
-    DV = A.output(lib, outs[2], "out[2] (dv)", K.shape, FLOAT32, Q)
+    DQ = A.output(lib, outs[0], "out[0] (dq)", Q.shape, Q.dtype, Q)
+    DK = A.output(lib, outs[1], "out[1] (dk)", K.shape, Q.dtype, Q)
+    DV = A.output(lib, outs[2], "out[2] (dv)", K.shape, Q.dtype, Q)
     A.check_same_device(Q, K, V, O, DO, L, DQ, DK, DV)
-    s = _step(step, "attention_backward")
-    ws = A.Scratch(lib, lib.workspace_bytes("course_attention_backward_workspace_bytes", s, B, H, Nq, Nk), Q,
-                   workspace)
-    _call(lib, "course_attention_backward", Q, stream, s, Q.ptr, K.ptr, V.ptr, O.ptr, DO.ptr, L.ptr, DQ.ptr,
-          DK.ptr, DV.ptr, B, H, Hkv, Nq, Nk, d, _attn_strides(Q), _attn_strides(K), _attn_strides(V),
-          _attn_strides(O), _attn_strides(DO), _attn_strides(DQ), _attn_strides(DK), _attn_strides(DV),
-          float(scale or 0.0), int(causal), ws.ptr, ws.nbytes)
+    if bf16:  # the tensor-core steps keep an fp32 dQ accumulator: their workspace grows with d
+        nbytes = lib.workspace_bytes("course_attention_backward_bf16_workspace_bytes", s, B, H, Nq, Nk, d)
+    else:
+        nbytes = lib.workspace_bytes("course_attention_backward_workspace_bytes", s, B, H, Nq, Nk)
+    ws = A.Scratch(lib, nbytes, Q, workspace)
+    _call(lib, "course_attention_backward_bf16" if bf16 else "course_attention_backward", Q, stream, s, Q.ptr,
+          K.ptr, V.ptr, O.ptr, DO.ptr, L.ptr, DQ.ptr, DK.ptr, DV.ptr, B, H, Hkv, Nq, Nk, d, _attn_strides(Q),
+          _attn_strides(K), _attn_strides(V), _attn_strides(O), _attn_strides(DO), _attn_strides(DQ),
+          _attn_strides(DK), _attn_strides(DV), float(scale or 0.0), int(causal), ws.ptr, ws.nbytes)
     return DQ.obj, DK.obj, DV.obj

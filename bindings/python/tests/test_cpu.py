@@ -62,7 +62,10 @@ def test_ops_and_steps_come_from_the_step_tables():
                 assert ck.DEFAULT_STEPS[op] in names, f"default step of {op} is not in its table"
             assert isinstance(ck.available(op, impl), bool)
     assert set(ck.DEFAULT_STEPS) <= set(ck.ops()) | {"attention_bf16", "softmax_backward", "linear_backward",
-                                                     "attention_backward"}
+                                                     "attention_backward", "attention_backward_bf16"}
+    # Ops with a float32 and a bfloat16 overload list the steps of each under its own name.
+    assert [s for s, _ in ck.steps("attention_backward")] == ["naive", "flash", "flash_deterministic"]
+    assert [s for s, _ in ck.steps("attention_backward_bf16")] == ["tc_mma", "tc_pipelined", "tc_deterministic"]
 
 
 def test_unknown_op_and_step_are_clear(fake):
@@ -116,7 +119,8 @@ def test_bf16_attention_reaches_its_validation_or_says_it_is_missing(fake, impl)
     if "attention_bf16" in ck.ops(impl) and ck.available("attention_bf16", impl):
         with pytest.raises(ck.InvalidArgumentError, match="argument 'head_dim' = 48"):
             call()
-        with pytest.raises(ck.InvalidArgumentError, match="attention: argument 'step'"):
+        with pytest.raises(ck.InvalidArgumentError, match="attention_bf16: argument 'step' = \"fused\": is not a "
+                                                          "step of attention_bf16.*takes float32 tensors"):
             s64 = (1, 2, 16, 64)
             ck.attention(fake(s64, "<V2"), fake(s64, "<V2"), fake(s64, "<V2"), out=fake(s64, "<V2"), step="fused",
                          impl=impl)
@@ -232,11 +236,166 @@ def test_transposed_views_are_detected(fake):
 
 
 def test_cuda_errors_cross_the_boundary():
-    """Without a device, an allocation fails as CudaError; with one, it works."""
+    """Without a device, an allocation fails as NoGpuError saying so; with one, it works."""
     from conftest import gpu_reason
     if gpu_reason() is None:
         arr = ck.device_array((4,), data=bytes(16))
         assert arr.tolist() == [0.0] * 4
-    else:
-        with pytest.raises(ck.CudaError, match="(?s)CUDA error .* in cudaMalloc"):
-            ck.device_array((4,))
+        return
+    with pytest.raises(ck.NoGpuError) as e:
+        ck.device_array((4,))
+    lines = str(e.value).splitlines()
+    assert lines[0].startswith("[solution] no NVIDIA GPU found"), lines
+    assert lines[1].startswith("CUDA error cuda"), lines  # the runtime's own error, on the next line
+    assert "cudaMalloc" in str(e.value)
+    assert isinstance(e.value, ck.CudaError)
+
+
+@pytest.fixture
+def no_allocation(monkeypatch):
+    """Makes any device allocation by the package fail the test."""
+    from course_kernels import _arrays
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a device allocation was attempted before the arguments were checked")
+
+    monkeypatch.setattr(_arrays, "empty", refuse)
+    monkeypatch.setattr(_arrays.DeviceArray, "__init__", refuse)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_step_names_are_checked_before_anything_is_allocated(fake, no_allocation, impl):
+    """The lesson's promise: step="nope" is rejected before any launch -- and before the
+    outputs and workspace are allocated, so it says so on a machine without a GPU too."""
+    f32, bf16 = (lambda *shape: fake(shape)), (lambda *shape: fake(shape, "<V2"))  # noqa: E731
+    s = (1, 2, 16, 64)
+    calls = {
+        "l2_norm": lambda step: ck.l2_norm(f32(64), step=step, impl=impl),
+        "dot": lambda step: ck.dot(f32(64), f32(64), step=step, impl=impl),
+        "softmax": lambda step: ck.softmax(f32(4, 8), step=step, impl=impl),
+        "matmul": lambda step: ck.matmul(f32(4, 4), f32(4, 4), step=step, impl=impl),
+        "matmul_tc": lambda step: ck.matmul_tc(bf16(16, 16), bf16(16, 16), step=step, impl=impl),
+        "batched_gemm": lambda step: ck.batched_gemm(f32(2, 8, 8), f32(2, 8, 8), step=step, impl=impl),
+        "batched_gemm_ptr_array": lambda step: ck.batched_gemm_ptr_array([f32(8, 8)], [f32(8, 8)], step=step,
+                                                                         impl=impl),
+        "attention": lambda step: ck.attention(f32(*s), f32(*s), f32(*s), step=step, impl=impl),
+        "attention_bf16": lambda step: ck.attention(bf16(*s), bf16(*s), bf16(*s), step=step, impl=impl),
+        "softmax_backward": lambda step: ck.softmax_backward(f32(4, 8), f32(4, 8), step=step, impl=impl),
+        "linear_backward": lambda step: ck.linear_backward(f32(8, 4), f32(4, 8), f32(8, 8), step=step, impl=impl),
+        "attention_backward": lambda step: ck.attention_backward(
+            f32(*s), f32(*s), f32(*s), f32(*s), f32(*s), f32(1, 2, 16), step=step, impl=impl),
+        "attention_backward_bf16": lambda step: ck.attention_backward(
+            bf16(*s), bf16(*s), bf16(*s), bf16(*s), bf16(*s), f32(1, 2, 16), step=step, impl=impl),
+    }
+    for op, call in calls.items():
+        table = "batched_gemm" if op == "batched_gemm_ptr_array" else op
+        with pytest.raises(ck.InvalidArgumentError, match=f"argument 'step' = \"nope\": is not a step of {table}; "
+                                                          "the steps are: "):
+            call("nope")
+    with pytest.raises(TypeError, match="step: expected a step name"):
+        calls["softmax"](3)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_dtypes_and_shapes_are_checked_before_anything_is_allocated(fake, no_allocation, impl):
+    s, kv = (1, 4, 100, 64), (1, 2, 100, 64)  # grouped-query: 2 kv heads
+    q = lambda dt="<V2", shape=s: fake(shape, dt)  # noqa: E731
+    lse = fake((1, 4, 100))
+    backward = lambda **kw: ck.attention_backward(  # noqa: E731
+        kw.get("q", q()), kw.get("k", q(shape=kv)), q(shape=kv), kw.get("o", q()), kw.get("dout", q()),
+        kw.get("lse", lse), impl=impl, step=kw.get("step"))
+    with pytest.raises(TypeError, match="o: dtype float32, but q is bfloat16; q, k, v, o and dout share one dtype"):
+        backward(o=q("<f4"))
+    with pytest.raises(TypeError, match="dout: dtype float32, but q is bfloat16"):
+        backward(dout=q("<f4"))
+    with pytest.raises(TypeError, match="k: dtype float32, but q is bfloat16"):
+        backward(k=q("<f4", kv))
+    with pytest.raises(TypeError, match="lse: dtype bfloat16, expected float32"):
+        backward(lse=fake((1, 4, 100), "<V2"))
+    with pytest.raises(TypeError, match="q: dtype typestr '<f8', expected float32 or bfloat16"):
+        backward(q=q("<f8"))
+    with pytest.raises(ValueError, match=r"dout: shape \(1, 4, 99, 64\), expected q's shape"):
+        backward(dout=q(shape=(1, 4, 99, 64)))
+    with pytest.raises(ValueError, match=r"lse: shape \(1, 4, 99\), expected \[B, H, N_q\]"):
+        backward(lse=fake((1, 4, 99)))
+    # A step of the other dtype's table is named as such.
+    with pytest.raises(ck.InvalidArgumentError, match=r"is not a step of attention_backward_bf16; the steps are: "
+                                                      r"tc_mma,tc_pipelined,tc_deterministic \(step flash takes "
+                                                      r"float32 tensors; these are bfloat16\)"):
+        backward(step="flash")
+    with pytest.raises(ck.InvalidArgumentError, match="is not a step of attention_backward;.*takes bfloat16"):
+        ck.attention_backward(*(q("<f4") for _ in range(5)), lse, step="tc_pipelined", impl=impl)
+    with pytest.raises(ck.InvalidArgumentError, match="is not a step of attention;.*takes bfloat16"):
+        ck.attention(q("<f4"), q("<f4"), q("<f4"), step="tc_flash2", impl=impl)
+    # The forward checks the backward's step too, so that a wrong name does not wait for backward().
+    with pytest.raises(ck.InvalidArgumentError, match="backward_step: .*\"flash\": is not a step of "
+                                                      "attention_backward_bf16"):
+        ck.attention(q(), q(), q(), backward_step="flash", impl=impl)
+    with pytest.raises(TypeError, match="backward_step: expected a step name"):
+        ck.attention(q(), q(), q(), backward_step=1, impl=impl)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_bf16_attention_backward_reaches_its_validation(fake, impl):
+    """With every output and the workspace given, the C++ validation of the bf16 overload runs."""
+    s, kv = (1, 4, 100, 64), (1, 2, 100, 64)
+    lib = ck.library(impl)
+    need = lib.workspace_bytes("course_attention_backward_bf16_workspace_bytes", b"tc_pipelined", 1, 4, 100, 100, 64)
+    wider = lib.workspace_bytes("course_attention_backward_bf16_workspace_bytes", b"tc_pipelined", 1, 4, 100, 100, 128)
+    assert need >= 1 * 4 * 100 * 64 * 4 and wider > need  # an fp32 dQ accumulator, growing with head_dim
+    with pytest.raises(ck.InvalidArgumentError, match="attention_backward_bf16: argument 'step' = \"flash\""):
+        lib.workspace_bytes("course_attention_backward_bf16_workspace_bytes", b"flash", 1, 4, 100, 100, 64)
+    with pytest.raises(ck.InvalidArgumentError, match="attention_backward: argument 'step' = \"tc_mma\""):
+        lib.workspace_bytes("course_attention_backward_workspace_bytes", b"tc_mma", 1, 4, 100, 100)
+
+    def call(shape=s, kv_shape=kv, ws=need, **kw):
+        t = lambda sh: fake(sh, "<V2")  # noqa: E731
+        ck.attention_backward(t(shape), t(kv_shape), t(kv_shape), t(shape), t(shape), fake(shape[:3]),
+                              out=(t(shape), t(kv_shape), t(kv_shape)), workspace=fake((ws,), "|u1"), impl=impl,
+                              **kw)
+
+    if not ck.available("attention_backward_bf16", impl):
+        with pytest.raises(ck.StubNotImplementedError, match="module04_training"):
+            call()
+        return
+    with pytest.raises(ck.InvalidArgumentError, match="argument 'head_dim' = 32: must be 64 or 128"):
+        call((1, 4, 100, 32), (1, 2, 100, 32))
+    with pytest.raises(ck.InvalidArgumentError, match="argument 'workspace_bytes' = 100: must be >= "):
+        call(ws=100)
+    with pytest.raises(ck.InvalidArgumentError, match="argument 'q_strides.seq' = 68"):
+        t = lambda sh, st=None: fake(sh, "<V2", strides=st)  # noqa: E731
+        ck.attention_backward(t(s, (2 * 4 * 100 * 68, 2 * 100 * 68, 2 * 68, 2)), t(kv), t(kv), t(s), t(s),
+                              fake(s[:3]), out=(t(s), t(kv), t(kv)), workspace=fake((need,), "|u1"), impl=impl)
+
+
+def test_without_a_gpu_an_op_says_so(fake):
+    """Arguments that pass every check, no out=: the first allocation says there is no GPU
+    (not "cudaErrorInsufficientDriver"); with out= given, so does the launch."""
+    from conftest import gpu_reason
+    if gpu_reason() is None:
+        return  # a GPU is here: the fake pointers must not reach a kernel
+    with pytest.raises(ck.NoGpuError, match="^\\[solution\\] no NVIDIA GPU found"):
+        ck.softmax(fake((4, 8)))
+    with pytest.raises(ck.NoGpuError, match="^\\[solution\\] no NVIDIA GPU found"):
+        ck.softmax(fake((4, 8)), out=fake((4, 8)), step="warp_per_row")
+
+
+def test_autograd_pieces_without_a_gpu():
+    """AttentionFunction is loaded (with torch) on first use; kernel_ready copies only what
+    the kernels cannot read in place. Runs where torch is installed (CPU tensors suffice)."""
+    assert "AttentionFunction" in ck.__all__
+    with pytest.raises(AttributeError):
+        ck.no_such_name  # noqa: B018
+    torch = pytest.importorskip("torch")
+    from course_kernels.autograd import AttentionFunction, kernel_ready
+    assert ck.AttentionFunction is AttentionFunction
+    x = torch.zeros(2, 100, 4, 64, dtype=torch.bfloat16)
+    assert kernel_ready(x) is x
+    assert kernel_ready(x.transpose(1, 2)) is not None and kernel_ready(x.transpose(1, 2)).data_ptr() == x.data_ptr()
+    grad = torch.ones((), dtype=torch.bfloat16).expand(2, 4, 100, 64)  # what o.sum().backward() hands over
+    ready = kernel_ready(grad)
+    assert ready.is_contiguous() and ready.data_ptr() != grad.data_ptr()
+    odd = torch.zeros(2, 4, 100, 72, dtype=torch.bfloat16)[..., :60]  # rows 72 apart, d = 60: fine (72 % 8 == 0)
+    assert kernel_ready(odd).data_ptr() == odd.data_ptr()
+    skewed = torch.zeros(2 * 4 * 100 * 64 + 1, dtype=torch.bfloat16)[1:].view(2, 4, 100, 64)  # 2-byte offset
+    assert kernel_ready(skewed).data_ptr() != skewed.data_ptr()

@@ -330,3 +330,127 @@ def test_cpu_tensor_is_rejected():
         ck.softmax(torch.randn(4, 4))
     with pytest.raises(TypeError, match="x: dtype float64, expected float32"):
         ck.softmax(torch.randn(4, 4, device="cuda", dtype=torch.float64))
+
+
+# ---- module 4: the tensor-core backward, and attention under autograd -----------------
+#
+# Reference: torch SDPA's math backend in fp32, from the same bf16 inputs (K and V repeated
+# for grouped-query attention: autograd sums the copies' gradients back per kv head).
+# Tolerance, FlashAttention's rule: the course's max error against it is at most 3x that of
+# the same computation done in bf16 by PyTorch (SDPA's math backend on the bf16 tensors:
+# bf16 products, rounded where bf16 autograd rounds) plus a floor of 1e-3.
+
+def bottom_right_mask(nq, nk):
+    """The course's causal mask as SDPA's attn_mask: query i sees key j <= i + nk - nq."""
+    i = torch.arange(nq, device="cuda")[:, None] + (nk - nq)
+    return torch.arange(nk, device="cuda")[None, :] <= i
+
+
+def sdpa_with_grads(q, k, v, dout, causal, dtype):
+    """(O, (dq, dk, dv)) of SDPA's math backend computing in `dtype`."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    H, Hkv, nq, nk = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
+    leaves = tuple(t.detach().to(dtype).requires_grad_() for t in (q, k, v))
+    qx, kx, vx = leaves
+    kx, vx = kx.repeat_interleave(H // Hkv, 1), vx.repeat_interleave(H // Hkv, 1)
+    mask = bottom_right_mask(nq, nk) if causal else None
+    with sdpa_kernel(SDPBackend.MATH):
+        o = torch.nn.functional.scaled_dot_product_attention(qx, kx, vx, attn_mask=mask)
+    return o, torch.autograd.grad(o, leaves, dout.to(dtype))
+
+
+def check_grads(got, q, k, v, dout, causal, what):
+    """FlashAttention's rule for (dq, dk, dv) against SDPA math fp32 (see above)."""
+    _, ref = sdpa_with_grads(q, k, v, dout, causal, torch.float32)
+    _, lowp = sdpa_with_grads(q, k, v, dout, causal, torch.bfloat16)
+    for name, g, r, lp in zip(("dq", "dk", "dv"), got, ref, lowp):
+        assert g.shape == r.shape and g.dtype == q.dtype, f"{what} {name}: {g.shape} {g.dtype}"
+        err = (g.float() - r).abs().max().item()
+        bound = 3 * (lp.float() - r).abs().max().item() + 1e-3
+        assert err <= bound, f"{what} {name}: max error {err:.3e} > 3 x PyTorch bf16's + 1e-3 = {bound:.3e}"
+
+
+def bf16_qkv(B, H, Hkv, nq, nk, d, requires_grad=False):
+    """q stored [B, N, H, d] and read as [B, H, N, d] (strides, no copy); k, v [B, H_kv, N, d]."""
+    q = cuda(B, nq, H, d, dtype=torch.bfloat16).transpose(1, 2)
+    k, v = cuda(B, Hkv, nk, d, dtype=torch.bfloat16), cuda(B, Hkv, nk, d, dtype=torch.bfloat16)
+    if requires_grad:
+        q = q.detach().requires_grad_()  # a non-leaf view's .grad is not kept: make the view the leaf
+        k.requires_grad_()
+        v.requires_grad_()
+    return q, k, v
+
+
+@pytest.mark.parametrize("step", steps("attention_backward_bf16") if "attention_backward_bf16" in ck.ops() else [])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seq", [(200, 200), (113, 203), (1000, 1000)])
+@pytest.mark.parametrize("d", [64, 128])
+def test_attention_backward_bf16(impl, step, causal, seq, d):
+    """Every tensor-core backward step through the bridge: GQA (4 query heads on 2 kv heads),
+    N not a multiple of the 64-row tiles, N_q != N_k, q in [B, N, H, d] storage."""
+    _need("attention_backward_bf16", impl)
+    nq, nk = seq
+    q, k, v = bf16_qkv(2, 4, 2, nq, nk, d)
+    o, lse = ck.attention(q, k, v, causal=causal, return_lse=True)  # the solution's tc_flash2
+    dout = cuda(2, 4, nq, d, dtype=torch.bfloat16)
+    grads = run(ck.attention_backward, q, k, v, o, dout, lse, causal=causal, step=step, impl=impl)
+    check_grads(grads, q, k, v, dout, causal, f"{step} N={seq} d={d}")
+
+
+@pytest.mark.parametrize("backward_step",
+                         steps("attention_backward_bf16") if "attention_backward_bf16" in ck.ops() else [])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_attention_autograd_bf16(impl, backward_step, causal, d, kv_heads):
+    """ck.attention on tensors that require grad: forward tc_flash2, backward through
+    AttentionFunction, gradients in .grad with the inputs' shapes (GQA's dk, dv per kv head)."""
+    _need("attention_backward_bf16", impl)
+    N = 200
+    q, k, v = bf16_qkv(2, 4, kv_heads, N, N, d, requires_grad=True)
+    dout = cuda(2, 4, N, d, dtype=torch.bfloat16)
+    o = run(ck.attention, q, k, v, causal=causal, backward_step=backward_step, impl=impl)
+    assert o.requires_grad and o.dtype == torch.bfloat16
+    try:
+        o.backward(dout)
+    except ck.StubNotImplementedError as e:
+        pytest.skip(f"exercise stub not written yet: {e}")
+    torch.cuda.synchronize()
+    ref_o, _ = sdpa_with_grads(q, k, v, dout, causal, torch.float32)
+    close(o, ref_o, 2e-2, 2e-2, "O")
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
+    check_grads((q.grad, k.grad, v.grad), q, k, v, dout, causal, f"autograd {backward_step} d={d} H_kv={kv_heads}")
+
+
+def test_attention_autograd_details():
+    """The gradient autograd hands over may be expanded (o.sum()): it is copied, not misread;
+    AttentionFunction.apply is the same op; no_grad gives the plain op; options without a
+    backward are refused by name."""
+    if "attention_backward_bf16" not in ck.ops() or not ck.available("attention_backward_bf16"):
+        pytest.skip("no bf16 attention backward in this build")
+    q, k, v = bf16_qkv(1, 4, 4, 130, 130, 64, requires_grad=True)
+    ck.attention(q, k, v, causal=True).sum().backward()  # dO = ones, handed over expanded (stride 0)
+    torch.cuda.synchronize()
+    ones = torch.ones(1, 4, 130, 64, device="cuda", dtype=torch.bfloat16)
+    check_grads((q.grad, k.grad, v.grad), q, k, v, ones, True, "o.sum()")
+    dout = cuda(1, 4, 130, 64, dtype=torch.bfloat16)
+    grads = torch.autograd.grad(ck.AttentionFunction.apply(q, k, v, True), (q, k, v), dout)
+    check_grads(grads, q, k, v, dout, True, "AttentionFunction.apply")
+    with torch.no_grad():
+        assert not ck.attention(q, k, v).requires_grad
+    for bad in ({"rope": True}, {"return_lse": True}, {"out": torch.empty_like(q)}):
+        with pytest.raises(ValueError, match=f"{next(iter(bad))}: not with autograd"):
+            ck.attention(q, k, v, **bad)
+
+
+def test_attention_autograd_fp32():
+    """float32 tensors: forward fused_options (GQA), backward flash, against float64."""
+    _need("attention_backward", "solution")
+    q, k, v = (t.requires_grad_() for t in (cuda(2, 4, 90, 64), cuda(2, 2, 90, 64), cuda(2, 2, 90, 64)))
+    dout = cuda(2, 4, 90, 64)
+    ck.attention(q, k, v, causal=True).backward(dout)
+    qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+    ref_o, _ = ref_attention(qd, kd, vd, True)
+    ref_o.backward(dout.double())
+    for got, ref, name in ((q.grad, qd.grad, "dq"), (k.grad, kd.grad, "dk"), (v.grad, vd.grad, "dv")):
+        close(got, ref, 1e-3, 1e-4, name)
