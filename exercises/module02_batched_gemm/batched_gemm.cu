@@ -31,28 +31,30 @@
 namespace course::exercise {
 
 // ----------------------------------------------------------------------------
-// Exercise 1: the grid mapping.
-// Return the launch grid for an M x N output cut into tile_m x tile_n tiles, for
+// The grid mapping: for an M x N output cut into tile_m x tile_n tiles, for
 // batch x num_heads independent matrices:
 //     x = tiles_m * tiles_n,  y = num_heads,  z = batch
-// and fill tiles_m, tiles_n. Throw course::InvalidArgument (use require_arg, which
-// names the argument and its value) when something does not fit the hardware:
+// and tiles_m, tiles_n filled in. course::InvalidArgument (require_arg names the
+// argument and its value) when something does not fit the hardware:
 //   tile_m, tile_n, M, N < 1; num_heads or batch outside [1, 65535];
 //   tiles_m * tiles_n > 2^31 - 1 (m02::kMaxGridX).
-// Hints, one at a time: bash scripts/course.sh hint batched_gemm/grid
 // ----------------------------------------------------------------------------
 m02::BgemmGrid batched_gemm_grid(std::int64_t M, std::int64_t N, std::int64_t batch, std::int64_t num_heads,
                                  int tile_m, int tile_n) {
+  // @step grid
   // TODO(exercise 1): delete the throw and compute the grid.
+  // Hints, one at a time: bash scripts/course.sh hint batched_gemm/grid
   (void)M, (void)N, (void)batch, (void)num_heads, (void)tile_m, (void)tile_n;
   throw NotImplemented("batched_gemm_grid (exercise 1)", __FILE__);
+  // @end
 }
 
 namespace {
 
 using namespace bgemm;
 
-// ----------------------------------------------------------------------------
+// ============================================================================
+// @step smem_tiled
 // Exercise 2: step smem_tiled (fp32), the kernel both APIs run.
 // A block of 32 x 32 threads computes one 32 x 32 tile of C[b, h], one output per
 // thread: for each 32-wide slab of K, copy a 32 x 32 tile of A and of op(B) into
@@ -71,20 +73,24 @@ using namespace bgemm;
 //   module 4's backward pass). Handle both in the LOADS only: the tiles in shared
 //   memory, and so the inner loop, are the same whatever the flags.
 // Hints, one at a time: bash scripts/course.sh hint batched_gemm/smem_tiled
-// ----------------------------------------------------------------------------
+// @end
+// ============================================================================
 constexpr int kSmemTile = 32;
 
 template <bool kTransA, bool kTransB, class OpA, class OpB, class OpC>
 __global__ void __launch_bounds__(kSmemTile * kSmemTile)
     bgemm_smem_tiled_kernel(OpA A, OpB B, OpC C, int M, int N, int K, float alpha, int tiles_n) {
   constexpr int T = kSmemTile;
-  __shared__ float As[T][kTransA ? T + 1 : T];  // As[row][k]; +1 with kTransA: conflict-free transposed store
-  __shared__ float Bs[T][T + 1];                // Bs[k][col]; +1 column: conflict-free transposed store
+  __shared__ float As[T][kTransA ? T + 1 : T];  // As[row][k]; +1 with A^T: conflict-free transposed store
+  __shared__ float Bs[T][T + 1];                // Bs[k][col]; +1: conflict-free transposed store
+  // @step smem_tiled
   // TODO(exercise 2b, 2c, 2d)
+  // @end
 }
 
 template <class OpA, class OpB, class OpC>
 void launch_smem_tiled(const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
+  // @step smem_tiled
   // TODO(exercise 2e): delete the throw. Get the grid from YOUR batched_gemm_grid(p.M,
   //   p.N, p.batch, p.heads, kSmemTile, kSmemTile), launch
   //   bgemm_smem_tiled_kernel<kTransA, kTransB> (from p.trans_a, p.trans_b) with
@@ -92,11 +98,12 @@ void launch_smem_tiled(const OpA& A, const OpB& B, const OpC& C, const Problem& 
   //   static_cast<int>(g.tiles_n); then COURSE_CHECK_LAUNCH("bgemm_smem_tiled_kernel").
   (void)A, (void)B, (void)C, (void)p;
   throw NotImplemented("batched_gemm step smem_tiled (exercise 2)", __FILE__);
+  // @end
 }
 
-// ----------------------------------------------------------------------------
-// Dispatch. (Given.)
-// ----------------------------------------------------------------------------
+// ============================================================================
+// Dispatch: one switch for both APIs.
+// ============================================================================
 template <class T, class OpA, class OpB, class OpC>
 void run_step(BgemmStep step, const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
   if constexpr (std::is_same_v<T, float>) {
@@ -126,10 +133,12 @@ void strided(BgemmStep step, const m02::StridedBatchedGemmArgs<T>& s) {
 template <class T>
 void ptr_array(BgemmStep step, const m02::PtrArrayBatchedGemmArgs<T>& p) {
   m02::validate_ptr_array_args(p, step, "batched_gemm_ptr_array");
+  // @step smem_tiled
   // TODO(exercise 3b): once PointerArrayOperand::matrix is written, set this to true.
   //   Nothing else changes: the same kernel, the same launch. That is the point.
   constexpr bool kExercise3Done = false;
   if (!kExercise3Done) throw NotImplemented("batched_gemm_ptr_array (exercise 3)", __FILE__);
+  // @end
   const int heads = static_cast<int>(p.num_heads);
   run_step<T>(step, PointerArrayOperand<const T>{p.a_ptrs, p.lda, heads},
               PointerArrayOperand<const T>{p.b_ptrs, p.ldb, heads}, PointerArrayOperand<float>{p.c_ptrs, p.ldc, heads},

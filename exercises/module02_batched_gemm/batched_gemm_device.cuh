@@ -27,41 +27,41 @@ namespace course::exercise::bgemm {
 using bf16 = __nv_bfloat16;
 using m02::BgemmStep;
 
-// ----------------------------------------------------------------------------
+// ============================================================================
 // Operand addressing: the ONLY code that differs between the two APIs. The kernel
 // asks `op.matrix(b, h)` for the first element of matrix (b, h) and reads `op.ld`
 // for its row stride; it never needs to know which API it serves.
-// ----------------------------------------------------------------------------
-
-/// Matrix (b, h) of a strided operand.
-/// TODO(exercise 2a): return the address of element (0, 0) of matrix (b, h).
-/// Hints, one at a time: `bash scripts/course.sh hint batched_gemm/smem_tiled`
+// ============================================================================
+/// Matrix (b, h) of a strided operand: base, three strides (batch, head, row).
+/// T is `const float`, `const bf16` (inputs) or `float` (C).
 template <class T>
 struct StridedOperand {
   T* base;
   std::int64_t stride_batch, stride_head, ld;
   __device__ __forceinline__ T* matrix(int b, int h) const {
+    // @step smem_tiled
+    // TODO(exercise 2a): return the address of element (0, 0) of matrix (b, h).
+    // Hints, one at a time: bash scripts/course.sh hint batched_gemm/smem_tiled
     (void)b, (void)h;
-    return base;  // TODO(exercise 2a)
+    return base;
+    // @end
   }
 };
 
 /// Matrix (b, h) of a pointer-array operand: entry b * num_heads + h of `ptrs`.
-/// TODO(exercise 3a): return that entry.
 template <class T>
 struct PointerArrayOperand {
   T* const* ptrs;
   std::int64_t ld;
   int num_heads;
   __device__ __forceinline__ T* matrix(int b, int h) const {
+    // @step smem_tiled (exercise 3a)
+    // TODO(exercise 3a): return that entry.
     (void)b, (void)h;
-    return ptrs[0];  // TODO(exercise 3a)
+    return ptrs[0];
+    // @end
   }
 };
-
-// ----------------------------------------------------------------------------
-// Launch-side helpers. (Given.)
-// ----------------------------------------------------------------------------
 
 /// What every launch needs besides the operands.
 struct Problem {
@@ -79,9 +79,9 @@ __device__ __forceinline__ bool aligned16(const void* p) {
 
 inline dim3 to_dim3(const m02::BgemmGrid& g) { return dim3(g.x, g.y, g.z); }
 
-/// Turns the run-time flags into compile-time ones: calls
-/// f(std::bool_constant<trans_a>{}, std::bool_constant<trans_b>{}); inside f,
-/// the member `value` of decltype(trans_a) is a constant usable as a template argument.
+/// Turns the run-time operand flags into compile-time ones: calls
+/// f(std::bool_constant<trans_a>{}, std::bool_constant<trans_b>{}), so each kernel is a
+/// template over its flags and its inner loop holds no branch on them.
 template <class F>
 void with_transposes(const Problem& p, F&& f) {
   if (p.trans_a) {
@@ -97,24 +97,26 @@ void with_transposes(const Problem& p, F&& f) {
   }
 }
 
-// ----------------------------------------------------------------------------
-// The step files' entry points, each defined (and instantiated for both operand sets)
-// in its file. A step you have not written throws NotImplemented naming its file.
-// ----------------------------------------------------------------------------
+// ============================================================================
+// The kernel files' entry points. Each is defined (and explicitly instantiated for the
+// strided and the pointer-array operand sets) in its file; `step` must be one of that
+// file's steps, anything else throws InvalidArgument.
+// ============================================================================
 
-/// Steps register_blocked and warp_tiled (batched_gemm_fp32.cu).
+/// The fp32 steps of batched_gemm_fp32.cu: register_blocked, warp_tiled (smem_tiled is in
+/// batched_gemm.cu).
 template <class OpA, class OpB, class OpC>
 void run_fp32_step(BgemmStep step, const OpA& A, const OpB& B, const OpC& C, const Problem& p);
 
-/// Steps tensor_core and wgmma (batched_gemm_tensor_core.cu).
+/// The bf16 steps (batched_gemm_tensor_core.cu): tensor_core, wgmma.
 template <class OpA, class OpB, class OpC>
 void run_bf16_step(BgemmStep step, const OpA& A, const OpB& B, const OpC& C, const Problem& p);
 
-/// Both operand sets a step file is instantiated for, for element type T of A and B.
-#define COURSE_EXERCISE_BGEMM_INSTANTIATE(fn, T)                                                        \
-  template void fn(BgemmStep, const StridedOperand<const T>&, const StridedOperand<const T>&,           \
-                   const StridedOperand<float>&, const Problem&);                                      \
-  template void fn(BgemmStep, const PointerArrayOperand<const T>&, const PointerArrayOperand<const T>&, \
+/// Both operand sets a step is instantiated for, for element type T of A and B.
+#define COURSE_BGEMM_INSTANTIATE(fn, T)                                                                      \
+  template void fn(BgemmStep, const StridedOperand<const T>&, const StridedOperand<const T>&,                \
+                   const StridedOperand<float>&, const Problem&);                                           \
+  template void fn(BgemmStep, const PointerArrayOperand<const T>&, const PointerArrayOperand<const T>&,      \
                    const PointerArrayOperand<float>&, const Problem&);
 
 }  // namespace course::exercise::bgemm

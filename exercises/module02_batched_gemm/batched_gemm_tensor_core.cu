@@ -42,6 +42,7 @@ __device__ __forceinline__ void store_pair(float* c_row, int col, int N, float v
 }
 
 // ============================================================================
+// @step tensor_core
 // Step tensor_core (bf16 in, fp32 accumulate and out).
 // Block tile 128 x 128 (128 x 64 when N <= 64), 8 (4) warps as 2 x 4 (2 x 2), warp tile
 // 64 x 32 = kMTiles m16 x kNTiles n8 mma tiles, 64 fp32 accumulators per thread
@@ -55,6 +56,7 @@ __device__ __forceinline__ void store_pair(float* c_row, int col, int N, float v
 //            each 8x8 block on the way into registers.
 // TODO: a-c in the kernel and above the launch.
 // Hints, one at a time: bash scripts/course.sh hint batched_gemm/tensor_core
+// @end
 // ============================================================================
 template <int BM_, int BN_, int WarpsM_, int WarpsN_, int Stages_, int MinBlocks_, int BK_>
 struct TcConfig {
@@ -227,6 +229,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int warp_m = warp / Cfg::kWarpsN, warp_n = warp % Cfg::kWarpsN;
 
   constexpr int kKSteps = Cfg::BK / 16;  // k16 steps per slab
+  // @step tensor_core
   // TODO(tensor_core a): the byte offset, inside a stage, of the row this lane hands to
   //   each ldmatrix, computed once here (the loops below then add only multiples of 16
   //   rows or 16 k, which keep the swizzle key, so those offsets are compile-time):
@@ -236,6 +239,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   //       tiles; matrix i = lane / 8 is (n half i / 2, k half i % 2);
   //     B stored K x N [BK][BN]: ldmatrix_x4_trans; matrix i = lane / 8 is (k half i % 2,
   //       n chunk i / 2), per pair p of n8 tiles (chunks swizzled with Cfg::kChunksN).
+  // @end
 
   float acc[Cfg::kMTiles][Cfg::kNTiles][4];
 #pragma unroll
@@ -262,13 +266,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     __syncthreads();
     const int next = kt + Cfg::kStages - 1;
 
+    // @step tensor_core
+    // TODO(tensor_core b): the addresses of slab kt's stage, kt % Cfg::kStages: A at byte
+    //   smem + stage * kStageBytesA, B at smem + kOffsetB + stage * kStageBytesB.
+    // @end
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
-      // TODO(tensor_core b): this k16 step of slab kt (stage kt % Cfg::kStages: A at byte
-      //   smem + stage * kStageBytesA, B at smem + kOffsetB + stage * kStageBytesB): one
-      //   cuda::ldmatrix_x4 per m16 tile of A, one ldmatrix_x4 (kTransB) or
-      //   ldmatrix_x4_trans per pair of n8 tiles of B, then kMTiles x kNTiles
-      //   cuda::mma_m16n8k16_bf16_f32 into acc[mi][nj].
+      // @step tensor_core
+      // TODO(tensor_core b): this k16 step of the stage: one cuda::ldmatrix_x4 per m16 tile
+      //   of A, one ldmatrix_x4 (kTransB) or ldmatrix_x4_trans per pair of n8 tiles of B,
+      //   then kMTiles x kNTiles cuda::mma_m16n8k16_bf16_f32 into acc[mi][nj].
+      // @end
       if (ks == 0) {
         // Issue the copies of slab kt+kStages-1 (into the stage slab kt-1 used: every
         // warp is past it, by the barrier above) only now, while the tensor cores work
@@ -318,12 +326,12 @@ void launch_tensor_core_cfg(const OpA& A, const OpB& B, const OpC& C, const Prob
     launch_tensor_core_kernel<Cfg, false>(A, B, C, p, g);
 }
 
-// TODO(tensor_core c): set to true once a and b are written.
-constexpr bool kTensorCoreWritten = false;
-
 template <class OpA, class OpB, class OpC>
 void launch_tensor_core(const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
+  // @step tensor_core
+  constexpr bool kTensorCoreWritten = false;  // TODO(tensor_core c): true once a and b are written
   if (!kTensorCoreWritten) throw NotImplemented("batched_gemm step tensor_core", __FILE__);
+  // @end
   if (p.N <= 64)
     launch_tensor_core_cfg<TcConfig<128, 64, 2, 2, 3, 3, 64>>(A, B, C, p);  // 128 threads, 72 KB, <= 170 registers
   else
@@ -331,6 +339,7 @@ void launch_tensor_core(const OpA& A, const OpB& B, const OpC& C, const Problem&
 }
 
 // ============================================================================
+// @step wgmma
 // Step wgmma (bf16 in, fp32 out; Hopper, needs an sm_90a build).
 // A warpgroup (4 warps) multiplies its 64 rows of the A tile by BN columns of B with ONE
 // instruction per k16 step that reads both operands straight from shared memory through
@@ -343,6 +352,7 @@ void launch_tensor_core(const OpA& A, const OpB& B, const OpC& C, const Problem&
 // visible to wgmma. Read the wgmma_desc_sw128 comment in mma_ptx.cuh before you start.
 // TODO: a-c in the kernel and above the launch.
 // Hints, one at a time: bash scripts/course.sh hint batched_gemm/wgmma
+// @end
 // ============================================================================
 template <int BN_, int Stages_>
 struct WgConfig {
@@ -450,6 +460,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     if (next < k_tiles) load_next_slab(next % Cfg::kStages);
     cuda::cp_async_commit();
 
+    // @step wgmma
     // TODO(wgmma a): the shared-memory descriptors of this slab (stage kt % Cfg::kStages):
     //   A at smem + stage * Cfg::kStageBytesA + this warpgroup's 64 rows (wg * 64 * 128
     //   bytes), B at smem + kOffsetB + stage * Cfg::kStageBytesB; one pair per k16 step,
@@ -458,6 +469,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     //   cuda::wgmma_m64n128k16_bf16_f32<!kTransB> (BN == 128) or ..._m64n64k16_... (BN == 64)
     //   into acc, then cuda::wgmma_commit() and cuda::wgmma_wait<0>() before the next slab
     //   may overwrite a stage.
+    // @end
   }
   cuda::cp_async_wait<0>();
 
@@ -496,12 +508,12 @@ void launch_wgmma_cfg(const OpA& A, const OpB& B, const OpC& C, const Problem& p
   COURSE_CHECK_LAUNCH("bgemm_wgmma_kernel");
 }
 
-// TODO(wgmma c): set to true once a and b are written.
-constexpr bool kWgmmaWritten = false;
-
 template <class OpA, class OpB, class OpC>
 void launch_wgmma(const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
+  // @step wgmma
+  constexpr bool kWgmmaWritten = false;  // TODO(wgmma c): true once a and b are written
   if (!kWgmmaWritten) throw NotImplemented("batched_gemm step wgmma", __FILE__);
+  // @end
   if (!cuda::sm90a_code_available())
     throw Unsupported("batched_gemm step wgmma",
                       "a Hopper GPU (compute capability 9.0) and a build for sm_90a "
@@ -523,9 +535,10 @@ void run_bf16_step(BgemmStep step, const OpA& A, const OpB& B, const OpC& C, con
     case BgemmStep::wgmma: launch_wgmma(A, B, C, p); return;
     default: break;
   }
+  // validate_step_input() already rejected this; keep the function total anyway.
   require_arg(false, "batched_gemm", "step", static_cast<int>(step), "has no kernel for this input type");
 }
 
-COURSE_EXERCISE_BGEMM_INSTANTIATE(run_bf16_step, bf16)
+COURSE_BGEMM_INSTANTIATE(run_bf16_step, bf16)
 
 }  // namespace course::exercise::bgemm

@@ -5,8 +5,8 @@
 /// solutions/module02_batched_gemm.
 ///
 /// Files of this solution:
-///   batched_gemm.cu              the launch grid and the dispatcher (both APIs)
-///   batched_gemm_fp32.cu         steps 1-3: smem_tiled, register_blocked, warp_tiled (fp32)
+///   batched_gemm.cu              the launch grid, step 1 (smem_tiled), the dispatcher (both APIs)
+///   batched_gemm_fp32.cu         steps 2-3: register_blocked, warp_tiled (fp32)
 ///   batched_gemm_tensor_core.cu  steps 4-5: tensor_core (mma.sync), wgmma (Hopper), bf16 in
 ///
 /// One kernel body per step serves BOTH APIs. Each kernel is a template over three
@@ -32,27 +32,33 @@ using bf16 = __nv_bfloat16;
 using m02::BgemmStep;
 
 // ============================================================================
-// Operand addressing: the only place the two APIs differ.
+// Operand addressing: the ONLY code that differs between the two APIs. The kernel
+// asks `op.matrix(b, h)` for the first element of matrix (b, h) and reads `op.ld`
+// for its row stride; it never needs to know which API it serves.
 // ============================================================================
-/// Matrix (b, h) of a strided operand: base + b*stride_batch + h*stride_head.
+/// Matrix (b, h) of a strided operand: base, three strides (batch, head, row).
 /// T is `const float`, `const bf16` (inputs) or `float` (C).
 template <class T>
 struct StridedOperand {
   T* base;
   std::int64_t stride_batch, stride_head, ld;
   __device__ __forceinline__ T* matrix(int b, int h) const {
+    // @step smem_tiled
     return base + b * stride_batch + h * stride_head;  // 64-bit: int * int64_t
+    // @end
   }
 };
 
-/// Matrix (b, h) of a pointer-array operand: one dependent global load, ptrs[b*H + h].
+/// Matrix (b, h) of a pointer-array operand: entry b * num_heads + h of `ptrs`.
 template <class T>
 struct PointerArrayOperand {
   T* const* ptrs;
   std::int64_t ld;
   int num_heads;
   __device__ __forceinline__ T* matrix(int b, int h) const {
-    return ptrs[static_cast<std::int64_t>(b) * num_heads + h];
+    // @step smem_tiled (exercise 3a)
+    return ptrs[static_cast<std::int64_t>(b) * num_heads + h];  // one dependent global load
+    // @end
   }
 };
 
@@ -65,6 +71,7 @@ struct Problem {
   cudaStream_t stream;
 };
 
+/// True when `p` is 16-byte aligned (a float4 / 16-byte cp.async may start there).
 __device__ __forceinline__ bool aligned16(const void* p) {
   return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
 }
@@ -95,7 +102,8 @@ void with_transposes(const Problem& p, F&& f) {
 // file's steps, anything else throws InvalidArgument.
 // ============================================================================
 
-/// The fp32 steps (batched_gemm_fp32.cu): smem_tiled, register_blocked, warp_tiled.
+/// The fp32 steps of batched_gemm_fp32.cu: register_blocked, warp_tiled (smem_tiled is in
+/// batched_gemm.cu).
 template <class OpA, class OpB, class OpC>
 void run_fp32_step(BgemmStep step, const OpA& A, const OpB& B, const OpC& C, const Problem& p);
 

@@ -1,6 +1,6 @@
 /// @file batched_gemm_fp32.cu
-/// @brief The fp32 steps of the batched-GEMM ladder (module 2):
-///   1. smem_tiled        32x32 tiles of A and op(B) in shared memory, one output per thread
+/// @brief The upper fp32 steps of the batched-GEMM ladder (module 2; step 1, smem_tiled,
+/// is in batched_gemm.cu):
 ///   2. register_blocked  128x128 block tile, 8x8 outputs per thread, float4 loads, double buffering
 ///   3. warp_tiled        64x32 warp tiles, conflict-free fragments, 4-stage cp.async pipeline
 ///
@@ -25,82 +25,9 @@ namespace course::solution::bgemm {
 namespace {
 
 // ============================================================================
-// Step 1: smem_tiled (fp32).
-// A block of 32 x 32 threads computes a 32 x 32 tile of C, one output per thread. For
-// each 32-wide slab of K it copies the A tile (32 x 32) and the op(B) tile (32 x 32)
-// into shared memory, one element per thread, then every thread reads a row of As and
-// a column of Bs. Each element loaded from global memory is reused 32 times.
-// b_transposed (a template flag, so no branch in the loop): B is stored N x K, so the
-// coalesced read walks k; the thread stores it transposed, Bs[k][n], and the extra
-// column of padding (33 floats per row) makes that transposed store conflict-free.
-// a_transposed (also a template flag): A is stored K x M, the mirror image: consecutive
-// threads read consecutive m of row k, store As[m][k] transposed, and As gets the
-// padding column instead of staying 32 wide. The inner loop does not change.
-// Edges: out-of-range elements load as 0, out-of-range outputs are not stored.
-// Prediction: the inner loop issues 2 shared loads (As[ty][k] is a broadcast, Bs[k][tx]
-// a full wavefront) per FMA, and an SM serves ~1 wavefront per clock while it could
-// issue 4 warp-FMAs: shared-memory bound at ~1/8 of the FMA peak, ~6-8 TFLOP/s,
-// ~15% of cuBLAS at S1 and S2, for both products and both APIs.
-// Q*K^T / P*V as fractions of cublasGemmStridedBatchedEx (fp32, no TF32), S1, S2, small:
-// Measured (results: bgemm_{qk,pv}_f32/solution/smem_tiled_strided/B8H16N1024d64): 0.23 / 0.23 of cublas_strided
-// Measured (results: bgemm_{qk,pv}_f32/solution/smem_tiled_strided/B4H32N2048d128): 0.20 / 0.18 of cublas_strided
-// Measured (results: bgemm_{qk,pv}_f32/solution/smem_tiled_strided/B64H12N128d64): 0.29 / 0.26 of cublas_strided
-// ============================================================================
-constexpr int kSmemTile = 32;
-
-template <bool kTransA, bool kTransB, class OpA, class OpB, class OpC>
-__global__ void __launch_bounds__(kSmemTile * kSmemTile)
-    bgemm_smem_tiled_kernel(OpA A, OpB B, OpC C, int M, int N, int K, float alpha, int tiles_n) {
-  constexpr int T = kSmemTile;
-  __shared__ float As[T][kTransA ? T + 1 : T];  // As[row][k]; +1 with A^T: conflict-free transposed store
-  __shared__ float Bs[T][T + 1];                // Bs[k][col]; +1: conflict-free transposed store
-
-  const int tile_m = blockIdx.x / tiles_n, tile_n = blockIdx.x % tiles_n;
-  const int h = blockIdx.y, b = blockIdx.z;
-  const float* a = A.matrix(b, h);
-  const float* bm = B.matrix(b, h);
-  float* c = C.matrix(b, h);
-  const std::int64_t lda = A.ld, ldb = B.ld, ldc = C.ld;
-
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const int row = tile_m * T + ty, col = tile_n * T + tx;
-  float acc = 0.f;
-  for (int k0 = 0; k0 < K; k0 += T) {
-    if constexpr (kTransA) {
-      const int m = tile_m * T + tx;  // A stored K x M: coalesced along m
-      As[tx][ty] = (m < M && k0 + ty < K) ? a[(k0 + ty) * lda + m] : 0.f;
-    } else {
-      As[ty][tx] = (row < M && k0 + tx < K) ? a[row * lda + k0 + tx] : 0.f;
-    }
-    if constexpr (kTransB) {
-      const int n = tile_n * T + ty;  // coalesced along k: consecutive tx read consecutive k
-      Bs[tx][ty] = (n < N && k0 + tx < K) ? bm[n * ldb + k0 + tx] : 0.f;
-    } else {
-      Bs[ty][tx] = (k0 + ty < K && col < N) ? bm[(k0 + ty) * ldb + col] : 0.f;
-    }
-    __syncthreads();  // the tiles are complete before anyone reads them
-#pragma unroll
-    for (int k = 0; k < T; ++k) acc = fmaf(As[ty][k], Bs[k][tx], acc);
-    __syncthreads();  // everyone is done reading before the next slab overwrites them
-  }
-  if (row < M && col < N) c[row * ldc + col] = alpha * acc;
-}
-
-template <class OpA, class OpB, class OpC>
-void launch_smem_tiled(const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
-  const m02::BgemmGrid g = batched_gemm_grid(p.M, p.N, p.batch, p.heads, kSmemTile, kSmemTile);
-  const dim3 block(kSmemTile, kSmemTile);
-  const int tiles_n = static_cast<int>(g.tiles_n);
-  with_transposes(p, [&](auto trans_a, auto trans_b) {
-    bgemm_smem_tiled_kernel<decltype(trans_a)::value, decltype(trans_b)::value>
-        <<<to_dim3(g), block, 0, p.stream>>>(A, B, C, p.M, p.N, p.K, p.alpha, tiles_n);
-  });
-  COURSE_CHECK_LAUNCH("bgemm_smem_tiled_kernel");
-}
-
-// ============================================================================
+// @step register_blocked
 // Step 2: register_blocked (fp32).
-// Changes from step 1:
+// Changes from step 1 (smem_tiled, batched_gemm.cu):
 //  * Block tile 128 x 128 (128 x 64 when N <= 64, e.g. P*V with d = 64, so half the
 //    block is not wasted), K slabs of 16, 256 (128) threads, each computing an 8 x 8
 //    sub-tile of C held in 64 registers. Per k, a thread reads 8 values of A and 8 of
@@ -131,6 +58,7 @@ void launch_smem_tiled(const OpA& A, const OpB& B, const OpC& C, const Problem& 
 // The pointer-array rows land within a few percent of these (the results page has both).
 // Misses the 0.85 target on P*V at S1 and S2; Q*K^T at S2 sits at the line (short of it
 // in an earlier run): see module02's README.
+// @end
 // ============================================================================
 template <int BM_, int BN_, int MinBlocks_, int BK_ = 16>
 struct RbConfig {
@@ -268,6 +196,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   __syncthreads();
 
   for (int kt = 0; kt < k_tiles; ++kt) {
+    // @step register_blocked
     const int cur = kt & 1;
     const bool has_next = kt + 1 < k_tiles;
     if (has_next) {  // global loads in flight while we multiply
@@ -294,6 +223,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       load_b.store(Bs[cur ^ 1]);
     }
     __syncthreads();
+    // @end
   }
 
 #pragma unroll
@@ -324,6 +254,8 @@ void launch_register_blocked_cfg(const OpA& A, const OpB& B, const OpC& C, const
 
 template <class OpA, class OpB, class OpC>
 void launch_register_blocked(const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
+  // @step register_blocked (the exercise's "written" flag; nothing here)
+  // @end
   if (p.N <= 64)
     launch_register_blocked_cfg<RbConfig<128, 64, 3>>(A, B, C, p);  // 128 threads, <= 170 registers
   else
@@ -331,6 +263,7 @@ void launch_register_blocked(const OpA& A, const OpB& B, const OpC& C, const Pro
 }
 
 // ============================================================================
+// @step warp_tiled
 // Step 3: warp_tiled (fp32) -- module 1's fastest SGEMM design, batched.
 // Changes from step 2 (the same 8 x 8 outputs per thread, organised differently):
 //  * Warp tiles. The block tile is cut into WM x WN = 64 x 32 warp tiles; inside one,
@@ -362,6 +295,7 @@ void launch_register_blocked(const OpA& A, const OpB& B, const OpC& C, const Pro
 // Measured (results: bgemm_{qk,pv}_f32/solution/warp_tiled_strided/B8H16N1024d64): 1.09 / 1.09 of cublas_strided
 // Measured (results: bgemm_{qk,pv}_f32/solution/warp_tiled_strided/B4H32N2048d128): 0.96 / 0.91 of cublas_strided
 // Measured (results: bgemm_{qk,pv}_f32/solution/warp_tiled_strided/B64H12N128d64): 1.08 / 0.91 of cublas_strided
+// @end
 // ============================================================================
 template <int BM_, int BN_, int BK_, int WM_, int WN_, int Stages_, int L2Prefetch_ = 0>
 struct WtConfig {
@@ -510,11 +444,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   };
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int warp_m = warp / Cfg::kWarpsN, warp_n = warp % Cfg::kWarpsN;
+  const int warp_m = warp / Cfg::kWarpsN, warp_n = warp % Cfg::kWarpsN;  // this warp's place in the block tile
+  // @step warp_tiled
   const int m_frag = warp_m * WM + (lane / Cfg::kLanesN) * 4;  // first of this thread's rows in the tile
   const int n_frag = warp_n * WN + (lane % Cfg::kLanesN) * 4;  // first of its columns
   const float* As = smem_f32;
   const float* Bs = smem_f32 + kStages * Cfg::kStageA;
+  // @end
 
   float acc[8][8];
 #pragma unroll
@@ -537,6 +473,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     const int next = kt + kStages - 1;   // refill the stage slab kt-1 used
     if (next < k_tiles) load_slab(next, stage == 0 ? kStages - 1 : stage - 1);
     cuda::cp_async_commit();
+    // @step warp_tiled
     const float* as = As + stage * Cfg::kStageA;
     const float* bs = Bs + stage * Cfg::kStageB;
 #pragma unroll
@@ -551,6 +488,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #pragma unroll
         for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
     }
+    // @end
     stage = stage == kStages - 1 ? 0 : stage + 1;
   }
   cuda::cp_async_wait<0>();  // only empty groups remain; leave nothing in flight at exit
@@ -585,6 +523,8 @@ void launch_warp_tiled_cfg(const OpA& A, const OpB& B, const OpC& C, const Probl
 
 template <class OpA, class OpB, class OpC>
 void launch_warp_tiled(const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
+  // @step warp_tiled (the exercise's "written" flag; nothing here)
+  // @end
   if (p.N <= 64)
     launch_warp_tiled_cfg<WtConfig<128, 64, 16, 64, 32, 3, 256>>(A, B, C, p);  // 128 threads, 39 KB: 4 blocks/SM
   else
@@ -596,7 +536,6 @@ void launch_warp_tiled(const OpA& A, const OpB& B, const OpC& C, const Problem& 
 template <class OpA, class OpB, class OpC>
 void run_fp32_step(BgemmStep step, const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
   switch (step) {
-    case BgemmStep::smem_tiled: launch_smem_tiled(A, B, C, p); return;
     case BgemmStep::register_blocked: launch_register_blocked(A, B, C, p); return;
     case BgemmStep::warp_tiled: launch_warp_tiled(A, B, C, p); return;
     default: break;

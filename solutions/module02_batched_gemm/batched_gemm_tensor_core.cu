@@ -38,6 +38,7 @@ __device__ __forceinline__ void store_pair(float* c_row, int col, int N, float v
 }
 
 // ============================================================================
+// @step tensor_core
 // Step 4: tensor_core (bf16 in, fp32 accumulate and out).
 // Changes from step 2: the FMAs go to the tensor cores. One warp instruction,
 // mma.sync.m16n8k16 (course/cuda/mma_ptx.cuh), multiplies a 16x16 bf16 tile of A by a
@@ -84,6 +85,7 @@ __device__ __forceinline__ void store_pair(float* c_row, int col, int N, float v
 // Measured (results: bgemm_{qk,pv}_bf16/solution/tensor_core_strided/B4H32N2048d128): 0.76 / 0.69 of cublas_strided
 // Measured (results: bgemm_{qk,pv}_bf16/solution/tensor_core_strided/B64H12N128d64): 0.79 / 0.90 of cublas_strided
 // At d = 128, step 5 is the answer.
+// @end
 // ============================================================================
 template <int BM_, int BN_, int WarpsM_, int WarpsN_, int Stages_, int MinBlocks_, int BK_>
 struct TcConfig {
@@ -255,11 +257,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int warp_m = warp / Cfg::kWarpsN, warp_n = warp % Cfg::kWarpsN;
 
+  constexpr int kKSteps = Cfg::BK / 16;  // k16 steps per slab
+  // @step tensor_core
   // Byte offsets, inside a stage, of the row this lane hands to each ldmatrix. The mi, p
   // and ks loops only add multiples of 16 rows (A, B^T) or 16 k (B), which leave the
   // swizzle key unchanged, so one offset per ks (A, B^T) or per p (B) serves every
   // fragment and the rest is a compile-time immediate.
-  constexpr int kKSteps = Cfg::BK / 16;
   std::uint32_t a_off[kKSteps], bt_off[kKSteps];
   std::uint32_t bn_off[Cfg::kNTiles / 2];
 #pragma unroll
@@ -279,6 +282,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     const int ch = (warp_n * Cfg::WN + p * 16) / 8 + (lane >> 4);
     bn_off[p] = 2 * (rk * Cfg::BN + cuda::swizzle_chunk<Cfg::kChunksN>(rk, ch) * 8);
   }
+  // @end
 
   float acc[Cfg::kMTiles][Cfg::kNTiles][4];
 #pragma unroll
@@ -305,10 +309,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     __syncthreads();
     const int next = kt + Cfg::kStages - 1;
 
+    // @step tensor_core
     const std::uint32_t sa = smem + (kt % Cfg::kStages) * kStageBytesA;
     const std::uint32_t sb = smem + kOffsetB + (kt % Cfg::kStages) * kStageBytesB;
+    // @end
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
+      // @step tensor_core
       std::uint32_t af[Cfg::kMTiles][4];
       std::uint32_t bfr[Cfg::kNTiles][2];
 #pragma unroll
@@ -329,6 +336,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       for (int mi = 0; mi < Cfg::kMTiles; ++mi)
 #pragma unroll
         for (int nj = 0; nj < Cfg::kNTiles; ++nj) cuda::mma_m16n8k16_bf16_f32(acc[mi][nj], af[mi], bfr[nj]);
+      // @end
       if (ks == 0) {
         // Issue the copies of slab kt+kStages-1 (into the stage slab kt-1 used: every
         // warp is past it, by the barrier above) only now, while the tensor cores work
@@ -380,6 +388,8 @@ void launch_tensor_core_cfg(const OpA& A, const OpB& B, const OpC& C, const Prob
 
 template <class OpA, class OpB, class OpC>
 void launch_tensor_core(const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
+  // @step tensor_core
+  // @end
   if (p.N <= 64)
     launch_tensor_core_cfg<TcConfig<128, 64, 2, 2, 3, 3, 64>>(A, B, C, p);  // 128 threads, 72 KB, <= 170 registers
   else
@@ -387,6 +397,7 @@ void launch_tensor_core(const OpA& A, const OpB& B, const OpC& C, const Problem&
 }
 
 // ============================================================================
+// @step wgmma
 // Step 5: wgmma (bf16 in, fp32 out; Hopper, needs an sm_90a build).
 // What limits step 4 at d = 128 is shared memory, not the tensor cores: with 64 x 32
 // warp tiles every mma.sync needs its operands loaded into registers by ldmatrix first,
@@ -426,6 +437,7 @@ void launch_tensor_core(const OpA& A, const OpB& B, const OpC& C, const Problem&
 // one pipelined stream of slabs (one tile's stores overlapping the next one's loads),
 // 2 or 4 stages, `.L2::256B` prefetch. What is left is the store path: cuBLAS hands
 // its C tile to the TMA engine (cp.async.bulk) -- the next rung, not written.
+// @end
 // ============================================================================
 template <int BN_, int Stages_>
 struct WgConfig {
@@ -533,6 +545,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     if (next < k_tiles) load_next_slab(next % Cfg::kStages);
     cuda::cp_async_commit();
 
+    // @step wgmma
     const std::uint32_t sa = smem + (kt % Cfg::kStages) * Cfg::kStageBytesA + wg * 64 * 128;
     const std::uint32_t sb = smem + kOffsetB + (kt % Cfg::kStages) * Cfg::kStageBytesB;
     cuda::wgmma_fence();
@@ -552,6 +565,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     }
     cuda::wgmma_commit();
     cuda::wgmma_wait<0>();
+    // @end
   }
   cuda::cp_async_wait<0>();
 
@@ -592,6 +606,8 @@ void launch_wgmma_cfg(const OpA& A, const OpB& B, const OpC& C, const Problem& p
 
 template <class OpA, class OpB, class OpC>
 void launch_wgmma(const OpA& A, const OpB& B, const OpC& C, const Problem& p) {
+  // @step wgmma
+  // @end
   if (!cuda::sm90a_code_available())
     throw Unsupported("batched_gemm step wgmma",
                       "a Hopper GPU (compute capability 9.0) and a build for sm_90a "

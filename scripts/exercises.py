@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""Exercise stubs generated from their solutions: the code a stub gives exists once.
+
+A converted stub, exercises/<module>/<file>, is its solution, solutions/<module>/<file>,
+with each step's idea taken out. Both files mark the parts that differ:
+
+    // @step <name>    (the rest of the line is free text)
+    ...                what the learner writes (stub) / the answer (solution)
+    // @end
+
+Everything outside those regions is given code, and its one source is the solution: the
+stub's copy is generated from it (course::solution becoming course::exercise). Each file
+keeps its own opening comment block (the @file banner) and its own region contents; the
+n-th region of the stub pairs with the n-th of the solution and must carry the same name.
+
+    python3 scripts/exercises.py check      # CI: every converted stub is what generate writes
+    python3 scripts/exercises.py generate   # rewrite the converted stubs from their solutions
+    python3 scripts/exercises.py list       # which stubs are converted, shared or hand-kept
+
+A stub that includes its solution's header instead (module 4's attention_backward_tc.cu)
+already has one source and needs no markers. Python 3 standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EXERCISES = ROOT / "exercises"
+SOLUTIONS = ROOT / "solutions"
+SUFFIXES = (".cu", ".cuh")
+
+BEGIN = re.compile(r"^\s*// @step (\S+)")
+END = re.compile(r"^\s*// @end\b")
+SHARED_INCLUDE = re.compile(r'^#include "\.\./\.\./solutions/')
+
+
+class MarkerError(Exception):
+    pass
+
+
+@dataclass
+class Parsed:
+    header: list[str]  # the opening comment block: each file's own
+    given: list[list[str]] = field(default_factory=list)  # len(regions) + 1 chunks
+    regions: list[tuple[str, list[str]]] = field(default_factory=list)  # (name, lines with markers)
+
+
+def rel(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def parse(path: Path) -> Parsed:
+    lines = path.read_text().splitlines(keepends=True)
+    n = 0
+    while n < len(lines) and (lines[n].lstrip().startswith("//") or lines[n].startswith("#pragma once")):
+        n += 1
+    out = Parsed(header=lines[:n])
+    chunk: list[str] = []
+    region: list[str] | None = None
+    name = ""
+    for i in range(n, len(lines)):
+        line = lines[i]
+        begin, end = BEGIN.match(line), END.match(line)
+        if region is None:
+            if end:
+                raise MarkerError(f"{rel(path)}:{i + 1}: '// @end' without a '// @step <name>' above it")
+            if begin:
+                out.given.append(chunk)
+                chunk, region, name = [], [line], begin.group(1)
+            else:
+                chunk.append(line)
+        else:
+            if begin:
+                raise MarkerError(f"{rel(path)}:{i + 1}: '// @step {begin.group(1)}' inside region '{name}' "
+                                  "(regions do not nest: close it with '// @end' first)")
+            region.append(line)
+            if end:
+                out.regions.append((name, region))
+                region = None
+    if region is not None:
+        raise MarkerError(f"{rel(path)}: region '{name}' is never closed with '// @end'")
+    out.given.append(chunk)
+    return out
+
+
+def to_exercise(line: str) -> str:
+    return line.replace("course::solution", "course::exercise")
+
+
+def generate(stub: Path, solution: Path) -> str:
+    """The stub as it must be: its header and regions, the solution's given code."""
+    s, p = parse(stub), parse(solution)
+    names_s = [n for n, _ in s.regions]
+    names_p = [n for n, _ in p.regions]
+    if names_s != names_p:
+        raise MarkerError(f"{rel(stub)} and {rel(solution)} mark different regions:\n"
+                          f"  stub:     {' '.join(names_s) or '(none)'}\n"
+                          f"  solution: {' '.join(names_p) or '(none)'}")
+    text = list(s.header)
+    for k, chunk in enumerate(p.given):
+        text += [to_exercise(line) for line in chunk]
+        if k < len(s.regions):
+            text += s.regions[k][1]
+    return "".join(text)
+
+
+def classify() -> tuple[list[tuple[Path, Path]], list[Path], list[Path]]:
+    """(converted stub, its solution) pairs; stubs that include their solution's code;
+    hand-kept stubs (neither)."""
+    converted, shared, hand = [], [], []
+    for stub in sorted(p for p in EXERCISES.rglob("*") if p.suffix in SUFFIXES):
+        text = stub.read_text()
+        solution = SOLUTIONS / stub.relative_to(EXERCISES)
+        if any(BEGIN.match(line) for line in text.splitlines()):
+            if not solution.exists():
+                raise MarkerError(f"{rel(stub)} has '// @step' regions but no solution {rel(solution)}")
+            converted.append((stub, solution))
+        elif any(SHARED_INCLUDE.match(line) for line in text.splitlines()):
+            shared.append(stub)
+        else:
+            hand.append(stub)
+    return converted, shared, hand
+
+
+def coverage(converted, shared, hand) -> None:
+    print(f"[exercises] generated from their solutions ({len(converted)}):")
+    for stub, solution in converted:
+        n = len(parse(solution).regions)
+        print(f"    {rel(stub)}  <- {rel(solution)}  ({n} regions)")
+    if shared:
+        print(f"[exercises] include their solution's kernels, one source already ({len(shared)}):")
+        for stub in shared:
+            print(f"    {rel(stub)}")
+    print(f"[exercises] still hand-kept copies, not checked ({len(hand)}):")
+    for stub in hand:
+        print(f"    {rel(stub)}")
+
+
+def cmd_check(args) -> int:
+    converted, shared, hand = classify()
+    bad = 0
+    for stub, solution in converted:
+        want = generate(stub, solution)
+        have = stub.read_text()
+        if want == have:
+            continue
+        bad += 1
+        print(f"[exercises] DRIFT: {rel(stub)} is not what its solution generates "
+              f"(the given code lives in {rel(solution)}):", file=sys.stderr)
+        diff = list(difflib.unified_diff(have.splitlines(), want.splitlines(), f"{rel(stub)} (checked in)",
+                                         f"{rel(stub)} (generated)", n=1, lineterm=""))
+        for line in diff[: args.lines]:
+            print("    " + line, file=sys.stderr)
+        if len(diff) > args.lines:
+            print(f"    ... {len(diff) - args.lines} more diff lines", file=sys.stderr)
+    coverage(converted, shared, hand)
+    if bad:
+        print(f"[exercises] {bad} stub(s) drifted. Fix the given code in the solution (or a region in "
+              "the stub), then: python3 scripts/exercises.py generate", file=sys.stderr)
+        return 1
+    print(f"[exercises] OK: {len(converted)} generated stubs match their solutions")
+    return 0
+
+
+def cmd_generate(args) -> int:
+    converted, _, _ = classify()
+    wanted = {Path(f).resolve() for f in args.files}
+    for stub, solution in converted:
+        if wanted and stub not in wanted and solution not in wanted:
+            continue
+        text = generate(stub, solution)
+        if text != stub.read_text():
+            stub.write_text(text)
+            print(f"[exercises] wrote {rel(stub)}")
+    return 0
+
+
+def cmd_list(args) -> int:
+    coverage(*classify())
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("check", help="fail when a converted stub differs from what generate writes")
+    c.add_argument("--lines", type=int, default=40, help="diff lines shown per stub (default 40)")
+    c.set_defaults(fn=cmd_check)
+    g = sub.add_parser("generate", help="rewrite converted stubs from their solutions")
+    g.add_argument("files", nargs="*", help="only these stubs (or the stubs of these solutions)")
+    g.set_defaults(fn=cmd_generate)
+    sub.add_parser("list", help="which stubs are converted").set_defaults(fn=cmd_list)
+    args = ap.parse_args()
+    try:
+        return args.fn(args)
+    except MarkerError as e:
+        print(f"[exercises] {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
