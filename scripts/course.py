@@ -340,10 +340,13 @@ def step_suites(mod: Module, src: Path) -> Dict[str, str]:
         if len(parts) < 3 or not re.search(r"k\w*Steps\b|steps\s*\(", parts[2]):
             continue  # not parametrized by steps (planted bugs, shapes)
         named = [mod.tables[t] for t in re.findall(r"\b(k\w+Steps)\b", parts[2]) if t in mod.tables]
+        prefixed = sorted((o for o in mod.ops if stem.startswith(o + "_")), key=len, reverse=True)
         if named:
             op = named[0]
         elif stem in mod.ops:
             op = stem
+        elif prefixed:  # test_attention_backward_tc.cpp: a part of op attention_backward's ladder
+            op = prefixed[0]
         elif len(mod.ops) == 1:
             op = mod.ops[0]
         else:
