@@ -215,26 +215,27 @@ inline std::vector<double> head_rows(const HostTensor<float>& t, std::int64_t b,
 /// max over keys j of sum_{query heads h reading j's kv head, rows i} P_ij: how many rows'
 /// worth of probability one key collects (1 on average when N_q = N_k, up to N_q * H/H_kv
 /// when one key wins every row). dK_j and dV_j are sums with these weights, so their
-/// error budget scales with it.
-inline double max_key_weight(const Case& c, const Inputs& in) {
-  const double scale = effective_scale(c);
+/// error budget scales with it. `lse` is [B, H, N_q] (double or float; -inf: no key).
+template <class CaseT, class Lse>
+double max_key_weight(const CaseT& c, const HostTensor<float>& q, const HostTensor<float>& k, const Lse& lse) {
+  const double scale = c.scale != 0.f ? static_cast<double>(c.scale) : 1.0 / std::sqrt(static_cast<double>(c.d));
   const std::int64_t group = c.H / c.H_kv, off = c.N_k - c.N_q;
   double worst = 0;
   std::vector<double> colsum(static_cast<std::size_t>(c.N_k));
   for (std::int64_t b = 0; b < c.B; ++b)
     for (std::int64_t hk = 0; hk < c.H_kv; ++hk) {
       std::fill(colsum.begin(), colsum.end(), 0.0);
-      const std::vector<double> K = head_rows(in.k, b, hk);
+      const std::vector<double> K = head_rows(k, b, hk);
       for (std::int64_t h = hk * group; h < (hk + 1) * group; ++h) {
-        const std::vector<double> Q = head_rows(in.q, b, h);
+        const std::vector<double> Q = head_rows(q, b, h);
         for (std::int64_t i = 0; i < c.N_q; ++i) {
-          const double lse = in.lse64[static_cast<std::size_t>((b * c.H + h) * c.N_q + i)];
-          if (!std::isfinite(lse)) continue;  // sees no key
+          const double l = static_cast<double>(lse[static_cast<std::size_t>((b * c.H + h) * c.N_q + i)]);
+          if (!std::isfinite(l)) continue;  // sees no key
           const std::int64_t visible = c.causal ? std::clamp<std::int64_t>(i + off + 1, 0, c.N_k) : c.N_k;
           for (std::int64_t j = 0; j < visible; ++j) {
             double s = 0;
             for (std::int64_t e = 0; e < c.d; ++e) s += Q[i * c.d + e] * K[j * c.d + e];
-            colsum[static_cast<std::size_t>(j)] += std::exp(scale * s - lse);
+            colsum[static_cast<std::size_t>(j)] += std::exp(scale * s - l);
           }
         }
       }
@@ -242,6 +243,7 @@ inline double max_key_weight(const Case& c, const Inputs& in) {
     }
   return worst;
 }
+inline double max_key_weight(const Case& c, const Inputs& in) { return max_key_weight(c, in.q, in.k, in.lse64); }
 
 struct GradTolerance {
   course::Tolerance dq, dk, dv;

@@ -162,37 +162,6 @@ double max_error(const HostTensor<float>& got, const HostTensor<Ref>& ref) {
 /// largest probability mass one key collects, attention_checks::max_key_weight's rule).
 constexpr double kFloor = 1e-5;
 
-inline double max_row_norm(const HostTensor<float>& t) { return attention_checks::max_row_norm(t); }
-
-/// max over keys of the probability mass the key collects over the query rows (and the
-/// query heads of its group) that see it, from the fp32 lse.
-inline double max_key_weight(const Case& c, const Inputs& in) {
-  const double scale = attention_checks::effective_scale(c);
-  const std::int64_t group = c.H / c.H_kv, off = c.N_k - c.N_q;
-  double worst = 0;
-  std::vector<double> colsum(static_cast<std::size_t>(c.N_k));
-  for (std::int64_t b = 0; b < c.B; ++b)
-    for (std::int64_t hk = 0; hk < c.H_kv; ++hk) {
-      std::fill(colsum.begin(), colsum.end(), 0.0);
-      const std::vector<double> K = attention_checks::head_rows(in.k, b, hk);
-      for (std::int64_t h = hk * group; h < (hk + 1) * group; ++h) {
-        const std::vector<double> Q = attention_checks::head_rows(in.q, b, h);
-        for (std::int64_t i = 0; i < c.N_q; ++i) {
-          const double lse = in.lse[static_cast<std::size_t>((b * c.H + h) * c.N_q + i)];
-          if (!std::isfinite(lse)) continue;
-          const std::int64_t visible = c.causal ? std::clamp<std::int64_t>(i + off + 1, 0, c.N_k) : c.N_k;
-          for (std::int64_t j = 0; j < visible; ++j) {
-            double dot = 0;
-            for (std::int64_t e = 0; e < c.d; ++e) dot += Q[i * c.d + e] * K[j * c.d + e];
-            colsum[static_cast<std::size_t>(j)] += std::exp(scale * dot - lse);
-          }
-        }
-      }
-      for (double w : colsum) worst = std::max(worst, w);
-    }
-  return worst;
-}
-
 struct Floors {
   double dq, dk, dv;
 };
@@ -203,9 +172,11 @@ inline Floors rule_floors(const Case& c, const Inputs& in, const course::ref::At
     for (double x : e->storage()) largest = std::max(largest, std::fabs(x));
   const double base = kFloor * largest;
   const double u = 0x1p-24, scale = attention_checks::effective_scale(c);
+  using attention_checks::max_row_norm;
   const double ndo = max_row_norm(in.dout);
   const double E = 4.0 * std::sqrt(static_cast<double>(c.d)) * u * (ndo * max_row_norm(in.v) + ndo * max_row_norm(in.o));
-  return {base + scale * E * max_abs(in.k), base + scale * E * max_abs(in.q) * max_key_weight(c, in), base};
+  return {base + scale * E * max_abs(in.k),
+          base + scale * E * max_abs(in.q) * attention_checks::max_key_weight(c, in.q, in.k, in.lse), base};
 }
 
 constexpr double kRule = 3.0;  ///< FlashAttention's backward rule: 3x the same-precision error
