@@ -191,12 +191,15 @@ struct AttentionBackwardArgs {
   cudaStream_t stream = nullptr;
 };
 
-/// Arguments for dense tensors all stored in `layout` (gradients like their inputs).
-inline AttentionBackwardArgs make_attention_backward_args(
-    const float* q, const float* k, const float* v, const float* o, const float* dout, const float* lse, float* dq,
-    float* dk, float* dv, std::int64_t batch, std::int64_t heads, std::int64_t kv_heads, std::int64_t seq_q,
-    std::int64_t seq_k, std::int64_t head_dim, AttentionLayout layout, cudaStream_t stream = nullptr) {
-  AttentionBackwardArgs a;
+namespace detail {
+/// The part both make_*_args share: pointers, sizes, and every tensor dense in `layout`
+/// (the gradients like their inputs).
+template <class Args, class In, class Grad>
+Args make_backward_args(const In* q, const In* k, const In* v, const In* o, const In* dout, const float* lse, Grad* dq,
+                        Grad* dk, Grad* dv, std::int64_t batch, std::int64_t heads, std::int64_t kv_heads,
+                        std::int64_t seq_q, std::int64_t seq_k, std::int64_t head_dim, AttentionLayout layout,
+                        cudaStream_t stream) {
+  Args a;
   a.q = q;
   a.k = k;
   a.v = v;
@@ -212,6 +215,16 @@ inline AttentionBackwardArgs make_attention_backward_args(
   a.dk_strides = a.k_strides;
   a.dv_strides = a.k_strides;
   return a;
+}
+}  // namespace detail
+
+/// Arguments for dense tensors all stored in `layout` (gradients like their inputs).
+inline AttentionBackwardArgs make_attention_backward_args(
+    const float* q, const float* k, const float* v, const float* o, const float* dout, const float* lse, float* dq,
+    float* dk, float* dv, std::int64_t batch, std::int64_t heads, std::int64_t kv_heads, std::int64_t seq_q,
+    std::int64_t seq_k, std::int64_t head_dim, AttentionLayout layout, cudaStream_t stream = nullptr) {
+  return detail::make_backward_args<AttentionBackwardArgs>(q, k, v, o, dout, lse, dq, dk, dv, batch, heads, kv_heads,
+                                                           seq_q, seq_k, head_dim, layout, stream);
 }
 
 /// The scale actually used: args.scale, or 1/sqrt(d) when it is 0.
@@ -282,22 +295,8 @@ inline AttentionBackwardArgsBf16 make_attention_backward_args_bf16(
     const __nv_bfloat16* dout, const float* lse, __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
     std::int64_t batch, std::int64_t heads, std::int64_t kv_heads, std::int64_t seq_q, std::int64_t seq_k,
     std::int64_t head_dim, AttentionLayout layout, cudaStream_t stream = nullptr) {
-  AttentionBackwardArgsBf16 a;
-  a.q = q;
-  a.k = k;
-  a.v = v;
-  a.o = o;
-  a.dout = dout;
-  a.lse = lse;
-  a.dq = dq;
-  a.dk = dk;
-  a.dv = dv;
-  m03::detail::set_dense_shape(a, batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, stream);
-  a.do_strides = a.q_strides;
-  a.dq_strides = a.q_strides;
-  a.dk_strides = a.k_strides;
-  a.dv_strides = a.k_strides;
-  return a;
+  return detail::make_backward_args<AttentionBackwardArgsBf16>(q, k, v, o, dout, lse, dq, dk, dv, batch, heads,
+                                                               kv_heads, seq_q, seq_k, head_dim, layout, stream);
 }
 
 inline float effective_scale(const AttentionBackwardArgsBf16& a) { return m03::detail::scale_or_default(a); }
