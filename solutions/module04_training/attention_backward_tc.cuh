@@ -18,13 +18,13 @@
 /// One block owns one K/V tile (128 keys, 16 per warp) of one kv head and walks every query
 /// tile (64 rows) of every query head of its group. Per query tile, warp w (keys 16w..16w+15):
 ///
-///     scores            S^T  = K_w Q^T             16 x 64 fp32 accumulators  (A = K_w, B = Q)
+///     scores_transposed S^T  = K_w Q^T             16 x 64 fp32 accumulators  (A = K_w, B = Q)
 ///     probabilities     P^T  = 2^(S^T c - lse2)    masked keys and rows -> 0
-///     scores            dP^T = V_w dO^T            (A = V_w, B = dO)
+///     scores_transposed dP^T = V_w dO^T            (A = V_w, B = dO)
 ///     ds                dS^T = P^T * (dP^T - D)
-///     accumulate        dV_w += P^T dO             A = P^T packed from the accumulators, B = dO (.trans)
-///     accumulate        dK_w += dS^T Q             A = dS^T likewise, B = Q (.trans)
-///     store_ds          dS^T -> shared memory      (bf16)
+///     store_ds          dS^T -> shared memory      (bf16, for dQ below)
+///     accumulate_keys   dV_w += P^T dO             A = P^T packed from the accumulators, B = dO (.trans)
+///     accumulate_keys   dK_w += dS^T Q             A = dS^T likewise, B = Q (.trans)
 ///   then the whole block:
 ///     accumulate_dq     dQ_i += dS K               A = dS (ldmatrix.trans of dS^T), B = K (.trans)
 ///     add_dq            fp32 atomics into the workspace (tc_deterministic: in K/V-tile order)
