@@ -117,8 +117,22 @@ static_assert(steps_in_enum_order(kBgemmSteps), "kBgemmSteps must list BgemmStep
 /// Element type of A and B a step reads (C is always fp32).
 enum class BgemmInput { f32, bf16 };
 
+/// The step table's further column: the input type of each step, in the table's order.
+struct BgemmStepColumns {
+  BgemmStep step;
+  BgemmInput input;
+};
+inline constexpr BgemmStepColumns kBgemmStepColumns[] = {
+    {BgemmStep::smem_tiled, BgemmInput::f32},  {BgemmStep::register_blocked, BgemmInput::f32},
+    {BgemmStep::warp_tiled, BgemmInput::f32},  {BgemmStep::tensor_core, BgemmInput::bf16},
+    {BgemmStep::wgmma, BgemmInput::bf16},
+};
+static_assert(columns_match_steps(kBgemmSteps, kBgemmStepColumns),
+              "kBgemmStepColumns must have one row per row of kBgemmSteps, in the same order");
+
 constexpr BgemmInput step_input(BgemmStep step) {
-  return step == BgemmStep::tensor_core || step == BgemmStep::wgmma ? BgemmInput::bf16 : BgemmInput::f32;
+  const auto i = static_cast<std::size_t>(step);
+  return i < std::size(kBgemmStepColumns) ? kBgemmStepColumns[i].input : BgemmInput::f32;
 }
 inline const char* step_name(BgemmStep step) { return step_name_in(kBgemmSteps, step); }
 
