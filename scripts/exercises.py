@@ -17,6 +17,10 @@ n-th region of the stub pairs with the n-th of the solution and must carry the s
     python3 scripts/exercises.py generate   # rewrite the converted stubs from their solutions
     python3 scripts/exercises.py list       # which stubs are converted, shared or hand-kept
 
+generate refuses (exit 1, naming file and line) to rewrite a stub whose lines outside its
+regions are not what the solution generates there: those lines would be lost. Move what
+belongs to the learner into a region, put given code in the solution, or pass --force.
+
 A stub that includes its solution's header instead (module 4's attention_backward_tc.cu)
 already has one source and needs no markers. Python 3 standard library only.
 """
@@ -48,6 +52,7 @@ class MarkerError(Exception):
 class Parsed:
     header: list[str]  # the opening comment block: each file's own
     given: list[list[str]] = field(default_factory=list)  # len(regions) + 1 chunks
+    given_at: list[int] = field(default_factory=list)  # 0-based line index of each chunk's first line
     regions: list[tuple[str, list[str]]] = field(default_factory=list)  # (name, lines with markers)
 
 
@@ -60,7 +65,7 @@ def parse(path: Path) -> Parsed:
     n = 0
     while n < len(lines) and (lines[n].lstrip().startswith("//") or lines[n].startswith("#pragma once")):
         n += 1
-    out = Parsed(header=lines[:n])
+    out = Parsed(header=lines[:n], given_at=[n])
     chunk: list[str] = []
     region: list[str] | None = None
     name = ""
@@ -82,6 +87,7 @@ def parse(path: Path) -> Parsed:
             region.append(line)
             if end:
                 out.regions.append((name, region))
+                out.given_at.append(i + 1)
                 region = None
     if region is not None:
         raise MarkerError(f"{rel(path)}: region '{name}' is never closed with '// @end'")
@@ -93,8 +99,7 @@ def to_exercise(line: str) -> str:
     return line.replace("course::solution", "course::exercise")
 
 
-def generate(stub: Path, solution: Path) -> str:
-    """The stub as it must be: its header and regions, the solution's given code."""
+def pair(stub: Path, solution: Path) -> tuple[Parsed, Parsed]:
     s, p = parse(stub), parse(solution)
     names_s = [n for n, _ in s.regions]
     names_p = [n for n, _ in p.regions]
@@ -102,12 +107,34 @@ def generate(stub: Path, solution: Path) -> str:
         raise MarkerError(f"{rel(stub)} and {rel(solution)} mark different regions:\n"
                           f"  stub:     {' '.join(names_s) or '(none)'}\n"
                           f"  solution: {' '.join(names_p) or '(none)'}")
+    return s, p
+
+
+def generate(stub: Path, solution: Path) -> str:
+    """The stub as it must be: its header and regions, the solution's given code."""
+    s, p = pair(stub, solution)
     text = list(s.header)
     for k, chunk in enumerate(p.given):
         text += [to_exercise(line) for line in chunk]
         if k < len(s.regions):
             text += s.regions[k][1]
     return "".join(text)
+
+
+def lost_lines(stub: Path, solution: Path) -> list[tuple[int, str]]:
+    """(1-based line, text) of every non-blank stub line outside the regions that generate
+    would drop or replace: it is not what the solution gives at that place. Lines the
+    solution adds are no loss; a line that only moves between the stub's given chunks is
+    counted, since generate puts the solution's chunk, not the stub's, at each place."""
+    s, p = pair(stub, solution)
+    lost = []
+    for have, start, want in zip(s.given, s.given_at, p.given):
+        want = [to_exercise(line) for line in want]
+        ops = difflib.SequenceMatcher(None, have, want, autojunk=False).get_opcodes()
+        for tag, i1, i2, _, _ in ops:
+            if tag in ("replace", "delete"):
+                lost += [(start + i + 1, have[i].rstrip("\n")) for i in range(i1, i2) if have[i].strip()]
+    return lost
 
 
 def classify() -> tuple[list[tuple[Path, Path]], list[Path], list[Path]]:
@@ -171,13 +198,31 @@ def cmd_check(args) -> int:
 def cmd_generate(args) -> int:
     converted, _, _ = classify()
     wanted = {Path(f).resolve() for f in args.files}
+    refused = 0
     for stub, solution in converted:
         if wanted and stub not in wanted and solution not in wanted:
             continue
         text = generate(stub, solution)
-        if text != stub.read_text():
-            stub.write_text(text)
-            print(f"[exercises] wrote {rel(stub)}")
+        if text == stub.read_text():
+            continue
+        lost = lost_lines(stub, solution)
+        if lost and not args.force:
+            refused += 1
+            print(f"[exercises] REFUSED: {rel(stub)} left as it is: {len(lost)} line(s) outside its regions are "
+                  f"not what {rel(solution)} gives there, and generating would drop them:", file=sys.stderr)
+            for line, content in lost[: args.lines]:
+                print(f"    {rel(stub)}:{line}: {content.strip()}", file=sys.stderr)
+            if len(lost) > args.lines:
+                print(f"    ... {len(lost) - args.lines} more", file=sys.stderr)
+            continue
+        stub.write_text(text)
+        print(f"[exercises] wrote {rel(stub)}" + (f" (--force: dropped {len(lost)} line(s) of the stub "
+                                                  "outside its regions)" if lost else ""))
+    if refused:
+        print(f"[exercises] {refused} stub(s) not written. For each line above: what the learner needs goes into a "
+              "region (the same '// @step' region in both files), a fix to given code goes into the solution; "
+              "when every listed line may go, rerun with --force.", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -194,6 +239,9 @@ def main() -> int:
     c.set_defaults(fn=cmd_check)
     g = sub.add_parser("generate", help="rewrite converted stubs from their solutions")
     g.add_argument("files", nargs="*", help="only these stubs (or the stubs of these solutions)")
+    g.add_argument("--force", action="store_true",
+                   help="write even when stub lines outside the regions would be dropped (they are listed)")
+    g.add_argument("--lines", type=int, default=40, help="dropped lines listed per stub (default 40)")
     g.set_defaults(fn=cmd_generate)
     sub.add_parser("list", help="which stubs are converted").set_defaults(fn=cmd_list)
     args = ap.parse_args()

@@ -27,13 +27,17 @@ namespace {
 using m04::BiasGradStep;
 using m04::LinearBackwardArgs;
 
-// ----------------------------------------------------------------------------
+// ============================================================================
 // The two products (given): module 2's strided batched GEMM with batch = heads = 1, its
 // operand options reading W and X in transposed order where they lie. Work out the
 // mapping once on paper: C (M' x N') = op(A) (M' x K') * op(B) (K' x N').
-// ----------------------------------------------------------------------------
+// ============================================================================
 
-/// dX [M, K] = dY [M, N] * W^T: M' = M, N' = K, K' = N; W is stored K x N = N' x K'.
+/// Module 2's fastest fp32 step, for both products.
+constexpr m02::BgemmStep kGemmStep = m02::BgemmStep::warp_tiled;
+
+/// dX [M, K] = dY [M, N] * W^T: M' = M, N' = K, K' = N; A = dY, B = W stored K x N = N' x K'
+/// -> b_transposed.
 m02::StridedBatchedGemmArgs<float> dx_gemm(const LinearBackwardArgs& a) {
   m02::StridedBatchedGemmArgs<float> g;
   g.a = a.dy;
@@ -50,7 +54,8 @@ m02::StridedBatchedGemmArgs<float> dx_gemm(const LinearBackwardArgs& a) {
   return g;
 }
 
-/// dW [K, N] = X^T * dY [M, N]: M' = K, N' = N, K' = M; X is stored M x K = K' x M'.
+/// dW [K, N] = X^T * dY [M, N]: M' = K, N' = N, K' = M; A = X stored M x K = K' x M'
+/// -> a_transposed, B = dY.
 m02::StridedBatchedGemmArgs<float> dw_gemm(const LinearBackwardArgs& a) {
   m02::StridedBatchedGemmArgs<float> g;
   g.a = a.x;
@@ -67,6 +72,7 @@ m02::StridedBatchedGemmArgs<float> dw_gemm(const LinearBackwardArgs& a) {
   return g;
 }
 
+// @step column_per_thread
 // ----------------------------------------------------------------------------
 // Step 1: column_per_thread.
 // db[j] = sum over i < M of dY[i * lddy + j]: thread j of the grid owns column j.
@@ -76,20 +82,26 @@ m02::StridedBatchedGemmArgs<float> dw_gemm(const LinearBackwardArgs& a) {
 // Then run the benchmark: how many threads does this step have at N = 1024, and how
 // many SMs can they occupy?
 // ----------------------------------------------------------------------------
+// @end
 constexpr int kColumnThreads = 128;
 
 __global__ void __launch_bounds__(kColumnThreads)
     bias_grad_column_per_thread_kernel(const float* __restrict__ dy, std::int64_t lddy, int M, int N,
                                        float* __restrict__ db) {
+  // @step column_per_thread
   // TODO(step 1)
+  // @end
 }
 
 void launch_column_per_thread(const LinearBackwardArgs& a) {
+  // @step column_per_thread
   // TODO(step 1): delete the throw and launch the kernel.
   (void)a;
   throw NotImplemented("linear_backward bias step column_per_thread", __FILE__);
+  // @end
 }
 
+// @step block_column_strip  (the step's constants with its text)
 // ----------------------------------------------------------------------------
 // Step 2: block_column_strip.
 // A block of kStripWarps warps owns the strip of 32 columns 32 * blockIdx.x + lane. Warp
@@ -101,18 +113,24 @@ void launch_column_per_thread(const LinearBackwardArgs& a) {
 // Hints, one at a time: bash scripts/course.sh hint linear_backward/block_column_strip
 // ----------------------------------------------------------------------------
 constexpr int kStripWarps = 32;
+// @end
+static_assert(m04::kBiasGradStripCols == 32, "a strip is one column per lane");
 
 __global__ void __launch_bounds__(kStripWarps * 32)
     bias_grad_block_column_strip_kernel(const float* __restrict__ dy, std::int64_t lddy, int M, int N,
                                         float* __restrict__ db) {
   __shared__ float partial[kStripWarps][32];
+  // @step block_column_strip
   // TODO(step 2)
+  // @end
 }
 
 void launch_block_column_strip(const LinearBackwardArgs& a) {
+  // @step block_column_strip
   // TODO(step 2): delete the throw and launch the kernel.
   (void)a;
   throw NotImplemented("linear_backward bias step block_column_strip", __FILE__);
+  // @end
 }
 
 }  // namespace
@@ -120,15 +138,18 @@ void launch_block_column_strip(const LinearBackwardArgs& a) {
 void linear_backward(m04::BiasGradStep step, const m04::LinearBackwardArgs& args) {
   m04::validate_linear_backward_args(args, step, "linear_backward");
   const LinearBackwardArgs a = m04::resolve_leading_dims(args);
-  // The bias step first: an unwritten one throws before any GEMM is enqueued.
+  // @step column_per_thread  (the stub runs the bias step first and names the solution's GEMM)
+  // The bias step first: an unwritten one throws before any GEMM is enqueued. The GEMM is
+  // module 2's solution, named with its namespace (here batched_gemm_strided would be yours).
   if (a.db) {
     switch (step) {
       case BiasGradStep::column_per_thread: launch_column_per_thread(a); break;
       case BiasGradStep::block_column_strip: launch_block_column_strip(a); break;
     }
   }
-  if (a.dx) ::course::solution::batched_gemm_strided(m02::BgemmStep::warp_tiled, dx_gemm(a));
-  if (a.dw) ::course::solution::batched_gemm_strided(m02::BgemmStep::warp_tiled, dw_gemm(a));
+  if (a.dx) ::course::solution::batched_gemm_strided(kGemmStep, dx_gemm(a));
+  if (a.dw) ::course::solution::batched_gemm_strided(kGemmStep, dw_gemm(a));
+  // @end
 }
 
 }  // namespace course::exercise

@@ -37,13 +37,16 @@ using m04::BiasGradStep;
 using m04::LinearBackwardArgs;
 
 // ============================================================================
-// The two products: module 2's GEMM, its operand options doing the transposes.
+// The two products (given): module 2's strided batched GEMM with batch = heads = 1, its
+// operand options reading W and X in transposed order where they lie. Work out the
+// mapping once on paper: C (M' x N') = op(A) (M' x K') * op(B) (K' x N').
 // ============================================================================
 
-/// The fastest fp32 step of module 2 (see the banner).
+/// Module 2's fastest fp32 step, for both products.
 constexpr m02::BgemmStep kGemmStep = m02::BgemmStep::warp_tiled;
 
-/// dX [M, K] = dY [M, N] * W^T: A = dY, B = W stored K x N = (N' x K') -> b_transposed.
+/// dX [M, K] = dY [M, N] * W^T: M' = M, N' = K, K' = N; A = dY, B = W stored K x N = N' x K'
+/// -> b_transposed.
 m02::StridedBatchedGemmArgs<float> dx_gemm(const LinearBackwardArgs& a) {
   m02::StridedBatchedGemmArgs<float> g;
   g.a = a.dy;
@@ -60,7 +63,8 @@ m02::StridedBatchedGemmArgs<float> dx_gemm(const LinearBackwardArgs& a) {
   return g;
 }
 
-/// dW [K, N] = X^T * dY [M, N]: A = X stored M x K = (K' x M') -> a_transposed, B = dY.
+/// dW [K, N] = X^T * dY [M, N]: M' = K, N' = N, K' = M; A = X stored M x K = K' x M'
+/// -> a_transposed, B = dY.
 m02::StridedBatchedGemmArgs<float> dw_gemm(const LinearBackwardArgs& a) {
   m02::StridedBatchedGemmArgs<float> g;
   g.a = a.x;
@@ -77,6 +81,7 @@ m02::StridedBatchedGemmArgs<float> dw_gemm(const LinearBackwardArgs& a) {
   return g;
 }
 
+// @step column_per_thread
 // ============================================================================
 // Bias step 1: column_per_thread.
 // Thread j = blockIdx.x * 128 + threadIdx.x walks down column j of dY and writes db[j].
@@ -89,11 +94,13 @@ m02::StridedBatchedGemmArgs<float> dw_gemm(const LinearBackwardArgs& a) {
 // L2 (N = 1024): ~2.5 ms for 64 MB, longer than the two GEMMs together; at L1 (N = 4096,
 // 32 blocks) ~100 GB/s, ~0.6 ms. 1-3% of the copy ceiling.
 // ============================================================================
+// @end
 constexpr int kColumnThreads = 128;
 
 __global__ void __launch_bounds__(kColumnThreads)
     bias_grad_column_per_thread_kernel(const float* __restrict__ dy, std::int64_t lddy, int M, int N,
                                        float* __restrict__ db) {
+  // @step column_per_thread
   const int j = blockIdx.x * kColumnThreads + threadIdx.x;
   if (j >= N) return;
   const float* col = dy + j;
@@ -101,15 +108,19 @@ __global__ void __launch_bounds__(kColumnThreads)
 #pragma unroll 4
   for (int i = 0; i < M; ++i) sum += col[i * lddy];  // int * int64_t: 64-bit offsets
   db[j] = sum;
+  // @end
 }
 
 void launch_column_per_thread(const LinearBackwardArgs& a) {
+  // @step column_per_thread
   const unsigned blocks = static_cast<unsigned>((a.N + kColumnThreads - 1) / kColumnThreads);
   bias_grad_column_per_thread_kernel<<<blocks, kColumnThreads, 0, a.stream>>>(
       a.dy, a.lddy, static_cast<int>(a.M), static_cast<int>(a.N), a.db);
   COURSE_CHECK_LAUNCH("bias_grad_column_per_thread_kernel");
+  // @end
 }
 
+// @step block_column_strip  (the step's constants with its text)
 // ============================================================================
 // Bias step 2: block_column_strip.
 // Changes from step 1: 32x the threads, the same coalescing. Block b owns the strip of
@@ -128,12 +139,14 @@ void launch_column_per_thread(const LinearBackwardArgs& a) {
 // ============================================================================
 constexpr int kStripWarps = 32;
 constexpr int kStripRowsInFlight = 8;
+// @end
 static_assert(m04::kBiasGradStripCols == 32, "a strip is one column per lane");
 
 __global__ void __launch_bounds__(kStripWarps * 32)
     bias_grad_block_column_strip_kernel(const float* __restrict__ dy, std::int64_t lddy, int M, int N,
                                         float* __restrict__ db) {
   __shared__ float partial[kStripWarps][32];
+  // @step block_column_strip
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int j = blockIdx.x * 32 + lane;
   float acc[kStripRowsInFlight];
@@ -162,13 +175,16 @@ __global__ void __launch_bounds__(kStripWarps * 32)
     for (int w = 0; w < kStripWarps; ++w) total += partial[w][lane];  // fixed order: deterministic
     db[j] = total;
   }
+  // @end
 }
 
 void launch_block_column_strip(const LinearBackwardArgs& a) {
+  // @step block_column_strip
   const unsigned blocks = static_cast<unsigned>((a.N + 31) / 32);
   bias_grad_block_column_strip_kernel<<<blocks, kStripWarps * 32, 0, a.stream>>>(
       a.dy, a.lddy, static_cast<int>(a.M), static_cast<int>(a.N), a.db);
   COURSE_CHECK_LAUNCH("bias_grad_block_column_strip_kernel");
+  // @end
 }
 
 }  // namespace
@@ -176,6 +192,7 @@ void launch_block_column_strip(const LinearBackwardArgs& a) {
 void linear_backward(m04::BiasGradStep step, const m04::LinearBackwardArgs& args) {
   m04::validate_linear_backward_args(args, step, "linear_backward");
   const LinearBackwardArgs a = m04::resolve_leading_dims(args);
+  // @step column_per_thread  (the stub runs the bias step first and names the solution's GEMM)
   if (a.dx) batched_gemm_strided(kGemmStep, dx_gemm(a));
   if (a.dw) batched_gemm_strided(kGemmStep, dw_gemm(a));
   if (a.db) {
@@ -184,6 +201,7 @@ void linear_backward(m04::BiasGradStep step, const m04::LinearBackwardArgs& args
       case BiasGradStep::block_column_strip: launch_block_column_strip(a); break;
     }
   }
+  // @end
 }
 
 }  // namespace course::solution

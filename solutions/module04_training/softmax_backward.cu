@@ -74,6 +74,7 @@ __device__ __forceinline__ void store_vec(float* row, std::int64_t c, std::int64
     if (c + u < cols) row[c + u] = v[u];
 }
 
+// @step two_pass
 // ============================================================================
 // Step 1: two_pass.
 // Kernel 1, one thread per slice: D[s] = sum_i dy(s, i) * y(s, i), into the workspace.
@@ -98,9 +99,12 @@ __device__ __forceinline__ void store_vec(float* row, std::int64_t c, std::int64
 // scripts/compare_torch.py); the compensated sum (CompensatedSum) removes the drift of the
 // running total. The kernel is latency-bound, so the extra three adds per element are free.
 // ============================================================================
+// @end
 
-/// Element i of slice s of a matrix lives at s * slice + i * elem (dim 1: slice = ld,
-/// elem = 1; dim 0: slice = 1, elem = ld).
+/// Where the slices of the matrix lie. A slice is one row (dim = 1) or one column
+/// (dim = 0); element i of slice s is at  s * slice_stride + i * elem_stride.
+///   dim = 1: count = rows, length = cols, slice stride = ld,  element stride = 1
+///   dim = 0: count = cols, length = rows, slice stride = 1,   element stride = ld
 struct Slices {
   std::int64_t count, length;
   std::int64_t y_slice, y_elem;
@@ -113,6 +117,7 @@ Slices slices_of(const SoftmaxBackwardArgs& a) {
 }
 
 __global__ void slice_dot_kernel(const float* y, const float* dy, Slices sl, float* slice_dot) {
+  // @step two_pass
   const std::int64_t s = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (s >= sl.count) return;
   const float* ys = y + s * sl.y_slice;
@@ -123,6 +128,7 @@ __global__ void slice_dot_kernel(const float* y, const float* dy, Slices sl, flo
   cc::CompensatedSum d;
   for (std::int64_t i = 0; i < sl.length; ++i) d.add(ys[i * sl.y_elem] * dys[i * sl.dy_elem]);
   slice_dot[s] = d.sum;
+  // @end
 }
 
 constexpr int kElementwiseThreads = 256;
@@ -133,6 +139,7 @@ constexpr std::int64_t kMaxGridY = 65535;
 __global__ void __launch_bounds__(kElementwiseThreads)
     elementwise_dx_kernel(const float* y, std::int64_t ldy, const float* dy, std::int64_t lddy, float* dx,
                           std::int64_t lddx, std::int64_t rows, std::int64_t cols, int dim, const float* slice_dot) {
+  // @step two_pass
   const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kElementwiseThreads + threadIdx.x;
   if (c >= cols) return;
   for (std::int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
@@ -140,9 +147,11 @@ __global__ void __launch_bounds__(kElementwiseThreads)
     // Read dy before writing dx in the same thread: correct in place (dx == dy).
     dx[r * lddx + c] = y[r * ldy + c] * (dy[r * lddy + c] - d);
   }
+  // @end
 }
 
 void launch_two_pass(const SoftmaxBackwardArgs& a) {
+  // @step two_pass
   constexpr int kThreads = 256;
   const Slices sl = slices_of(a);
   slice_dot_kernel<<<blocks_for(sl.count, kThreads, "two_pass"), kThreads, 0, a.stream>>>(a.y, a.dy, sl,
@@ -153,8 +162,10 @@ void launch_two_pass(const SoftmaxBackwardArgs& a) {
   elementwise_dx_kernel<<<grid, kElementwiseThreads, 0, a.stream>>>(a.y, a.ldy, a.dy, a.lddy, a.dx, a.lddx, a.rows,
                                                                     a.cols, a.dim, a.workspace);
   COURSE_CHECK_LAUNCH("elementwise_dx_kernel");
+  // @end
 }
 
+// @step warp_per_row  (step 2c: the column strips)
 // ============================================================================
 // Column strips (dim = 0), used by steps 2 (kVec = 1) and 3 (kVec = 4 when aligned).
 //
@@ -180,6 +191,7 @@ void launch_two_pass(const SoftmaxBackwardArgs& a) {
 // per element for 12 counted, so at most ~0.6 of the copy. (A single pass would need a
 // cross-block reduction of D per column: a workspace or a cluster; not done here.)
 // ============================================================================
+// @end
 constexpr int kStripCols = 32;
 constexpr int kStripThreads = 512;
 
@@ -187,6 +199,7 @@ template <int kVec>
 __global__ void __launch_bounds__(kStripThreads)
     column_strip_kernel(const float* y, std::int64_t ldy, const float* dy, std::int64_t lddy, float* dx,
                         std::int64_t lddx, std::int64_t rows, std::int64_t cols) {
+  // @step warp_per_row  (step 2c)
   constexpr int kColThreads = kStripCols / kVec;         // threads across one row segment of the strip
   constexpr int kPhases = kStripThreads / kColThreads;  // rows walked side by side
   __shared__ float partial[kPhases][kStripCols];
@@ -256,15 +269,19 @@ __global__ void __launch_bounds__(kStripThreads)
     for (int u = 0; u < kVec; ++u) yv[u] *= gv[u] - d[u];
     store_vec<kVec>(dx + r * lddx, c, cols, yv);
   }
+  // @end
 }
 
 template <int kVec>
 void launch_column_strip(const SoftmaxBackwardArgs& a, const char* step) {
+  // @step warp_per_row  (step 2c)
   column_strip_kernel<kVec><<<blocks_for(a.cols, kStripCols, step), kStripThreads, 0, a.stream>>>(
       a.y, a.ldy, a.dy, a.lddy, a.dx, a.lddx, a.rows, a.cols);
   COURSE_CHECK_LAUNCH("column_strip_kernel");
+  // @end
 }
 
+// @step warp_per_row
 // ============================================================================
 // Step 2: warp_per_row.
 // One warp per row (dim = 1). Lane l loads y and dy at columns l, l + 32, l + 64, ...
@@ -291,12 +308,14 @@ void launch_column_strip(const SoftmaxBackwardArgs& a, const char* step) {
 // 4096 x 32768 missed by 0.1-0.2, most likely too few warps (4096, one per row) to hide
 // DRAM latency on the twice-streamed rows; dim 0 slightly under ~0.5.
 // ============================================================================
+// @end
 constexpr int kWarpsPerBlock = 8;
 
 template <int kPerLane>
 __global__ void __launch_bounds__(kWarpsPerBlock* cc::kWarpSize)
     warp_row_kernel(const float* y, std::int64_t ldy, const float* dy, std::int64_t lddy, float* dx,
                     std::int64_t lddx, std::int64_t rows, int cols) {
+  // @step warp_per_row  (step 2a)
   const int lane = threadIdx.x % cc::kWarpSize;
   const std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / cc::kWarpSize;
   if (r >= rows) return;  // uniform per warp: the shuffles below see full warps
@@ -319,11 +338,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock* cc::kWarpSize)
     const int j = k * cc::kWarpSize + lane;
     if (j < cols) dxr[j] = yv[k] * (gv[k] - d);
   }
+  // @end
 }
 
 __global__ void __launch_bounds__(kWarpsPerBlock* cc::kWarpSize)
     warp_row_stream_kernel(const float* y, std::int64_t ldy, const float* dy, std::int64_t lddy, float* dx,
                            std::int64_t lddx, std::int64_t rows, std::int64_t cols) {
+  // @step warp_per_row  (step 2b)
   const int lane = threadIdx.x % cc::kWarpSize;
   const std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / cc::kWarpSize;
   if (r >= rows) return;
@@ -336,14 +357,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock* cc::kWarpSize)
   for (std::int64_t j = lane; j < cols; j += cc::kWarpSize) d = fmaf(yr[j], dyr[j], d);
   d = cc::warp_sum(d);
   for (std::int64_t j = lane; j < cols; j += cc::kWarpSize) dxr[j] = yr[j] * (dyr[j] - d);
+  // @end
 }
 
+// @step warp_per_row  (the stub launches steps 2a and 2b here)
 template <int kPerLane>
 void launch_warp_row(const SoftmaxBackwardArgs& a) {
   warp_row_kernel<kPerLane><<<blocks_for(a.rows, kWarpsPerBlock, "warp_per_row"), kWarpsPerBlock * cc::kWarpSize, 0,
                               a.stream>>>(a.y, a.ldy, a.dy, a.lddy, a.dx, a.lddx, a.rows, static_cast<int>(a.cols));
   COURSE_CHECK_LAUNCH("warp_row_kernel");
 }
+// @end
 
 void launch_warp_per_row(const SoftmaxBackwardArgs& a) {
   if (a.dim == 0) return launch_column_strip<1>(a, "warp_per_row");
@@ -353,11 +377,14 @@ void launch_warp_per_row(const SoftmaxBackwardArgs& a) {
   if (a.cols <= 256) return launch_warp_row<8>(a);
   if (a.cols <= 512) return launch_warp_row<16>(a);
   if (a.cols <= m04::kSoftmaxBackwardWarpMaxCols) return launch_warp_row<32>(a);
+  // @step warp_per_row  (step 2b)
   warp_row_stream_kernel<<<blocks_for(a.rows, kWarpsPerBlock, "warp_per_row"), kWarpsPerBlock * cc::kWarpSize, 0,
                            a.stream>>>(a.y, a.ldy, a.dy, a.lddy, a.dx, a.lddx, a.rows, a.cols);
   COURSE_CHECK_LAUNCH("warp_row_stream_kernel");
+  // @end
 }
 
+// @step fused_vectorized
 // ============================================================================
 // Step 3: fused_vectorized.
 //
@@ -532,10 +559,12 @@ void launch_fused_rows(const SoftmaxBackwardArgs& a) {
   if (n <= m04::kSoftmaxBackwardOnChipMaxCols) return launch_fused_row<1024, 16, kVec>(a);
   launch_fused_row<1024, 16, kVec, true>(a);
 }
+// @end
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 void launch_fused_vectorized(const SoftmaxBackwardArgs& a) {
+  // @step fused_vectorized
   const bool vec4 = aligned16(a.y) && aligned16(a.dy) && aligned16(a.dx) && a.ldy % 4 == 0 && a.lddy % 4 == 0 &&
                     a.lddx % 4 == 0;
   if (a.dim == 0) {
@@ -545,6 +574,7 @@ void launch_fused_vectorized(const SoftmaxBackwardArgs& a) {
   }
   if (vec4) launch_fused_rows<4>(a);
   else launch_fused_rows<1>(a);
+  // @end
 }
 
 }  // namespace
