@@ -258,7 +258,7 @@ inline std::size_t attention_backward_workspace_bytes(AttentionBackwardStep step
 //  - every stride a multiple of 8 elements and every pointer 16-byte aligned (one cp.async
 //    copies 16 bytes = 8 bf16);
 //  - the workspace holds D, the lse in base 2 and dQ in fp32 (and, for tc_deterministic, a
-//    counter per query tile): tc_backward_workspace_bytes().
+//    counter per query tile): tc_backward_workspace().
 
 /// Query rows per tile of the tensor-core backward kernels (the workspace pads to it).
 inline constexpr int kTcBackwardQTile = 64;
@@ -284,7 +284,7 @@ struct AttentionBackwardArgsBf16 {
   AttentionStrides dq_strides, dk_strides, dv_strides;
   float scale = 0.f;    ///< 0 selects 1/sqrt(d); must equal the forward's
   bool causal = false;  ///< bottom-right aligned causal mask, as in the forward
-  float* workspace = nullptr;       ///< scratch, see tc_backward_workspace_bytes()
+  float* workspace = nullptr;       ///< scratch, see tc_backward_workspace()
   std::size_t workspace_bytes = 0;  ///< >= attention_backward_workspace_bytes(step, args)
   cudaStream_t stream = nullptr;
 };
