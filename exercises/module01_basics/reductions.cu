@@ -21,7 +21,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <string>
 
 namespace course::exercise {
 namespace {
@@ -29,19 +28,21 @@ namespace {
 using m01::ReduceArgs;
 using m01::ReduceStep;
 
-/// x_i^2: the L2 norm's term.
+/// x_i^2: the L2 norm's term; the result is sqrt(sum). (No scaling against overflow:
+/// |x_i| > ~1e19 overflows fp32 squares, which cuBLAS's snrm2 guards against.)
 struct SquareTerm {
   const float* x;
-  /// Four consecutive elements as one 16-byte load (step 4).
+  /// Four consecutive elements, loaded as one 16-byte chunk (vectorized step).
   struct Chunk {
     float4 x;
   };
   static constexpr bool kHasFinish = true;
 
   __device__ float operator()(std::int64_t i) const { return x[i] * x[i]; }
-
+  // @step vectorized  (step 4a: load4)
   // TODO(step 4): load elements 4*i4 .. 4*i4+3 of x with ONE 16-byte load.
   __device__ Chunk load4(std::int64_t /*i4*/) const { return {}; }
+  // @end
   /// The four terms of a chunk, added.
   __device__ static float sum4(const Chunk& c) {
     return c.x.x * c.x.x + c.x.y * c.x.y + c.x.z * c.x.z + c.x.w * c.x.w;
@@ -49,7 +50,7 @@ struct SquareTerm {
   __device__ static float finish(float sum) { return sqrtf(sum); }
 };
 
-/// x_i*y_i: the dot product's term.
+/// x_i*y_i: the dot product's term; the result is the sum itself.
 struct ProductTerm {
   const float* x;
   const float* y;
@@ -59,25 +60,34 @@ struct ProductTerm {
   static constexpr bool kHasFinish = false;
 
   __device__ float operator()(std::int64_t i) const { return x[i] * y[i]; }
-
+  // @step vectorized  (step 4a: load4)
   // TODO(step 4): same as SquareTerm::load4, for x and for y.
   __device__ Chunk load4(std::int64_t /*i4*/) const { return {}; }
+  // @end
   __device__ static float sum4(const Chunk& c) {
     return c.x.x * c.y.x + c.x.y * c.y.y + c.x.z * c.y.z + c.x.w * c.y.w;
   }
   __device__ static float finish(float sum) { return sum; }
 };
 
-/// Blocks of `threads` threads one SM can hold at once for `kernel`. (Given.)
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+/// Blocks of `threads` threads that one SM holds at once for `kernel` (occupancy).
+/// Callers cache it in a function-local static: it is a host query we keep out of
+/// the timed path (one device per process assumed).
 template <class Kernel>
 int blocks_per_sm(Kernel kernel, int threads) {
   int per_sm = 0;
   COURSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
   return std::max(per_sm, 1);
 }
+
+// @step smem_tree  (the grid of steps 2-4)
 /// Streaming multiprocessors of the current GPU. (Given.)
 int num_sms() { return device_properties().multiProcessorCount; }
+// @end
 
+// @step atomic_naive
 // ----------------------------------------------------------------------------
 // Step 1: atomic_naive -- one thread per element, each adds its term to *sum.
 //
@@ -93,10 +103,12 @@ __global__ void reduce_atomic_naive_kernel(Term term, std::int64_t n, float* sum
 template <class Term>
 void launch_atomic_naive(Term term, const ReduceArgs& a) {
   // TODO(step 1): delete this line, then pick a block size (256 is a good start) and
-  //               launch ceil(n / threads) blocks on a.stream.
+  //               launch ceil_div(a.n, threads) blocks on a.stream (ceil_div is given, above).
   throw NotImplemented("reduction step atomic_naive", __FILE__);
 }
+// @end
 
+// @step smem_tree
 // ----------------------------------------------------------------------------
 // Step 2: smem_tree -- few blocks, each sums many terms, one atomicAdd per block.
 //
@@ -119,10 +131,12 @@ void launch_smem_tree(Term term, const ReduceArgs& a) {
   constexpr int kThreads = 256;
   // TODO(step 2d): delete the throw; launch as many blocks as fit on the GPU at once
   //                (blocks_per_sm(reduce_smem_tree_kernel<Term, kThreads>, kThreads) * num_sms()),
-  //                but no more than ceil(n / kThreads), and nothing when n == 0.
+  //                but no more than ceil_div(a.n, kThreads), and nothing when n == 0.
   throw NotImplemented("reduction step smem_tree", __FILE__);
 }
+// @end
 
+// @step warp_shuffle
 // ----------------------------------------------------------------------------
 // Step 3: warp_shuffle -- the block's combine with register shuffles.
 //
@@ -151,7 +165,9 @@ void launch_warp_shuffle(Term term, const ReduceArgs& a) {
   //                compares only the combine).
   throw NotImplemented("reduction step warp_shuffle", __FILE__);
 }
+// @end
 
+// @step vectorized
 // ----------------------------------------------------------------------------
 // Step 4: vectorized -- float4 loads, several in flight, per-block partials and a
 //                       deterministic second pass (no float atomics).
@@ -185,21 +201,22 @@ template <class Term>
 void launch_vectorized(Term term, const ReduceArgs& a) {
   // TODO(step 4d): delete the throw. For n > 0 launch the partials kernel (256 threads,
   //                kUnroll = 4) on at most m01::kMaxReduceBlocks blocks: as many as fit at
-  //                once, but no more than ceil(n / (256 * 4 * kUnroll)); the partials go to
+  //                once, but no more than ceil_div(a.n, 256 * 4 * kUnroll); the partials go to
   //                a.workspace. Then ALWAYS launch the final kernel (1 block) with the number
   //                of partials (0 when n == 0, which makes *result = finish(0) = 0).
   throw NotImplemented("reduction step vectorized", __FILE__);
 }
+// @end
 
 // ----------------------------------------------------------------------------
-// Dispatch. (Given.)
+// Dispatch.
 // ----------------------------------------------------------------------------
 
 /// result = finish(result): sqrt for the norm, after the atomic steps' sum.
 template <class Term>
 __global__ void finish_in_place_kernel(float* value) { *value = Term::finish(*value); }
 
-/// Steps 1-3 atomically add into *result: it starts at zero, and the norm's sqrt
+/// atomic_naive, smem_tree and warp_shuffle atomically add into *result: it starts at zero, and the norm's sqrt
 /// is a separate one-thread kernel once every atomic has landed (same stream).
 template <class Term, class Launch>
 void accumulate_atomically(Launch launch, Term term, const ReduceArgs& a) {

@@ -42,8 +42,11 @@ struct SquareTerm {
   static constexpr bool kHasFinish = true;
 
   __device__ float operator()(std::int64_t i) const { return x[i] * x[i]; }
+  // @step vectorized  (step 4a: load4)
   /// Chunk i4 = elements 4*i4 .. 4*i4+3; x must be 16-byte aligned (validated).
   __device__ Chunk load4(std::int64_t i4) const { return {reinterpret_cast<const float4*>(x)[i4]}; }
+  // @end
+  /// The four terms of a chunk, added.
   __device__ static float sum4(const Chunk& c) {
     return c.x.x * c.x.x + c.x.y * c.x.y + c.x.z * c.x.z + c.x.w * c.x.w;
   }
@@ -60,9 +63,11 @@ struct ProductTerm {
   static constexpr bool kHasFinish = false;
 
   __device__ float operator()(std::int64_t i) const { return x[i] * y[i]; }
+  // @step vectorized  (step 4a: load4)
   __device__ Chunk load4(std::int64_t i4) const {
     return {reinterpret_cast<const float4*>(x)[i4], reinterpret_cast<const float4*>(y)[i4]};
   }
+  // @end
   __device__ static float sum4(const Chunk& c) {
     return c.x.x * c.y.x + c.x.y * c.y.y + c.x.z * c.y.z + c.x.w * c.y.w;
   }
@@ -81,13 +86,16 @@ int blocks_per_sm(Kernel kernel, int threads) {
   return std::max(per_sm, 1);
 }
 
+// @step smem_tree  (the grid of steps 2-4)
 /// A grid-stride grid: every block resident at once (per_sm x SMs), but no more
 /// blocks than there are pieces of `per_block` elements (small n), nor max_blocks.
 int resident_grid(int per_sm, std::int64_t per_block, std::int64_t n, std::int64_t max_blocks = 1 << 30) {
   const std::int64_t resident = static_cast<std::int64_t>(per_sm) * device_properties().multiProcessorCount;
   return static_cast<int>(std::max<std::int64_t>(1, std::min({resident, ceil_div(n, per_block), max_blocks})));
 }
+// @end
 
+// @step atomic_naive
 // ----------------------------------------------------------------------------
 // Step 1: atomic_naive.
 // One thread per element, each does atomicAdd(result, term). Correct, and the
@@ -119,7 +127,9 @@ void launch_atomic_naive(Term term, const ReduceArgs& a) {
   reduce_atomic_naive_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, a.stream>>>(term, a.n, a.result);
   COURSE_CHECK_LAUNCH("reduce_atomic_naive_kernel");
 }
+// @end
 
+// @step smem_tree
 // ----------------------------------------------------------------------------
 // Step 2: smem_tree.
 // Changes from atomic_naive: a grid of only as many blocks as fit on the GPU at once
@@ -170,7 +180,9 @@ void launch_smem_tree(Term term, const ReduceArgs& a) {
   reduce_smem_tree_kernel<Term, kThreads><<<blocks, kThreads, 0, a.stream>>>(term, a.n, a.result);
   COURSE_CHECK_LAUNCH("reduce_smem_tree_kernel");
 }
+// @end
 
+// @step warp_shuffle
 // ----------------------------------------------------------------------------
 // Step 3: warp_shuffle.
 // Changes from smem_tree: the block's combine uses register shuffles instead of a
@@ -216,7 +228,9 @@ void launch_warp_shuffle(Term term, const ReduceArgs& a) {
   reduce_warp_shuffle_kernel<Term, kThreads><<<blocks, kThreads, 0, a.stream>>>(term, a.n, a.result);
   COURSE_CHECK_LAUNCH("reduce_warp_shuffle_kernel");
 }
+// @end
 
+// @step vectorized
 // ----------------------------------------------------------------------------
 // Step 4: vectorized.
 // Changes from warp_shuffle:
@@ -340,6 +354,7 @@ void launch_vectorized(Term term, const ReduceArgs& a) {
   COURSE_CUDA_CHECK(cudaLaunchKernelEx(&config, final_kernel, static_cast<const float*>(a.workspace), blocks, a.result));
   COURSE_CHECK_LAUNCH("reduce_vectorized_final_kernel");
 }
+// @end
 
 // ----------------------------------------------------------------------------
 // Dispatch.
