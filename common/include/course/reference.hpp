@@ -193,4 +193,85 @@ AttentionResult<T> attention_forward_positional(const HostTensor<T>& q, const Ho
                                                 const HostTensor<T>& v, const AttentionOptions& opts,
                                                 const PositionalOptions& pos);
 
+// ------------------------------------------------ module 4: transformer block -----
+// (implemented in common/src/reference_transformer.cpp)
+// The ops of a GPT block beside attention: LayerNorm, GELU, the loss and the optimizer.
+// Tensors are read through their strides; results are contiguous.
+
+template <class T>
+struct LayerNormResult {
+  HostTensor<T> y;     ///< [rows, C]: gamma * xhat + beta, xhat = (x - mean) * rstd
+  HostTensor<T> mean;  ///< [rows]
+  HostTensor<T> rstd;  ///< [rows]: 1 / sqrt(var + eps), var the biased variance (divide by C)
+};
+
+/// LayerNorm over the last axis of x [rows, C] with affine gamma, beta [C], as
+/// torch.nn.functional.layer_norm: each row is normalized by its own mean and biased
+/// variance, then scaled and shifted per column. Two passes in double (mean, then the
+/// squared deviations), so a large common offset costs no accuracy. eps >= 0; with
+/// eps = 0 a constant row divides by zero (rstd = inf, y = NaN), as it does in PyTorch.
+template <class T>
+LayerNormResult<T> layer_norm_forward(const HostTensor<T>& x, const HostTensor<T>& gamma,
+                                      const HostTensor<T>& beta, double eps = 1e-5);
+
+template <class T>
+struct LayerNormGrads {
+  HostTensor<T> dx;      ///< [rows, C]
+  HostTensor<T> dgamma;  ///< [C]: sum over rows of dy * xhat
+  HostTensor<T> dbeta;   ///< [C]: sum over rows of dy
+};
+
+/// Gradients of layer_norm_forward given dL/dy and the forward's saved mean and rstd
+/// ([rows] each; xhat is recomputed from them). With g = dy * gamma, per row:
+///   dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)).
+template <class T>
+LayerNormGrads<T> layer_norm_backward(const HostTensor<T>& x, const HostTensor<T>& gamma,
+                                      const HostTensor<T>& mean, const HostTensor<T>& rstd,
+                                      const HostTensor<T>& dy);
+
+/// GELU in GPT-2's tanh approximation (torch's gelu(approximate='tanh')), elementwise on a
+/// tensor of any rank and strides:  gelu(x) = x/2 * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+template <class T>
+HostTensor<T> gelu_tanh(const HostTensor<T>& x);
+
+/// dL/dx of gelu_tanh given x and dL/dy (same shape). With u = sqrt(2/pi) (x + 0.044715 x^3)
+/// and t = tanh(u):  dy/dx = (1 + t)/2 + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+template <class T>
+HostTensor<T> gelu_tanh_backward(const HostTensor<T>& x, const HostTensor<T>& dy);
+
+template <class T>
+struct CrossEntropyResult {
+  double loss = 0.0;            ///< mean over counted rows; 0 when no row is counted
+  std::int64_t counted = 0;     ///< rows whose target is not ignore_index
+  std::vector<double> row_loss; ///< [rows]: logsumexp(row) - row[target]; 0 on ignored rows
+  HostTensor<T> dlogits;        ///< [rows, V]: d loss / d logits
+};
+
+/// Mean softmax cross-entropy of logits [rows, V] against targets [rows], as
+/// torch.nn.functional.cross_entropy(reduction='mean', ignore_index=...). A row whose
+/// target equals ignore_index is not counted: it adds no loss and gets a zero gradient.
+/// With N counted rows and p = softmax(row):
+///   loss = (1/N) sum_counted (logsumexp(row) - row[target]),  dlogits = (p - onehot(target)) / N.
+/// When every row is ignored (or rows = 0), loss = 0 and dlogits = 0 (PyTorch returns NaN
+/// there, 0/0; a training loop is better served by 0). Other targets must lie in [0, V).
+template <class T>
+CrossEntropyResult<T> cross_entropy(const HostTensor<T>& logits, const std::vector<std::int32_t>& targets,
+                                    std::int64_t ignore_index = -100);
+
+/// One AdamW step (Loshchilov & Hutter's decoupled weight decay, in torch.optim.AdamW's
+/// form), elementwise and in place over flat vectors of equal length; step t counts from 1.
+/// In this order, as PyTorch does:
+///   p  = p * (1 - lr * weight_decay)                       decay first, of the old p
+///   m  = beta1 m + (1 - beta1) g,   v = beta2 v + (1 - beta2) g^2
+///   p  = p - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
+/// The decay is decoupled: it never enters m or v, so every weight shrinks by the same
+/// factor whatever its gradient history (an L2 term added to g would be divided by sqrt(v)
+/// like the gradient). As in PyTorch the factor is lr * weight_decay, and eps is added after
+/// the square root. lr = 0 leaves params unchanged (m and v still update). Computed in
+/// double, stored as T.
+template <class T>
+void adamw_step(std::vector<T>& params, const std::vector<T>& grads, std::vector<T>& m, std::vector<T>& v,
+                std::int64_t step, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
+                double eps = 1e-8, double weight_decay = 1e-2);
+
 }  // namespace course::ref
