@@ -20,35 +20,14 @@ using course::AttentionLayout;
 using course::HostTensor;
 using course::testing::test_seed;
 namespace ref = course::ref;
+using course::testing::flatten;
+using course::testing::random_double;
+using course::testing::unflatten;
+using course::testing::weighted_sum;
 
 // Central differences in double with h = 1e-6 are accurate to ~1e-10 here.
 constexpr double kH = 1e-6, kAtol = 1e-8, kRtol = 1e-6;
 
-HostTensor<double> random_double(const course::Shape& shape, std::uint64_t seed) {
-  HostTensor<double> t(shape);
-  course::fill_random(t, seed);
-  return t;
-}
-
-/// Logical values of `t`, row-major (the vector the gradient checker perturbs).
-std::vector<double> flatten(const HostTensor<double>& t) {
-  std::vector<double> v;
-  t.for_each_index([&](const std::vector<std::int64_t>& i) { v.push_back(t.at(i)); });
-  return v;
-}
-/// A copy of `like` (same shape and strides) holding the values `v`.
-HostTensor<double> unflatten(const HostTensor<double>& like, const std::vector<double>& v) {
-  HostTensor<double> t = like;
-  std::size_t k = 0;
-  t.for_each_index([&](const std::vector<std::int64_t>& i) { t.at(i) = v[k++]; });
-  return t;
-}
-/// sum(W * Y) over logical indices.
-double weighted_sum(const HostTensor<double>& w, const HostTensor<double>& y) {
-  double s = 0;
-  y.for_each_index([&](const std::vector<std::int64_t>& i) { s += w.at(i) * y.at(i); });
-  return s;
-}
 
 /// Checks `analytic` = dL/dx for L(x) = loss(x), printing the result on failure.
 void expect_gradient(const char* what, const HostTensor<double>& x,

@@ -18,17 +18,12 @@ using course::Tolerance;
 using course::testing::copy_values;
 using course::testing::Matches;
 using course::testing::matrix;
+using course::testing::random_double;
 using course::testing::test_seed;
 namespace ref = course::ref;
 
 constexpr Tolerance kExact{0.0, 0.0};
 constexpr Tolerance kDouble{1e-13, 1e-13};
-
-HostTensor<double> random_double(const course::Shape& shape, std::uint64_t seed) {
-  HostTensor<double> t(shape);
-  course::fill_random(t, seed);
-  return t;
-}
 
 /// The textbook definition, written independently of the reference.
 HostTensor<double> triple_loop_matmul(const HostTensor<double>& a, const HostTensor<double>& b) {

@@ -24,14 +24,12 @@ using course::HostTensor;
 using course::testing::matrix;
 using course::testing::test_seed;
 namespace ref = course::ref;
+using course::testing::flatten;
+using course::testing::random_double;
+using course::testing::unflatten;
+using course::testing::weighted_sum;
 
 constexpr double kH = 1e-6, kAtol = 1e-8, kRtol = 1e-6;  // finite differences in double
-
-HostTensor<double> random_double(const course::Shape& shape, std::uint64_t seed, double lo = -1.0, double hi = 1.0) {
-  HostTensor<double> t(shape);
-  course::fill_random(t, seed, lo, hi);
-  return t;
-}
 
 HostTensor<double> vec(const std::vector<double>& v) {
   HostTensor<double> t({static_cast<std::int64_t>(v.size())});
@@ -39,23 +37,6 @@ HostTensor<double> vec(const std::vector<double>& v) {
   return t;
 }
 
-/// Logical values of `t`, row-major (what the gradient checker perturbs), and back.
-std::vector<double> flatten(const HostTensor<double>& t) {
-  std::vector<double> v;
-  t.for_each_index([&](const std::vector<std::int64_t>& i) { v.push_back(t.at(i)); });
-  return v;
-}
-HostTensor<double> unflatten(const HostTensor<double>& like, const std::vector<double>& v) {
-  HostTensor<double> t = like;
-  std::size_t k = 0;
-  t.for_each_index([&](const std::vector<std::int64_t>& i) { t.at(i) = v[k++]; });
-  return t;
-}
-double weighted_sum(const HostTensor<double>& w, const HostTensor<double>& y) {
-  double s = 0;
-  y.for_each_index([&](const std::vector<std::int64_t>& i) { s += w.at(i) * y.at(i); });
-  return s;
-}
 
 /// Checks `analytic` = dL/dx for L = loss(x) by central differences.
 void expect_gradient(const std::string& what, const HostTensor<double>& x,

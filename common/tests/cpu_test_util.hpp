@@ -3,6 +3,7 @@
 /// @brief Small helpers shared by the CPU tests of common/.
 
 #include "course/error.hpp"
+#include "course/random.hpp"
 #include "course/tensor.hpp"
 
 #include <gtest/gtest.h>
@@ -28,6 +29,33 @@ template <class T, class U>
 void copy_values(const HostTensor<T>& src, HostTensor<U>& dst) {
   ASSERT_EQ(src.shape(), dst.shape());
   src.for_each_index([&](const std::vector<std::int64_t>& idx) { dst.at(idx) = static_cast<U>(src.at(idx)); });
+}
+
+/// A double tensor of `shape` filled uniformly in [lo, hi) from `seed`.
+inline HostTensor<double> random_double(const Shape& shape, std::uint64_t seed, double lo = -1.0, double hi = 1.0) {
+  HostTensor<double> t(shape);
+  fill_random(t, seed, lo, hi);
+  return t;
+}
+
+/// Logical values of `t`, row-major (the vector a gradient checker perturbs).
+inline std::vector<double> flatten(const HostTensor<double>& t) {
+  std::vector<double> v;
+  t.for_each_index([&](const std::vector<std::int64_t>& i) { v.push_back(t.at(i)); });
+  return v;
+}
+/// A copy of `like` (same shape and strides) holding the values `v`.
+inline HostTensor<double> unflatten(const HostTensor<double>& like, const std::vector<double>& v) {
+  HostTensor<double> t = like;
+  std::size_t k = 0;
+  t.for_each_index([&](const std::vector<std::int64_t>& i) { t.at(i) = v[k++]; });
+  return t;
+}
+/// sum(W * Y) over logical indices: a scalar loss whose gradient with respect to Y is W.
+inline double weighted_sum(const HostTensor<double>& w, const HostTensor<double>& y) {
+  double s = 0;
+  y.for_each_index([&](const std::vector<std::int64_t>& i) { s += w.at(i) * y.at(i); });
+  return s;
 }
 
 }  // namespace course::testing
