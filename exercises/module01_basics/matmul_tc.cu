@@ -27,6 +27,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <string>
 
 namespace course::exercise {
 namespace {
@@ -167,6 +168,20 @@ __global__ void __launch_bounds__(mma_cfg::kThreads, 1)
   // TODO(step 2): items (1) - (5) above.
 }
 
+// TODO(step 2b): the options of TcMatmulArgs, in this order (the tests of each are in
+// module01_basics/tests/test_matmul_tc_options.cpp):
+//   (1) Output and epilogue: replace the plain fp32 store with one that adds bias[col],
+//       writes pre_gelu, applies course::cuda::gelu_tanh (course/cuda/gelu.cuh), adds the
+//       residual, accumulates into C or stores bf16 (c_bf16), in the order of the header.
+//       Pass the options to the kernel by value in one struct.
+//   (2) b_transposed (B stored N x K): copy B's slab as [BN][BK] (like A's) and load its
+//       fragments with plain ldmatrix_x4 instead of .trans.
+//   (3) a_transposed (A stored K x M): copy A's slab as [BK][BM] and load its fragments
+//       with ldmatrix_x4_trans. Make the layouts template parameters of the kernel.
+//   Then set kMmaSyncOptionsWritten = true.
+// Hints, one at a time: bash scripts/course.sh hint matmul_tc/mma_sync
+constexpr bool kMmaSyncOptionsWritten = false;
+
 void launch_mma_sync(const TcMatmulArgs& a) {
   // TODO(step 2): delete this line; call
   //   ::course::cuda::opt_in_dynamic_smem<matmul_tc_mma_sync_kernel>(mma_cfg::kSmemBytes),
@@ -184,6 +199,15 @@ void matmul_tc(TcMatmulStep step, const TcMatmulArgs& args) {
   require_arg(args.m < kLimit, "matmul_tc", "m", args.m, "must be < 2^30");
   require_arg(args.n < kLimit, "matmul_tc", "n", args.n, "must be < 2^30");
   require_arg(args.k < kLimit, "matmul_tc", "k", args.k, "must be < 2^30");
+  // Step 2b (after step 2 passes): TcMatmulArgs' options -- operand layouts, bf16 output
+  // and the epilogue (module01/matmul_tc.hpp, "Options for a linear layer"). Until you set
+  // kMmaSyncOptionsWritten, calls that use them report SKIPPED.
+  if (step != TcMatmulStep::mma_sync)
+    m01::require_no_options(args, std::string("matmul_tc step ") + step_name_in(m01::kTcMatmulSteps, step));
+  else if (m01::uses_options(args) && !kMmaSyncOptionsWritten)
+    throw NotImplemented(std::string("matmul_tc step mma_sync with TcMatmulArgs::") + m01::first_option(args) +
+                             " (step 2b)",
+                         __FILE__);
   switch (step) {
     case TcMatmulStep::wmma: launch_wmma(args); return;
     case TcMatmulStep::mma_sync: launch_mma_sync(args); return;

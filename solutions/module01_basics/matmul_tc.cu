@@ -36,6 +36,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 namespace course::solution {
@@ -44,10 +45,10 @@ namespace {
 using m01::TcMatmulArgs;
 using m01::TcMatmulStep;
 using bf16 = __nv_bfloat16;
+using tc_parts::Epilogue;
 using tc_parts::grid_blocks;
 using tc_parts::grouped_tile;
 using tc_parts::kGroupM;
-using tc_parts::store_pair;
 
 // ============================================================================
 // Step 1: wmma.
@@ -219,6 +220,15 @@ void launch_wmma(const TcMatmulArgs& a) {
 //   * Tiles: block 128x256x32, 8 warps as 2 (M) x 4 (N), warp tile 64x64 =
 //     4 (m16) x 8 (n8) mma tiles = 128 fp32 accumulators per thread. A warp issues
 //     4 + 4 ldmatrix.x4 and 32 mma per k16 step.
+//   * Options (matmul_tc.hpp): a stored-transposed operand changes which dimension of
+//     its shared-memory tile is contiguous (A^T: [BK][BM], B^T: [BN][BK]) and so whether
+//     its fragments come from plain ldmatrix or .trans (ATile, BTile); one kernel per
+//     layout. The epilogue (bias, GELU, residual, bf16 or fp32 output, accumulate) runs
+//     on values staged through shared memory, four columns per lane (Epilogue::store4).
+//     On the development H100 the plain product kept its ratio to cuBLAS (0.69 at 8192^3,
+//     0.66 at 8192x8192x1024); a first version that applied the options straight from the
+//     64 register pairs, fully unrolled, fell to 0.47 and 0.20: its ~10 k instructions of
+//     epilogue overflowed the instruction cache.
 // Shared memory per stage: A 128x32x2 = 8 KB + B 32x256x2 = 16 KB = 24 KB;
 // 4 stages = 96 KB (dynamic: opted in by course::cuda::opt_in_dynamic_smem).
 // Occupancy: ~250 registers x 256 threads -> 1 block (8 warps, 2 per scheduler) per SM.
@@ -245,25 +255,15 @@ struct MmaConfig {
   static constexpr int kMTiles = kWM / 16;      // m16 mma tiles per warp
   static constexpr int kNTiles = kWN / 8;       // n8 mma tiles per warp
   static constexpr int kKSteps = BK / 16;       // k16 steps per slab
-  static constexpr int kChunksA = BK / 8;       // 16-byte chunks per A row in shared memory
-  static constexpr int kChunksB = BN / 8;       // ... per B row
   static constexpr int kStageA = BM * BK;       // bf16 elements of one A stage
   static constexpr int kStageB = BK * BN;
   static constexpr int kSmemBytes = Stages * (kStageA + kStageB) * static_cast<int>(sizeof(bf16));
-  // Per thread, per slab: kItersA chunks of A and kItersB of B; the rows a thread
-  // copies are kRowStepA (kRowStepB) apart and its chunk column never changes.
-  static constexpr int kItersA = BM * kChunksA / kThreads;
-  static constexpr int kItersB = BK * kChunksB / kThreads;
-  static constexpr int kRowStepA = kThreads / kChunksA;
-  static constexpr int kRowStepB = kThreads / kChunksB;
-
+  // How each thread copies its chunks of a slab: TileCopier (per operand and layout).
   static_assert(kWM * kWarpsM == BM && kWN * kWarpsN == BN, "warps must tile the block tile");
   static_assert(kWM % 16 == 0 && kWN % 16 == 0, "warp tile must be a multiple of 16x16");
-  static_assert(BK % 16 == 0 && kChunksA >= 2, "BK must be a multiple of 16");
-  static_assert(kThreads % kChunksA == 0 && kThreads % kChunksB == 0, "a thread keeps its chunk column");
-  static_assert(BM * kChunksA % kThreads == 0 && BK * kChunksB % kThreads == 0, "whole chunks per thread");
-  static_assert(kRowStepA % 8 == 0 && kRowStepB % 8 == 0, "the swizzle pattern repeats every 8 rows");
+  static_assert(BK % 16 == 0 && BK / 8 >= 2, "BK must be a multiple of 16");
   static_assert(Stages >= 2, "a pipeline needs at least two stages");
+  static_assert(kWarpsM * kWarpsN * 16 * (kWN + 8) * 4 <= kSmemBytes, "the epilogue's patches reuse the stages");
   static_assert(kKSteps % 2 == 0, "fragment buffers alternate: an even number of k-steps per slab");
 };
 using MmaCfg = MmaConfig<128, 256, 32, 2, 4, 4>;
@@ -278,80 +278,133 @@ using ::course::cuda::mma_m16n8k16_bf16_f32;
 using ::course::cuda::smem_u32;
 using ::course::cuda::swizzle_chunk;
 
-/// Per-thread state of the global -> shared copies. A thread always copies the same
-/// chunk column of A (a K position) and of B (an N position), in kItersA (kItersB)
-/// rows kRowStepA (kRowStepB) apart. So all addressing is set up once, and each slab
-/// only advances two offsets; predicates are evaluated only on edge slabs.
-template <class Cfg>
-struct SlabCopier {
-  std::int64_t a_off = 0;       // element offset of A[m0 + a_row][k0 + a_col]
-  std::int64_t b_off = 0;       // element offset of B[k0 + b_row][n0 + b_col]
-  std::int64_t a_row_step = 0;  // lda * kRowStepA
-  std::int64_t b_row_step = 0;  // ldb * kRowStepB
-  std::int64_t b_slab_step = 0; // ldb * BK
-  unsigned a_dst = 0, b_dst = 0;  // byte offsets of this thread's chunks in a stage (swizzled)
-  int a_col = 0, b_row = 0;       // K position of this thread's chunks within a slab
-  int a_rows_left = 0;            // M - (m0 + a_row): copy i is in range iff i*kRowStepA < a_rows_left
-  int b_cols_left = 0;            // N - (n0 + b_col)
-  bool interior = false;          // the whole block tile lies inside M x N
+/// Per-thread state of the global -> shared copies of ONE operand. A slab of an operand
+/// is a tile of kRows rows x kChunks 16-byte chunks of a row-major matrix: A[BM][BK] and
+/// B[BK][BN] in the plain layouts, A^T's [BK][BM] and B^T's [BN][BK] when an operand is
+/// stored transposed (a_transposed, b_transposed). The K dimension runs along the tile's
+/// rows (kKAlongRows) or along its chunks. A thread always copies the same chunk column,
+/// in kIters rows kRowStep apart, so all addressing is set up once and each slab only
+/// advances one offset; predicates are evaluated only on edge slabs.
+template <int kRows, int kChunks, int kThreads, int kBK, bool kKAlongRows>
+struct TileCopier {
+  static constexpr int kIters = kRows * kChunks / kThreads;
+  static constexpr int kRowStep = kThreads / kChunks;
+  static_assert(kRows * kChunks % kThreads == 0 && kThreads % kChunks == 0, "whole chunks per thread");
+  static_assert(kRowStep % 8 == 0, "the swizzle pattern repeats every 8 rows");
 
-  __device__ __forceinline__ void init(int M, int N, std::int64_t lda, std::int64_t ldb, int m0, int n0) {
-    const int tid = threadIdx.x;
-    const int a_row = tid / Cfg::kChunksA, a_chunk = tid % Cfg::kChunksA;
-    const int b_chunk = tid % Cfg::kChunksB;
-    b_row = tid / Cfg::kChunksB;
-    a_col = a_chunk * 8;
-    a_off = static_cast<std::int64_t>(m0 + a_row) * lda + a_col;
-    b_off = static_cast<std::int64_t>(b_row) * ldb + n0 + b_chunk * 8;
-    a_row_step = lda * Cfg::kRowStepA;
-    b_row_step = ldb * Cfg::kRowStepB;
-    b_slab_step = ldb * Cfg::kBK;
-    // The row steps are multiples of 8, so every copy i has the swizzle of row 0.
-    a_dst = (a_row * Cfg::kBK + swizzle_chunk<Cfg::kChunksA>(a_row, a_chunk) * 8) * 2;
-    b_dst = (b_row * Cfg::kBN + swizzle_chunk<Cfg::kChunksB>(b_row, b_chunk) * 8) * 2;
-    a_rows_left = M - (m0 + a_row);
-    b_cols_left = N - (n0 + b_chunk * 8);
-    interior = m0 + Cfg::kBM <= M && n0 + Cfg::kBN <= N;
+  std::int64_t off = 0;        // element offset of this thread's first chunk of the current slab
+  std::int64_t row_step = 0;   // ld * kRowStep
+  std::int64_t slab_step = 0;  // ld * kBK (K along rows) or kBK (K along the chunks)
+  unsigned dst = 0;            // byte offset of this thread's first chunk in a stage (swizzled)
+  int rows_left = 0;           // matrix rows from this thread's first row on
+  int cols_left = 0;           // matrix columns from this thread's first column on
+
+  /// The tile's first element is (row0, col0) of a rows x cols matrix with row stride ld.
+  __device__ __forceinline__ void init(int row0, int col0, int rows, int cols, std::int64_t ld) {
+    const int row = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
+    off = static_cast<std::int64_t>(row0 + row) * ld + col0 + chunk * 8;
+    row_step = ld * kRowStep;
+    slab_step = kKAlongRows ? ld * kBK : kBK;
+    dst = (row * kChunks * 8 + swizzle_chunk<kChunks>(row, chunk) * 8) * 2;
+    rows_left = rows - (row0 + row);
+    cols_left = cols - (col0 + chunk * 8);
   }
 
-  /// Issue the copies of the slab starting at k0 into the stage at (sA, sB), then advance
-  /// to the next slab. kChecked = false: the slab lies entirely inside A and B (an
-  /// interior block, a full K slab), so every chunk is a plain 16-byte copy.
-  /// kChecked = true: an edge slab; read only what is in range, zero-fill the rest.
+  /// Issue the copies of the current slab into the stage at byte address `stage`, then
+  /// advance to the next slab. kChecked = false: the slab lies entirely inside the matrix,
+  /// so every chunk is a plain 16-byte copy. kChecked = true: an edge slab; read only what
+  /// is in range and zero-fill the rest (an out-of-range chunk passes a valid address, the
+  /// matrix base, with 0 bytes).
   template <bool kChecked>
-  __device__ __forceinline__ void copy(unsigned sA, unsigned sB, const bf16* A, const bf16* B, int K, int k0) {
-    constexpr unsigned kDstStepA = Cfg::kRowStepA * Cfg::kBK * 2;
-    constexpr unsigned kDstStepB = Cfg::kRowStepB * Cfg::kBN * 2;
+  __device__ __forceinline__ void copy(unsigned stage, const bf16* base) {
+    constexpr unsigned kDstStep = kRowStep * kChunks * 16;
     if constexpr (!kChecked) {
 #pragma unroll
-      for (int i = 0; i < Cfg::kItersA; ++i) cp_async_16_zfill(sA + a_dst + i * kDstStepA, A + a_off + i * a_row_step, 16);
-#pragma unroll
-      for (int i = 0; i < Cfg::kItersB; ++i) cp_async_16_zfill(sB + b_dst + i * kDstStepB, B + b_off + i * b_row_step, 16);
+      for (int i = 0; i < kIters; ++i) cp_async_16_zfill(stage + dst + i * kDstStep, base + off + i * row_step, 16);
     } else {
-      // An out-of-range chunk still passes a valid address (the matrix base) with 0 bytes.
-      const int a_bytes = max(0, min(K - (k0 + a_col), 8)) * 2;  // valid bytes along K
+      const int bytes = max(0, min(cols_left, 8)) * 2;  // valid bytes of this thread's chunk
 #pragma unroll
-      for (int i = 0; i < Cfg::kItersA; ++i) {
-        const bool ok = i * Cfg::kRowStepA < a_rows_left && a_bytes > 0;
-        cp_async_16_zfill(sA + a_dst + i * kDstStepA, ok ? A + a_off + i * a_row_step : A, ok ? a_bytes : 0);
-      }
-      const int b_bytes = max(0, min(b_cols_left, 8)) * 2;  // valid bytes along N
-#pragma unroll
-      for (int i = 0; i < Cfg::kItersB; ++i) {
-        const bool ok = k0 + b_row + i * Cfg::kRowStepB < K && b_bytes > 0;
-        cp_async_16_zfill(sB + b_dst + i * kDstStepB, ok ? B + b_off + i * b_row_step : B, ok ? b_bytes : 0);
+      for (int i = 0; i < kIters; ++i) {
+        const bool ok = i * kRowStep < rows_left && bytes > 0;
+        cp_async_16_zfill(stage + dst + i * kDstStep, ok ? base + off + i * row_step : base, ok ? bytes : 0);
       }
     }
-    a_off += Cfg::kBK;
-    b_off += b_slab_step;
+    off += slab_step;
+    if constexpr (kKAlongRows) rows_left -= kBK;
+    else cols_left -= kBK;
   }
 };
 
-template <class Cfg>
+/// The shared-memory tile of A (kTrans: stored K x M) or B (kTrans: stored N x K) and how
+/// its mma fragments come out of it. Plain A [BM][BK] and transposed B [BN][BK] are
+/// K-contiguous: their 8x8 blocks are already in the orientation mma.sync wants (A "row",
+/// B "col"), so a plain ldmatrix fills the fragment. Plain B [BK][BN] and transposed A
+/// [BK][BM] are M/N-contiguous: ldmatrix .trans transposes each 8x8 block on the way.
+template <class Cfg, bool kTrans>
+struct ATile {
+  static constexpr int kRows = kTrans ? Cfg::kBK : Cfg::kBM;
+  static constexpr int kChunks = (kTrans ? Cfg::kBM : Cfg::kBK) / 8;
+  using Copier = TileCopier<kRows, kChunks, Cfg::kThreads, Cfg::kBK, kTrans>;
+  unsigned lds[kTrans ? Cfg::kMTiles : Cfg::kKSteps];  // ldmatrix byte offsets (see init)
+
+  /// Lane l supplies the address of row l % 8 of 8x8 matrix l / 8; registers 0-3 of the
+  /// fragment are (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
+  __device__ __forceinline__ void init(int warp_m, int lane) {
+    const int q = lane / 8;
+    if constexpr (!kTrans) {  // row m = lane % 16, k-chunk 2 ks + lane / 16; tile mt adds 16 rows
+      const int row = warp_m * Cfg::kWM + lane % 16;
+#pragma unroll
+      for (int ks = 0; ks < Cfg::kKSteps; ++ks)
+        lds[ks] = (row * Cfg::kBK + swizzle_chunk<kChunks>(row, 2 * ks + lane / 16) * 8) * 2;
+    } else {  // k row (q / 2) * 8 + lane % 8, m-chunk of tile mt + q % 2; step ks adds 16 k rows
+      const int krow = (q / 2) * 8 + lane % 8;
+#pragma unroll
+      for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
+        const int chunk = (warp_m * Cfg::kWM + mt * 16) / 8 + q % 2;
+        lds[mt] = (krow * Cfg::kBM + swizzle_chunk<kChunks>(krow, chunk) * 8) * 2;
+      }
+    }
+  }
+  __device__ __forceinline__ void load(unsigned (&frag)[4], unsigned stage, int ks, int mt) const {
+    if constexpr (!kTrans) ldmatrix_x4(frag, stage + lds[ks] + mt * 16 * Cfg::kBK * 2);
+    else ldmatrix_x4_trans(frag, stage + lds[mt] + ks * 16 * Cfg::kBM * 2);
+  }
+};
+
+template <class Cfg, bool kTrans>
+struct BTile {
+  static constexpr int kRows = kTrans ? Cfg::kBN : Cfg::kBK;
+  static constexpr int kChunks = (kTrans ? Cfg::kBK : Cfg::kBN) / 8;
+  using Copier = TileCopier<kRows, kChunks, Cfg::kThreads, Cfg::kBK, !kTrans>;
+  unsigned lds[kTrans ? Cfg::kKSteps : Cfg::kNTiles / 2];
+
+  /// One ldmatrix_x4 fills two n8 tiles: registers (b0b1, b2b3) of tile 2p, then of 2p+1.
+  __device__ __forceinline__ void init(int warp_n, int lane) {
+    const int q = lane / 8;
+    if constexpr (!kTrans) {  // k row lane % 16, n-chunk 2 p + lane / 16; step ks adds 16 k rows
+      const int krow = lane % 16;
+#pragma unroll
+      for (int p = 0; p < Cfg::kNTiles / 2; ++p) {
+        const int chunk = warp_n * (Cfg::kWN / 8) + 2 * p + lane / 16;
+        lds[p] = (krow * Cfg::kBN + swizzle_chunk<kChunks>(krow, chunk) * 8) * 2;
+      }
+    } else {  // n row (q / 2) * 8 + lane % 8, k-chunk 2 ks + q % 2; pair p adds 16 n rows
+      const int nrow = warp_n * Cfg::kWN + (q / 2) * 8 + lane % 8;
+#pragma unroll
+      for (int ks = 0; ks < Cfg::kKSteps; ++ks)
+        lds[ks] = (nrow * Cfg::kBK + swizzle_chunk<kChunks>(nrow, 2 * ks + q % 2) * 8) * 2;
+    }
+  }
+  __device__ __forceinline__ void load(unsigned (&r)[4], unsigned stage, int ks, int p) const {
+    if constexpr (!kTrans) ldmatrix_x4_trans(r, stage + lds[p] + ks * 16 * Cfg::kBN * 2);
+    else ldmatrix_x4(r, stage + lds[ks] + p * 16 * Cfg::kBK * 2);
+  }
+};
+
+template <class Cfg, bool kATrans, bool kBTrans>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
-    matmul_tc_mma_sync_kernel(const bf16* __restrict__ A, const bf16* __restrict__ B, float* __restrict__ C,
-                              int M, int N, int K, std::int64_t lda, std::int64_t ldb, std::int64_t ldc,
-                              int tiles_m, int tiles_n, bool vec_store_ok) {
+    matmul_tc_mma_sync_kernel(const bf16* __restrict__ A, const bf16* __restrict__ B, int M, int N, int K,
+                              std::int64_t lda, std::int64_t ldb, int tiles_m, int tiles_n, const Epilogue epilogue) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   // Stages: kStages x A[BM][BK], then kStages x B[BK][BN], addressed in bytes.
   const unsigned smem_a = smem_u32(smem_raw);
@@ -371,36 +424,32 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   // Prologue: start the copies of the first kStages-1 slabs. A group is committed even
   // when empty, so "commit group g holds slab g" stays true for every wait below.
-  SlabCopier<Cfg> copier;
-  copier.init(M, N, lda, ldb, m0, n0);
+  using TileA = ATile<Cfg, kATrans>;
+  using TileB = BTile<Cfg, kBTrans>;
+  typename TileA::Copier copy_a;
+  typename TileB::Copier copy_b;
+  // Stored shapes: A is M x K (K x M transposed), B is K x N (N x K transposed).
+  if constexpr (!kATrans) copy_a.init(m0, 0, M, K, lda);
+  else copy_a.init(0, m0, K, M, lda);
+  if constexpr (!kBTrans) copy_b.init(0, n0, K, N, ldb);
+  else copy_b.init(n0, 0, N, K, ldb);
+  const bool interior = m0 + Cfg::kBM <= M && n0 + Cfg::kBN <= N;  // the whole block tile lies inside C
+  auto copy_slab = [&](int stage, auto checked) {
+    constexpr bool kChecked = decltype(checked)::value;
+    copy_a.template copy<kChecked>(smem_a + stage * kStageBytesA, A);
+    copy_b.template copy<kChecked>(smem_b + stage * kStageBytesB, B);
+  };
 #pragma unroll
   for (int s = 0; s < Cfg::kStages - 1; ++s) {
-    if (s < k_tiles)
-      copier.template copy<true>(smem_a + s * kStageBytesA, smem_b + s * kStageBytesB, A, B, K, s * Cfg::kBK);
+    if (s < k_tiles) copy_slab(s, std::true_type{});
     cp_async_commit();
   }
 
-  // Per-thread byte offsets of the ldmatrix row addresses inside a stage.
-  //   A (x4): lanes 0-15 address rows 0-15 of an m16 tile at k-chunk 2*ks, lanes 16-31
-  //     the same rows at k-chunk 2*ks+1: registers = a0a1, a2a3, a4a5, a6a7 of the
-  //     fragment. Tile mt adds mt*16 rows (same swizzle: 16 is a multiple of 8).
-  //   B (x4.trans): lanes 0-15 address k-rows 0-15 of n-chunk j, lanes 16-31 the same
-  //     k-rows of n-chunk j+1: registers = (b0b1, b2b3) of n8 tile j, then of tile j+1.
-  //     Step ks adds 16 k-rows (same swizzle).
-  unsigned a_lds[Cfg::kKSteps];
-  unsigned b_lds[Cfg::kNTiles / 2];
-  {
-    const int row = warp_m * Cfg::kWM + lane % 16;
-#pragma unroll
-    for (int ks = 0; ks < Cfg::kKSteps; ++ks)
-      a_lds[ks] = (row * Cfg::kBK + swizzle_chunk<Cfg::kChunksA>(row, 2 * ks + lane / 16) * 8) * 2;
-    const int krow = lane % 16;
-#pragma unroll
-    for (int p = 0; p < Cfg::kNTiles / 2; ++p) {
-      const int chunk = warp_n * (Cfg::kWN / 8) + 2 * p + lane / 16;
-      b_lds[p] = (krow * Cfg::kBN + swizzle_chunk<Cfg::kChunksB>(krow, chunk) * 8) * 2;
-    }
-  }
+  // Per-thread byte offsets of the ldmatrix row addresses inside a stage (ATile, BTile).
+  TileA tile_a;
+  TileB tile_b;
+  tile_a.init(warp_m, lane);
+  tile_b.init(warp_n, lane);
 
   float acc[Cfg::kMTiles][Cfg::kNTiles][4];
   unsigned a_frag[2][Cfg::kMTiles][4];
@@ -408,11 +457,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // Fragments of k-step ks of the stage at (sA, sB) into register buffer `buf`.
   auto load_fragments = [&](unsigned sA, unsigned sB, int ks, int buf) {
 #pragma unroll
-    for (int mt = 0; mt < Cfg::kMTiles; ++mt) ldmatrix_x4(a_frag[buf][mt], sA + a_lds[ks] + mt * 16 * Cfg::kBK * 2);
+    for (int mt = 0; mt < Cfg::kMTiles; ++mt) tile_a.load(a_frag[buf][mt], sA, ks, mt);
 #pragma unroll
     for (int p = 0; p < Cfg::kNTiles / 2; ++p) {
       unsigned r[4];
-      ldmatrix_x4_trans(r, sB + b_lds[p] + ks * 16 * Cfg::kBN * 2);
+      tile_b.load(r, sB, ks, p);
       b_frag[buf][2 * p][0] = r[0];
       b_frag[buf][2 * p][1] = r[1];
       b_frag[buf][2 * p + 1][0] = r[2];
@@ -456,9 +505,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         //    kt+kStages-1. Every warp finished reading it before the last barrier.
         if (ks == 0) {
           const int next = kt + Cfg::kStages - 1;
-          if (next < k_tiles)
-            copier.template copy<kChecked>(smem_a + write_stage * kStageBytesA,
-                                           smem_b + write_stage * kStageBytesB, A, B, K, next * Cfg::kBK);
+          if (next < k_tiles) copy_slab(write_stage, std::integral_constant<bool, kChecked>{});
           cp_async_commit();
           write_stage = write_stage + 1 == Cfg::kStages ? 0 : write_stage + 1;
         }
@@ -481,7 +528,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
     }
   };
-  if (copier.interior) {
+  if (interior) {
     // Unchecked while the slab being copied (kt + kStages-1) is a full K slab.
     const int steady_end = min(k_tiles, max(0, K / Cfg::kBK - (Cfg::kStages - 1)));
     run_slabs(0, steady_end, std::false_type{});
@@ -490,33 +537,58 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     run_slabs(0, k_tiles, std::true_type{});
   }
 
-  // Epilogue straight from registers: c0,c1 at (lane/4, 2*(lane%4) + {0,1}) of each
-  // 16x8 tile, c2,c3 eight rows below.
+  // Epilogue through shared memory, one m16 slice of the warp tile at a time: the
+  // accumulators go to the warp's own [16][kWN + 8] fp32 patch (c0,c1 at (lane/4,
+  // 2*(lane%4) + {0,1}) of each 16x8 tile, c2,c3 eight rows below; the 8-float pad makes
+  // the float2 writes conflict-free), then the warp reads it back four columns per lane
+  // and Epilogue::store4 applies bias, GELU, residual and the output dtype with 16-byte
+  // loads and stores (2 full rows of 64 columns per warp instruction). The read-back loop
+  // stays rolled: one copy of the epilogue code per slice instead of one per register pair.
+  constexpr int kPatchLd = Cfg::kWN + 8;
+  cp_async_wait<0>();  // no copy may outlive the block (the trailing groups are empty)
+  __syncthreads();     // every warp is done with the pipeline stages: their memory is reused
+  float* patch = reinterpret_cast<float*>(smem_raw) + warp * 16 * kPatchLd;
 #pragma unroll
   for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
-    const int row = m0 + warp_m * Cfg::kWM + mt * 16 + lane / 4;
 #pragma unroll
     for (int nt = 0; nt < Cfg::kNTiles; ++nt) {
-      const int col = n0 + warp_n * Cfg::kWN + nt * 8 + (lane % 4) * 2;
-      store_pair(C, M, N, ldc, vec_store_ok, row, col, acc[mt][nt][0], acc[mt][nt][1]);
-      store_pair(C, M, N, ldc, vec_store_ok, row + 8, col, acc[mt][nt][2], acc[mt][nt][3]);
+      float* at = patch + (lane / 4) * kPatchLd + nt * 8 + (lane % 4) * 2;
+      *reinterpret_cast<float2*>(at) = make_float2(acc[mt][nt][0], acc[mt][nt][1]);
+      *reinterpret_cast<float2*>(at + 8 * kPatchLd) = make_float2(acc[mt][nt][2], acc[mt][nt][3]);
     }
+    __syncwarp();
+    constexpr int kQuadsPerRow = Cfg::kWN / 4;
+#pragma unroll 1
+    for (int i = lane; i < 16 * kQuadsPerRow; i += 32) {
+      const int r = i / kQuadsPerRow, q = i % kQuadsPerRow;
+      const float4 v = *reinterpret_cast<const float4*>(patch + r * kPatchLd + q * 4);
+      epilogue.store4(m0 + warp_m * Cfg::kWM + mt * 16 + r, n0 + warp_n * Cfg::kWN + q * 4, v);
+    }
+    __syncwarp();  // the patch is rewritten by the next slice
   }
-  cp_async_wait<0>();  // no copy may outlive the block (the trailing groups are empty)
 }
 
-void launch_mma_sync(const TcMatmulArgs& a) {
+template <bool kATrans, bool kBTrans>
+void launch_mma_sync_layout(const TcMatmulArgs& a) {
   using Cfg = MmaCfg;
   const int tiles_m = static_cast<int>((a.m + Cfg::kBM - 1) / Cfg::kBM);
   const int tiles_n = static_cast<int>((a.n + Cfg::kBN - 1) / Cfg::kBN);
   const unsigned tiles = grid_blocks(a.m, a.n, Cfg::kBM, Cfg::kBN, "matmul_tc(mma_sync)");
-  const bool vec_ok = tc_parts::vec2_store_ok(a);
-  constexpr auto kernel = matmul_tc_mma_sync_kernel<Cfg>;
+  constexpr auto kernel = matmul_tc_mma_sync_kernel<Cfg, kATrans, kBTrans>;
   ::course::cuda::opt_in_dynamic_smem<kernel>(Cfg::kSmemBytes);  // 96 KB: more than the 48 KB default
-  kernel<<<tiles, Cfg::kThreads, Cfg::kSmemBytes, a.stream>>>(
-      a.a, a.b, a.c, static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), a.lda, a.ldb, a.ldc,
-      tiles_m, tiles_n, vec_ok);
+  kernel<<<tiles, Cfg::kThreads, Cfg::kSmemBytes, a.stream>>>(a.a, a.b, static_cast<int>(a.m), static_cast<int>(a.n),
+                                                              static_cast<int>(a.k), a.lda, a.ldb, tiles_m, tiles_n,
+                                                              tc_parts::Epilogue::from(a));
   COURSE_CHECK_LAUNCH("matmul_tc_mma_sync_kernel");
+}
+
+/// One kernel per operand layout (the layouts change the tile shapes and ldmatrix forms at
+/// compile time); the epilogue options are runtime flags of tc_parts::Epilogue.
+void launch_mma_sync(const TcMatmulArgs& a) {
+  if (!a.a_transposed && !a.b_transposed) launch_mma_sync_layout<false, false>(a);
+  else if (!a.a_transposed) launch_mma_sync_layout<false, true>(a);
+  else if (!a.b_transposed) launch_mma_sync_layout<true, false>(a);
+  else launch_mma_sync_layout<true, true>(a);
 }
 
 }  // namespace
@@ -524,6 +596,10 @@ void launch_mma_sync(const TcMatmulArgs& a) {
 void matmul_tc(TcMatmulStep step, const TcMatmulArgs& args) {
   m01::validate_tc_matmul_args(args, "matmul_tc");
   tc_parts::require_int_sizes(args, "matmul_tc");
+  // Only mma_sync takes TcMatmulArgs' options (layouts, bf16 output, epilogue) so far;
+  // the other steps name the first option they are given.
+  if (step != TcMatmulStep::mma_sync)
+    m01::require_no_options(args, std::string("matmul_tc step ") + step_name_in(m01::kTcMatmulSteps, step));
   switch (step) {
     case TcMatmulStep::wmma: launch_wmma(args); return;
     case TcMatmulStep::mma_sync: launch_mma_sync(args); return;

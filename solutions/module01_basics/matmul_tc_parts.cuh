@@ -3,12 +3,15 @@
 /// @brief What the two translation units of the tensor-core matmul ladder share:
 /// matmul_tc.cu (steps 1-2: wmma, mma_sync) and matmul_tc_hopper.cu (steps 3-6: wgmma,
 /// tma_warp_specialized, persistent, cluster_multicast). Tile order, the masked
-/// epilogue store, launch helpers, and the Hopper steps' launchers.
+/// epilogue store (plain, and with TcMatmulArgs' options), launch helpers, and the Hopper
+/// steps' launchers.
 
 #include "module01/matmul_tc.hpp"
 
+#include "course/cuda/gelu.cuh"
 #include "course/error.hpp"
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -67,6 +70,106 @@ __device__ __forceinline__ void store_pair(float* C, int M, int N, std::int64_t 
 inline bool vec2_store_ok(const m01::TcMatmulArgs& a) {
   return a.ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(a.c) % 8 == 0;
 }
+
+/// The epilogue of the steps that take TcMatmulArgs' options (mma_sync), applied to four
+/// horizontally adjacent fp32 accumulators (row, col .. col+3) in the order of
+/// matmul_tc.hpp: bias, pre_gelu, GELU, residual, store (or accumulate) as fp32 or bf16.
+/// Passed to the kernel by value. The kernel calls it from a rolled loop over values staged
+/// in shared memory, so its code exists a few times, not once per accumulator register: a
+/// fully unrolled epilogue of this size (64 register pairs per thread, each with every
+/// option's branches) is ~10 k instructions, more than the instruction cache holds, and the
+/// warps then wait on instruction fetches from L2 (measured: +1 ms per 8192^2 outputs).
+struct Epilogue {
+  float* c = nullptr;
+  __nv_bfloat16* c_bf16 = nullptr;
+  __nv_bfloat16* pre_gelu = nullptr;
+  const float* bias = nullptr;
+  const void* residual = nullptr;
+  std::int64_t ldc = 0, ldr = 0;
+  int m = 0, n = 0;
+  bool gelu = false, accumulate = false;
+  bool quads_ok = false;  // four in-range values may be loaded and stored as one 16- or 8-byte access
+
+  static Epilogue from(const m01::TcMatmulArgs& a) {
+    Epilogue e;
+    e.c = a.c;
+    e.c_bf16 = a.c_bf16;
+    e.pre_gelu = a.epilogue.pre_gelu;
+    e.bias = a.epilogue.bias;
+    e.residual = a.epilogue.residual;
+    e.ldc = a.ldc;
+    e.ldr = a.epilogue.ldr;
+    e.m = static_cast<int>(a.m);
+    e.n = static_cast<int>(a.n);
+    e.gelu = a.epilogue.gelu;
+    e.accumulate = a.epilogue.accumulate;
+    // Columns come in multiples of 4, so a quad is aligned when every base is aligned to a
+    // quad's size and every leading dimension is a multiple of 4.
+    const auto aligned = [](const void* p, unsigned bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; };
+    const unsigned out_quad = a.c ? 16u : 8u;
+    e.quads_ok = a.ldc % 4 == 0 && aligned(a.c, 16) && aligned(a.c_bf16, 8) && aligned(e.pre_gelu, 8) &&
+                 aligned(e.bias, 16) && (e.residual == nullptr || (e.ldr % 4 == 0 && aligned(e.residual, out_quad)));
+    return e;
+  }
+
+  /// Values (row, col .. col + 3), col a multiple of 4; columns past n are dropped.
+  __device__ __forceinline__ void store4(int row, int col, float4 v) const {
+    if (row >= m || col >= n) return;
+    if (!(quads_ok && col + 3 < n)) {  // the right edge, or unaligned rows: one value at a time
+      store1(row, col, v.x);
+      if (col + 1 < n) store1(row, col + 1, v.y);
+      if (col + 2 < n) store1(row, col + 2, v.z);
+      if (col + 3 < n) store1(row, col + 3, v.w);
+      return;
+    }
+    const std::int64_t at = static_cast<std::int64_t>(row) * ldc + col;
+    if (bias) {
+      const float4 b = __ldg(reinterpret_cast<const float4*>(bias + col));
+      v.x += b.x, v.y += b.y, v.z += b.z, v.w += b.w;
+    }
+    if (pre_gelu) *reinterpret_cast<uint2*>(pre_gelu + at) = pack_bf16x4(v);
+    if (gelu) {
+      v.x = ::course::cuda::gelu_tanh(v.x), v.y = ::course::cuda::gelu_tanh(v.y);
+      v.z = ::course::cuda::gelu_tanh(v.z), v.w = ::course::cuda::gelu_tanh(v.w);
+    }
+    const std::int64_t r_at = static_cast<std::int64_t>(row) * ldr + col;
+    if (c) {
+      if (residual) add(v, *reinterpret_cast<const float4*>(static_cast<const float*>(residual) + r_at));
+      if (accumulate) add(v, *reinterpret_cast<const float4*>(c + at));
+      *reinterpret_cast<float4*>(c + at) = v;
+    } else {
+      if (residual) add(v, unpack_bf16x4(*reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(residual) + r_at)));
+      *reinterpret_cast<uint2*>(c_bf16 + at) = pack_bf16x4(v);
+    }
+  }
+
+ private:
+  __device__ __forceinline__ void store1(int row, int col, float v) const {
+    const std::int64_t at = static_cast<std::int64_t>(row) * ldc + col;
+    if (bias) v += bias[col];
+    if (pre_gelu) pre_gelu[at] = __float2bfloat16(v);
+    if (gelu) v = ::course::cuda::gelu_tanh(v);
+    const std::int64_t r_at = static_cast<std::int64_t>(row) * ldr + col;
+    if (c) {
+      if (residual) v += static_cast<const float*>(residual)[r_at];
+      if (accumulate) v += c[at];
+      c[at] = v;
+    } else {
+      if (residual) v += __bfloat162float(static_cast<const __nv_bfloat16*>(residual)[r_at]);
+      c_bf16[at] = __float2bfloat16(v);
+    }
+  }
+  __device__ __forceinline__ static void add(float4& v, float4 w) { v.x += w.x, v.y += w.y, v.z += w.z, v.w += w.w; }
+  __device__ __forceinline__ static uint2 pack_bf16x4(float4 v) {
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+    return make_uint2(*reinterpret_cast<const unsigned*>(&lo), *reinterpret_cast<const unsigned*>(&hi));
+  }
+  __device__ __forceinline__ static float4 unpack_bf16x4(uint2 u) {
+    const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+    const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
+  }
+};
 
 /// The Hopper steps (matmul_tc_hopper.cu). Each throws course::Unsupported unless the GPU
 /// is a Hopper (compute capability 9.0) and the binary carries sm_90a code.

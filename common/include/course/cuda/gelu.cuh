@@ -1,0 +1,29 @@
+#pragma once
+/// @file gelu.cuh
+/// @brief GELU in GPT-2's tanh approximation, on the device: the one home of its formula
+/// (module 1's tensor-core epilogue, module 4's GELU ladder and the GPT trainer use it).
+///
+///     gelu(x)  = x/2 * (1 + tanh(u)),    u = sqrt(2/pi) * (x + 0.044715 x^3)
+///     gelu'(x) = (1 + tanh(u))/2 + x/2 * (1 - tanh(u)^2) * sqrt(2/pi) * (1 + 3 * 0.044715 x^2)
+///
+/// The CPU reference is course::ref::gelu_tanh (common/src/reference_transformer.cpp).
+
+namespace course::cuda {
+
+inline constexpr float kGeluSqrt2OverPi = 0.7978845608028654f;  // sqrt(2 / pi)
+inline constexpr float kGeluCubic = 0.044715f;
+
+/// gelu(x), tanh approximation (torch.nn.functional.gelu(x, approximate="tanh")).
+__device__ __forceinline__ float gelu_tanh(float x) {
+  const float u = kGeluSqrt2OverPi * (x + kGeluCubic * x * x * x);
+  return 0.5f * x * (1.f + tanhf(u));
+}
+
+/// d gelu / dx at x.
+__device__ __forceinline__ float gelu_tanh_grad(float x) {
+  const float u = kGeluSqrt2OverPi * (x + kGeluCubic * x * x * x);
+  const float t = tanhf(u);
+  return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kGeluSqrt2OverPi * (1.f + 3.f * kGeluCubic * x * x);
+}
+
+}  // namespace course::cuda

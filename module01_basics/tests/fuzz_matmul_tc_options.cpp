@@ -1,0 +1,81 @@
+// Random-case hardening (label fuzz) of matmul_tc's options on the step that takes them
+// (mma_sync): 512 random cases over the whole options contract -- any of the four operand
+// layouts, fp32 or bf16 output, any allowed epilogue combination (bias, GELU with or
+// without pre_gelu, residual separate or in place, accumulate), sizes around the tiles
+// (1, primes, tile +- 1) and padded leading dimensions -- plus a few large cases, each
+// checked by matmul_tc_options_check.hpp against the CPU reference. Seeds and replay:
+// course/fuzz.hpp.
+#include "course/fuzz.hpp"
+#include "course/testing.hpp"
+#include "matmul_tc_options_check.hpp"
+#include "module01/matmul_tc.hpp"
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+
+namespace {
+
+using course::StepInfo;
+using course::fuzz::make_part;
+using course::fuzz::Part;
+using course::fuzz::Rng;
+using course::fuzz::step_part_name;
+using course::fuzz::Verdict;
+using course::m01::TcMatmulArgs;
+using course::m01::TcMatmulStep;
+using course::m01::checks::tc_options::OptionCase;
+using course::m01::checks::tc_options::run_option_case;
+using course::testing::GpuTest;
+
+OptionCase draw_case(Rng& rng, bool large) {
+  OptionCase oc;
+  const auto dim = [&] { return large ? rng.uniform(700, 1300) : rng.size(1, 300, {8, 16, 32, 64, 128, 256}); };
+  oc.m = dim();
+  oc.n = dim();
+  oc.k = dim();
+  oc.a_transposed = rng.chance(0.5);
+  oc.b_transposed = rng.chance(0.5);
+  oc.bf16_out = rng.chance(0.5);
+  oc.bias = rng.chance(0.5);
+  oc.gelu = rng.chance(0.4);
+  oc.pre_gelu = oc.gelu && rng.chance(0.5);
+  oc.residual = rng.chance(0.35);
+  oc.residual_in_place = oc.residual && rng.chance(0.5);
+  oc.accumulate = !oc.bf16_out && !oc.residual && rng.chance(0.35);
+  oc.pad = rng.chance(0.3) ? 8 * rng.uniform(1, 3) : 0;
+  return oc;
+}
+
+using OptionsParam = std::tuple<StepInfo<TcMatmulStep>, int>;
+
+class FuzzMatmulTcOptions : public GpuTest, public ::testing::WithParamInterface<OptionsParam> {
+ protected:
+  void run(bool large) {
+    const auto& [info, part_index] = GetParam();
+    const TcMatmulStep step = info.step;
+    const Part part = make_part("matmul_tc_options", info.name, part_index, large, seed());
+    COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(course::fuzz::run_cases(
+        part, [&](Rng& rng) { return draw_case(rng, large); },
+        [&](const OptionCase& oc, std::uint64_t s) {
+          const auto r = run_option_case(oc, s, [step](const TcMatmulArgs& a) { impl::matmul_tc(step, a); });
+          Verdict v;
+          v.add(r.out, "C");
+          if (r.has_pre) v.add(r.pre, "pre_gelu");
+          if (r.non_finite) v.fail(std::to_string(r.non_finite) + " non-finite outputs");
+          if (r.outside) v.fail(std::to_string(r.outside) + " elements written outside M x N");
+          return v;
+        })));
+  }
+};
+
+class FuzzMatmulTcOptionsLarge : public FuzzMatmulTcOptions {};
+
+TEST_P(FuzzMatmulTcOptions, RandomCases) { run(false); }
+TEST_P(FuzzMatmulTcOptionsLarge, RandomCases) { run(true); }
+
+// The steps that take the options (matmul_tc.hpp): mma_sync.
+COURSE_FUZZ_INSTANTIATE(FuzzMatmulTcOptions, FuzzMatmulTcOptionsLarge, step_part_name<TcMatmulStep>,
+                        ::testing::Values(course::m01::kTcMatmulSteps[static_cast<int>(TcMatmulStep::mma_sync)]));
+
+}  // namespace

@@ -1,0 +1,234 @@
+#pragma once
+/// @file matmul_tc_options_check.hpp
+/// @brief The checking helper of matmul_tc's options (operand layouts, bf16 output, the
+/// bias / GELU / residual / accumulate epilogue), shared by test_matmul_tc_options.cpp and
+/// fuzz_matmul_tc_options.cpp.
+///
+/// The reference is CPU code from common/: course::ref::matmul on the logical (untransposed)
+/// operands, then the epilogue in double in the header's order, with course::ref::gelu_tanh.
+/// Inputs are bf16-exact, so the only differences are fp32 accumulation (tc_tolerance) and,
+/// for bf16 outputs, one rounding to bf16 (half an ulp: 2^-9 relative).
+
+#include "course/bf16.hpp"
+#include "course/compare.hpp"
+#include "course/device.hpp"
+#include "course/random.hpp"
+#include "course/reference.hpp"
+#include "course/tensor.hpp"
+#include "matmul_tc_check.hpp"
+#include "module01/matmul_tc.hpp"
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace course::m01::checks::tc_options {
+
+using bf16 = __nv_bfloat16;
+using checks::tc::MatmulFn;
+
+/// One problem with options. ld* = 0: the smallest valid leading dimension.
+struct OptionCase {
+  std::int64_t m = 1, n = 1, k = 1;
+  bool a_transposed = false, b_transposed = false;
+  bool bf16_out = false;
+  bool bias = false, gelu = false, pre_gelu = false, residual = false, accumulate = false;
+  bool residual_in_place = false;  // the residual is C itself
+  std::int64_t pad = 0;            // extra elements on every leading dimension (a multiple of 8)
+
+  bool any() const { return a_transposed || b_transposed || bf16_out || bias || gelu || residual || accumulate; }
+
+  std::string str() const {
+    std::ostringstream os;
+    os << m << "x" << n << "x" << k << (a_transposed ? " A^T" : "") << (b_transposed ? " B^T" : "")
+       << (bf16_out ? " bf16-out" : " f32-out") << (bias ? " bias" : "") << (gelu ? " gelu" : "")
+       << (pre_gelu ? " pre_gelu" : "") << (residual ? (residual_in_place ? " residual(in place)" : " residual") : "")
+       << (accumulate ? " accumulate" : "") << (pad ? " pad " : "");
+    if (pad) os << pad;
+    return os.str();
+  }
+};
+
+/// What one checked run found: the output and (if written) pre_gelu against the reference,
+/// and a scan for non-finite values and for writes past n.
+struct OptionCheck {
+  CompareResult out, pre;
+  bool has_pre = false;
+  std::int64_t non_finite = 0, outside = 0;
+  std::string what;
+  bool ok() const { return out.ok() && (!has_pre || pre.ok()) && non_finite == 0 && outside == 0; }
+  std::string report() const {
+    std::ostringstream os;
+    os << what << ": output " << out.report() << "; pre_gelu " << (has_pre ? pre.report() : "not written") << "; "
+       << non_finite
+       << " non-finite, " << outside << " written outside M x N";
+    return os.str();
+  }
+};
+
+inline ::testing::AssertionResult Passes(const OptionCheck& r) {
+  if (r.ok()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << r.report();
+}
+
+/// Stored rows x cols with row stride ld, random bf16-exact values in [-1, 1), NaN padding.
+inline std::vector<float> padded(std::int64_t rows, std::int64_t cols, std::int64_t ld, std::uint64_t seed,
+                                 std::vector<float>& logical) {
+  logical = round_to_bf16(random_vector(static_cast<std::size_t>(rows * cols), seed, -1.f, 1.f));
+  std::vector<float> out(static_cast<std::size_t>(rows * ld), std::numeric_limits<float>::quiet_NaN());
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) out[r * ld + c] = logical[r * cols + c];
+  return out;
+}
+
+inline OptionCheck run_option_case(const OptionCase& oc, std::uint64_t seed, const MatmulFn& run) {
+  const std::int64_t M = oc.m, N = oc.n, K = oc.k;
+  const std::int64_t a_rows = oc.a_transposed ? K : M, a_cols = oc.a_transposed ? M : K;
+  const std::int64_t b_rows = oc.b_transposed ? N : K, b_cols = oc.b_transposed ? K : N;
+  const std::int64_t lda = tc_leading_dim(a_cols) + oc.pad, ldb = tc_leading_dim(b_cols) + oc.pad;
+  const std::int64_t ldc = N + oc.pad + (oc.pad ? 1 : 0);  // odd when padded: scalar stores
+  std::vector<float> a_stored, b_stored, bias_v, res_v, c0_v;
+  DeviceBuffer<bf16> da(to_bf16(padded(a_rows, a_cols, lda, seed, a_stored)));
+  DeviceBuffer<bf16> db(to_bf16(padded(b_rows, b_cols, ldb, seed + 1, b_stored)));
+  // Logical A (M x K) and B (K x N) for the reference.
+  HostTensor<float> a({M, K}), b({K, N});
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t kk = 0; kk < K; ++kk)
+      a({i, kk}) = oc.a_transposed ? a_stored[kk * M + i] : a_stored[i * K + kk];
+  for (std::int64_t kk = 0; kk < K; ++kk)
+    for (std::int64_t j = 0; j < N; ++j)
+      b({kk, j}) = oc.b_transposed ? b_stored[j * K + kk] : b_stored[kk * N + j];
+
+  TcMatmulArgs args;
+  args.a = da.data();
+  args.b = db.data();
+  args.m = M;
+  args.n = N;
+  args.k = K;
+  args.lda = lda;
+  args.ldb = ldb;
+  args.ldc = ldc;
+  args.a_transposed = oc.a_transposed;
+  args.b_transposed = oc.b_transposed;
+
+  DeviceBuffer<float> dbias;
+  if (oc.bias) {
+    bias_v = random_vector(static_cast<std::size_t>(N), seed + 2, -1.f, 1.f);
+    dbias = DeviceBuffer<float>(bias_v);
+    args.epilogue.bias = dbias.data();
+  }
+  args.epilogue.gelu = oc.gelu;
+  // The output, pre-filled: a sentinel everywhere (what must stay), then the values C
+  // starts from (accumulate, or a residual in place) inside M x N, else NaN poison.
+  const float sentinel = -7.f;
+  const std::size_t c_elems = static_cast<std::size_t>(M * ldc);
+  std::vector<float> c_init(c_elems, sentinel);
+  const bool c_is_input = oc.accumulate || (oc.residual && oc.residual_in_place);
+  c0_v = round_to_bf16(random_vector(static_cast<std::size_t>(M * N), seed + 3, -1.f, 1.f));
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t j = 0; j < N; ++j)
+      c_init[i * ldc + j] = c_is_input ? c0_v[i * N + j] : std::numeric_limits<float>::quiet_NaN();
+  DeviceBuffer<float> dc;
+  DeviceBuffer<bf16> dc_bf16;
+  if (oc.bf16_out) {
+    dc_bf16 = DeviceBuffer<bf16>(to_bf16(c_init));
+    args.c_bf16 = dc_bf16.data();
+  } else {
+    dc = DeviceBuffer<float>(c_init);
+    args.c = dc.data();
+  }
+  args.epilogue.accumulate = oc.accumulate;
+  DeviceBuffer<float> dres;
+  DeviceBuffer<bf16> dres_bf16;
+  if (oc.residual) {
+    if (oc.residual_in_place) {
+      res_v = c0_v;
+      args.epilogue.residual = oc.bf16_out ? static_cast<const void*>(args.c_bf16) : static_cast<const void*>(args.c);
+      args.epilogue.ldr = ldc;
+    } else {
+      const std::int64_t ldr = N + 3;
+      res_v = round_to_bf16(random_vector(static_cast<std::size_t>(M * N), seed + 4, -1.f, 1.f));
+      std::vector<float> r(static_cast<std::size_t>(M * ldr), std::numeric_limits<float>::quiet_NaN());
+      for (std::int64_t i = 0; i < M; ++i)
+        for (std::int64_t j = 0; j < N; ++j) r[i * ldr + j] = res_v[i * N + j];
+      if (oc.bf16_out) {
+        dres_bf16 = DeviceBuffer<bf16>(to_bf16(r));
+        args.epilogue.residual = dres_bf16.data();
+      } else {
+        dres = DeviceBuffer<float>(r);
+        args.epilogue.residual = dres.data();
+      }
+      args.epilogue.ldr = ldr;
+    }
+  }
+  DeviceBuffer<bf16> dpre;
+  if (oc.pre_gelu) {
+    dpre = DeviceBuffer<bf16>(to_bf16(std::vector<float>(c_elems, sentinel)));
+    for (std::int64_t i = 0; i < M; ++i) {  // poison inside M x N
+      std::vector<float> nan_row(static_cast<std::size_t>(N), std::numeric_limits<float>::quiet_NaN());
+      COURSE_CUDA_CHECK(cudaMemcpy(dpre.data() + i * ldc, to_bf16(nan_row).data(), N * sizeof(bf16),
+                                   cudaMemcpyHostToDevice));
+    }
+    args.epilogue.pre_gelu = dpre.data();
+  }
+
+  OptionCheck out;
+  out.what = oc.str();
+  run(args);
+  COURSE_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> got_all = oc.bf16_out ? from_bf16(dc_bf16.download()) : dc.download();
+  const std::vector<float> pre_all = oc.pre_gelu ? from_bf16(dpre.download()) : std::vector<float>{};
+
+  // Reference: acc = A B in double accumulation, then the epilogue in double.
+  const HostTensor<double> acc = course::ref::matmul(a.cast<double>(), b.cast<double>());
+  HostTensor<double> pre({M, N});
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t j = 0; j < N; ++j) pre({i, j}) = acc({i, j}) + (oc.bias ? bias_v[j] : 0.0);
+  const HostTensor<double> act = oc.gelu ? course::ref::gelu_tanh(pre) : pre;
+  HostTensor<double> want({M, N});
+  HostTensor<float> got({M, N}), pre_got({M, N});
+  for (std::int64_t i = 0; i < M; ++i) {
+    for (std::int64_t j = 0; j < N; ++j) {
+      double v = act({i, j});
+      if (oc.residual) v += res_v[i * N + j];
+      if (oc.accumulate) v += c0_v[i * N + j];
+      want({i, j}) = v;
+      got({i, j}) = got_all[i * ldc + j];
+      if (oc.pre_gelu) pre_got({i, j}) = pre_all[i * ldc + j];
+    }
+  }
+  for (std::int64_t i = 0; i < M; ++i) {
+    for (std::int64_t j = 0; j < ldc; ++j) {
+      const float v = got_all[i * ldc + j];
+      if (j < N && !std::isfinite(v)) ++out.non_finite;
+      if (j >= N && v != sentinel) ++out.outside;
+      if (oc.pre_gelu) {
+        const float p = pre_all[i * ldc + j];
+        if (j < N && !std::isfinite(p)) ++out.non_finite;
+        if (j >= N && p != sentinel) ++out.outside;
+      }
+    }
+  }
+  // Tolerance: fp32 accumulation over K (tc_tolerance; GELU's slope is at most ~1.13), the
+  // bias/residual/accumulate adds (a few fp32 ulps of values up to ~K), and one bf16
+  // rounding of the output or of pre_gelu: at most half a bf16 ulp, 2^-8 of the value in
+  // the worst case; the bound allows one ulp (2^-7) so that worst case stays well inside.
+  Tolerance tol = checks::tc::tc_tolerance(K);
+  tol.atol = tol.atol * 1.2 + 1e-6;
+  Tolerance tol_out = tol;
+  if (oc.bf16_out) tol_out.rtol = std::max(tol_out.rtol, 1.0 / 128);
+  out.out = compare(got, want, tol_out, {"i", "j"});
+  Tolerance tol_pre = tol;
+  tol_pre.rtol = std::max(tol_pre.rtol, 1.0 / 128);
+  out.has_pre = oc.pre_gelu;
+  if (oc.pre_gelu) out.pre = compare(pre_got, pre, tol_pre, {"i", "j"});
+  return out;
+}
+
+}  // namespace course::m01::checks::tc_options

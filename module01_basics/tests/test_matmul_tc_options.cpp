@@ -1,0 +1,233 @@
+// Tests of matmul_tc's options -- operand layouts (a_transposed, b_transposed), bf16 output
+// and the epilogue (bias, GELU with pre_gelu, residual, accumulate) -- the products of a
+// linear layer Y = X W^T + b and its backward. Run against course::solution and
+// course::exercise; every combination of layout, output and epilogue, on awkward shapes.
+#include "course/testing.hpp"
+#include "matmul_tc_options_check.hpp"
+#include "module01/matmul_tc.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace {
+
+using course::m01::TcMatmulArgs;
+using course::m01::TcMatmulStep;
+using course::m01::checks::tc_options::OptionCase;
+using course::m01::checks::tc_options::Passes;
+using course::m01::checks::tc_options::run_option_case;
+using course::testing::GpuTest;
+using bf16 = __nv_bfloat16;
+
+/// The steps that take the options (matmul_tc.hpp): the others must refuse them by name.
+bool takes_options(TcMatmulStep step) { return step == TcMatmulStep::mma_sync; }
+
+class MatmulTcOptionsTest : public GpuTest, public ::testing::WithParamInterface<course::StepInfo<TcMatmulStep>> {
+ protected:
+  course::m01::checks::tc::MatmulFn step_fn() const {
+    const TcMatmulStep step = GetParam().step;
+    return [step](const TcMatmulArgs& a) { impl::matmul_tc(step, a); };
+  }
+  /// Runs one case; a step without the options must throw Unsupported naming the option.
+  void check(const OptionCase& oc, std::uint64_t salt) {
+    SCOPED_TRACE(oc.str());
+    if (!takes_options(GetParam().step) && oc.any()) {
+      try {
+        run_option_case(oc, seed() + salt, step_fn());
+        ADD_FAILURE() << GetParam().name << " accepted an option it does not implement";
+      } catch (const course::Unsupported& e) {
+        EXPECT_NE(std::string(e.what()).find("TcMatmulArgs::"), std::string::npos) << e.what();
+      }
+      return;
+    }
+    course::m01::checks::tc_options::OptionCheck r;
+    COURSE_SKIP_IF_NOT_IMPLEMENTED(r = run_option_case(oc, seed() + salt, step_fn()));
+    EXPECT_TRUE(Passes(r));
+  }
+};
+
+std::string step_name(const ::testing::TestParamInfo<course::StepInfo<TcMatmulStep>>& info) {
+  return info.param.name;
+}
+
+/// The four layouts x two outputs, plain epilogue, on shapes where every tile edge is partial.
+TEST_P(MatmulTcOptionsTest, EveryLayoutAndOutput) {
+  const std::vector<std::vector<std::int64_t>> shapes = {{1, 1, 1}, {127, 129, 65}, {129, 257, 33}, {64, 256, 32},
+                                                         {200, 300, 1000}};
+  std::uint64_t salt = 0;
+  for (const auto& s : shapes)
+    for (int layout = 0; layout < 4; ++layout)
+      for (bool bf16_out : {false, true}) {
+        OptionCase oc;
+        oc.m = s[0], oc.n = s[1], oc.k = s[2];
+        oc.a_transposed = layout & 1;
+        oc.b_transposed = layout & 2;
+        oc.bf16_out = bf16_out;
+        check(oc, ++salt);
+      }
+}
+
+/// Every epilogue combination the header allows, on every layout and both outputs.
+TEST_P(MatmulTcOptionsTest, EveryEpilogueCombination) {
+  std::uint64_t salt = 100;
+  for (int layout = 0; layout < 4; ++layout)
+    for (bool bf16_out : {false, true})
+      for (int bits = 1; bits < 32; ++bits) {
+        OptionCase oc;
+        oc.m = 97, oc.n = 136, oc.k = 72;  // partial tiles in M and N; N, K multiples of 8
+        oc.a_transposed = layout & 1;
+        oc.b_transposed = layout & 2;
+        oc.bf16_out = bf16_out;
+        oc.bias = bits & 1;
+        oc.gelu = bits & 2;
+        oc.pre_gelu = (bits & 4) && oc.gelu;
+        oc.residual = bits & 8;
+        oc.residual_in_place = oc.residual && (bits & 16);
+        oc.accumulate = !bf16_out && !oc.residual && (bits & 16);
+        if ((bits & 4) && !oc.gelu) continue;  // pre_gelu needs gelu
+        if ((bits & 16) && !oc.residual && bf16_out) continue;  // accumulate needs fp32 C
+        check(oc, ++salt);
+      }
+}
+
+/// The GPT's own products at a reduced token count: forward X W^T + b (+ GELU), backward
+/// dX = dY W and dW += dY^T X, with padded leading dimensions (scalar stores).
+TEST_P(MatmulTcOptionsTest, LinearLayerProducts) {
+  const std::int64_t tokens = 515, in = 384, out = 1152;
+  std::uint64_t salt = 500;
+  for (std::int64_t pad : {0, 8}) {
+    OptionCase fwd;  // Y = X W^T + b, GELU, bf16 out, pre-activation kept
+    fwd.m = tokens, fwd.n = out, fwd.k = in, fwd.b_transposed = true, fwd.bf16_out = true;
+    fwd.bias = fwd.gelu = fwd.pre_gelu = true, fwd.pad = pad;
+    check(fwd, ++salt);
+    OptionCase dx;  // dX = dY W (+ the residual stream's gradient, in place)
+    dx.m = tokens, dx.n = in, dx.k = out, dx.bf16_out = true, dx.residual = dx.residual_in_place = true, dx.pad = pad;
+    check(dx, ++salt);
+    OptionCase dw;  // dW += dY^T X, fp32
+    dw.m = out, dw.n = in, dw.k = tokens, dw.a_transposed = true, dw.accumulate = true, dw.pad = pad;
+    check(dw, ++salt);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, MatmulTcOptionsTest, ::testing::ValuesIn(course::m01::kTcMatmulSteps), step_name);
+
+// ---- argument validation of the options (host only, fake device addresses).
+
+TcMatmulArgs valid_fake_args() {
+  TcMatmulArgs a;
+  a.a = reinterpret_cast<const bf16*>(std::uintptr_t{0x10000});
+  a.b = reinterpret_cast<const bf16*>(std::uintptr_t{0x20000});
+  a.c = reinterpret_cast<float*>(std::uintptr_t{0x30000});
+  a.m = a.n = a.k = 16;
+  a.lda = a.ldb = a.ldc = 16;
+  return a;
+}
+
+void expect_rejected(const TcMatmulArgs& a, const std::string& needle) {
+  try {
+    impl::matmul_tc(TcMatmulStep::mma_sync, a);
+    ADD_FAILURE() << "expected InvalidArgument mentioning " << needle;
+  } catch (const course::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(MatmulTcOptionsArgsTest, OutputsAreExactlyOne) {
+  auto a = valid_fake_args();
+  a.c_bf16 = reinterpret_cast<bf16*>(std::uintptr_t{0x40000});
+  expect_rejected(a, "give exactly one output");
+  a = valid_fake_args();
+  a.c = nullptr;
+  expect_rejected(a, "give one output");
+}
+
+TEST(MatmulTcOptionsArgsTest, TransposedLeadingDimensionsAreNamed) {
+  auto a = valid_fake_args();
+  a.m = 24;  // A stored K x M: lda must reach m
+  a.a_transposed = true;
+  expect_rejected(a, "'lda' = 16: must be >= m");
+  a = valid_fake_args();
+  a.k = 24;
+  a.lda = 24;
+  a.b_transposed = true;  // B stored N x K: ldb must reach k
+  expect_rejected(a, "'ldb' = 16: must be >= k");
+}
+
+TEST(MatmulTcOptionsArgsTest, EpilogueRulesAreNamed) {
+  auto a = valid_fake_args();
+  a.epilogue.pre_gelu = reinterpret_cast<bf16*>(std::uintptr_t{0x50000});
+  expect_rejected(a, "'epilogue.pre_gelu'");  // without gelu
+  a = valid_fake_args();
+  a.c = nullptr;
+  a.c_bf16 = reinterpret_cast<bf16*>(std::uintptr_t{0x40000});
+  a.epilogue.accumulate = true;
+  expect_rejected(a, "'epilogue.accumulate'");  // bf16 output
+  a = valid_fake_args();
+  a.epilogue.residual = reinterpret_cast<const float*>(std::uintptr_t{0x60000});
+  a.epilogue.ldr = 8;
+  expect_rejected(a, "'epilogue.ldr' = 8");
+  a.epilogue.ldr = 16;
+  a.epilogue.accumulate = true;
+  expect_rejected(a, "cannot be combined with epilogue.accumulate");
+}
+
+TEST(MatmulTcOptionsArgsTest, OverlapsAreRejected) {
+  auto a = valid_fake_args();
+  a.epilogue.residual = reinterpret_cast<const float*>(std::uintptr_t{0x30000 + 4 * 16});  // C shifted by a row
+  a.epilogue.ldr = 16;
+  expect_rejected(a, "overlaps the output without being it");
+  a = valid_fake_args();
+  a.a_transposed = true;
+  a.c = reinterpret_cast<float*>(std::uintptr_t{0x10000 + 64});  // inside A (stored K x M)
+  expect_rejected(a, "must not overlap a");
+  a = valid_fake_args();
+  a.epilogue.gelu = true;
+  a.epilogue.pre_gelu = reinterpret_cast<bf16*>(std::uintptr_t{0x30000 + 8});  // inside C
+  expect_rejected(a, "'epilogue.pre_gelu'");
+}
+
+// ---- planted bugs: a kernel that ignores an option must fail the check above. Each is the
+// step itself with one option dropped from its arguments (square shapes, so the dropped
+// layout still passes validation).
+
+class MatmulTcOptionsPlantedTest : public GpuTest {};
+
+TEST_F(MatmulTcOptionsPlantedTest, CheckerRejectsEveryDroppedOption) {
+  struct Planted {
+    const char* name;
+    OptionCase oc;
+    void (*drop)(TcMatmulArgs&);
+  };
+  OptionCase base;
+  base.m = base.n = base.k = 72;
+  const auto with = [&](auto set) {
+    OptionCase oc = base;
+    set(oc);
+    return oc;
+  };
+  const Planted cases[] = {
+      {"a_transposed ignored", with([](OptionCase& o) { o.a_transposed = true; }),
+       [](TcMatmulArgs& a) { a.a_transposed = false; }},
+      {"b_transposed ignored", with([](OptionCase& o) { o.b_transposed = true; }),
+       [](TcMatmulArgs& a) { a.b_transposed = false; }},
+      {"bias ignored", with([](OptionCase& o) { o.bias = true; }), [](TcMatmulArgs& a) { a.epilogue.bias = nullptr; }},
+      {"gelu ignored", with([](OptionCase& o) { o.gelu = true; }), [](TcMatmulArgs& a) { a.epilogue.gelu = false; }},
+      {"residual ignored", with([](OptionCase& o) { o.residual = true; }),
+       [](TcMatmulArgs& a) { a.epilogue.residual = nullptr; }},
+      {"accumulate ignored", with([](OptionCase& o) { o.accumulate = true; }),
+       [](TcMatmulArgs& a) { a.epilogue.accumulate = false; }},
+  };
+  for (const auto& pc : cases) {
+    SCOPED_TRACE(pc.name);
+    course::m01::checks::tc_options::OptionCheck r;
+    COURSE_SKIP_IF_NOT_IMPLEMENTED(r = run_option_case(pc.oc, seed(), [&](const TcMatmulArgs& args) {
+      TcMatmulArgs wrong = args;
+      pc.drop(wrong);
+      impl::matmul_tc(TcMatmulStep::mma_sync, wrong);
+    }));
+    EXPECT_FALSE(r.ok()) << pc.name << " was not caught";
+  }
+}
+
+}  // namespace
