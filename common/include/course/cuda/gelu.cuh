@@ -6,7 +6,8 @@
 ///     gelu(x)  = x/2 * (1 + tanh(u)),    u = sqrt(2/pi) * (x + 0.044715 x^3)
 ///     gelu'(x) = (1 + tanh(u))/2 + x/2 * (1 - tanh(u)^2) * sqrt(2/pi) * (1 + 3 * 0.044715 x^2)
 ///
-/// The CPU reference is course::ref::gelu_tanh (common/src/reference_transformer.cpp).
+/// The CPU reference is course::ref::gelu_tanh (common/src/reference_transformer.cpp); module
+/// 4's GELU ladder (module04/gelu.hpp) states the same two constants for its host code.
 
 namespace course::cuda {
 
