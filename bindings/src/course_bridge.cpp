@@ -806,3 +806,44 @@ int course_attention_backward_bf16(const char* step, const void* q, const void* 
 }
 
 }  // extern "C"
+
+// ---- module 4: fused cross-entropy (module04/cross_entropy.hpp) -------------------------
+// Self-contained block: its include, its weak reference and its entry point. The lead
+// adds `op_entry("cross_entropy", m04::kCrossEntropySteps, &impl::cross_entropy != nullptr)`
+// to op_table() so course_list_steps / course_op_available know the op.
+
+#include "module04/cross_entropy.hpp"
+
+namespace course::COURSE_IMPL {
+__attribute__((weak)) void cross_entropy(::course::m04::CrossEntropyStep step,
+                                         const ::course::m04::FusedCrossEntropyArgs& args);
+}  // namespace course::COURSE_IMPL
+
+extern "C" {
+
+int course_cross_entropy(const char* step, int bf16, const void* logits, const int32_t* targets, float* losses,
+                         float* loss_mean, int32_t* num_valid, void* dlogits, int64_t rows, int64_t vocab,
+                         int64_t ldl, int64_t lddl, int32_t ignore_index, float dloss, void* stream) {
+  return guarded([&] {
+    const auto s = find_step(course::m04::kCrossEntropySteps, step, "cross_entropy");
+    require_linked(&course::COURSE_IMPL::cross_entropy, "cross_entropy", "module04_training");
+    course::m04::FusedCrossEntropyArgs args;
+    args.dtype = bf16 ? course::DType::bf16 : course::DType::f32;
+    args.logits = logits;
+    args.targets = targets;
+    args.losses = losses;
+    args.loss_mean = loss_mean;
+    args.num_valid = num_valid;
+    args.dlogits = dlogits;
+    args.rows = rows;
+    args.vocab = vocab;
+    args.ldl = ldl;
+    args.lddl = lddl;
+    args.ignore_index = ignore_index;
+    args.dloss = dloss;
+    args.stream = as_stream(stream);
+    course::COURSE_IMPL::cross_entropy(s, args);
+  });
+}
+
+}  // extern "C"
