@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT / "bindings" / "python"))  # works without installin
 
 OPS = ["l2_norm", "dot", "softmax", "matmul", "matmul_tc", "batched_gemm", "attention", "attention_bf16",
        "attention_backward", "attention_backward_bf16", "attention_fwdbwd_bf16", "softmax_backward",
-       "linear_backward"]
+       "linear_backward", "cross_entropy"]
 
 torch = None  # imported in main(), so that --help works without PyTorch
 ck = None
@@ -793,6 +793,7 @@ def main():
         "attention_fwdbwd_bf16": lambda q: bench_attention_backward_bf16(run, q, with_forward=True),
         "softmax_backward": lambda q: bench_softmax_backward(run, q),
         "linear_backward": lambda q: bench_linear_backward(run, q),
+        "cross_entropy": lambda q: bench_cross_entropy(run, q),
     }
     t0 = time.time()
     stopped = None
@@ -829,6 +830,68 @@ def main():
     if failures:
         print(f"\n{len(failures)} solution rows break the accuracy rule", file=sys.stderr)
     return 0
+
+
+# ---------------------------------------------------------------------------------------
+# Module 4: fused cross-entropy (self-contained block). To run it, main() needs two lines:
+# "cross_entropy" in OPS and  "cross_entropy": lambda q: bench_cross_entropy(run, q)  in its
+# table (and, once the bridge's op_table() lists the op, run.course_steps may replace the
+# loop over run.impls below).
+#
+# What PyTorch computes, timed as one call (forward + torch.autograd.grad(loss, logits)):
+#   fp32:  F.cross_entropy(logits, targets): log_softmax (writes rows x V log-probs),
+#          nll_loss (mean over targets != -100); backward: nll_loss_backward (a rows x V
+#          gradient of the log-probs, zero but -1/N at the targets) and
+#          _log_softmax_backward_data (reads it and the log-probs, writes dlogits).
+#   bf16 "torch":       the same ops on the bf16 tensor: log-probs, their gradient and dlogits
+#          are stored in bf16 (accumulation in fp32 inside each kernel), the loss is bf16.
+#   bf16 "torch_upcast": F.cross_entropy(logits.float(), targets), what autocast does (it runs
+#          cross_entropy in fp32): an fp32 copy of the logits, the fp32 ops above, and the
+#          gradient cast back to bf16 by the .float() node.
+# The course's row: ck.cross_entropy(step="row_on_chip") into a preallocated dlogits (not in
+# place, so every call sees the same logits), int32 targets converted outside the timer.
+# Work = the op's minimum traffic, 2 * rows * V * sizeof(element) bytes. Error: max |dlogits -
+# float64 reference| (the float64 autograd of the same, rounded, logits).
+# ---------------------------------------------------------------------------------------
+
+def bench_cross_entropy(run, quick):
+    cases = [(16384, 50304, "bf16")] if quick else [(16384, 84, "fp32"), (16384, 84, "bf16"), (16384, 50304, "fp32"),
+                                                   (16384, 50304, "bf16")]
+    for rows, vocab, dt in cases:
+        dtype = torch.bfloat16 if dt == "bf16" else torch.float32
+        logits = (4 * torch.randn(rows, vocab, device="cuda")).to(dtype)
+        targets = torch.randint(0, vocab, (rows,), device="cuda")
+        targets[::64] = -100  # a few padded positions, as a GPT batch has
+        targets32 = targets.to(torch.int32)
+        ref_in = logits.double().requires_grad_()
+        ref_grad, = torch.autograd.grad(F.cross_entropy(ref_in, targets), ref_in)
+        del ref_in
+        check = lambda r: max_err(r, ref_grad)  # noqa: E731
+        shape = f"{rows}x{vocab}_{dt}"
+        bytes_ = 2 * rows * vocab * logits.element_size()
+        leaf = logits.detach().requires_grad_()
+
+        def torch_native():
+            loss = F.cross_entropy(leaf, targets)
+            return torch.autograd.grad(loss, leaf)[0]
+
+        note = "F.cross_entropy + autograd.grad, " + ("fp32" if dt == "fp32" else "bf16 log-probs and grads")
+        run.measure("cross_entropy", shape, "pytorch", "torch", torch_native, bytes_, "GB/s", check, note=note,
+                    kind="backend")
+        if dt == "bf16":
+            def torch_upcast():
+                loss = F.cross_entropy(leaf.float(), targets)
+                return torch.autograd.grad(loss, leaf)[0]
+
+            run.measure("cross_entropy", shape, "pytorch", "torch_upcast", torch_upcast, bytes_, "GB/s", check,
+                        note="F.cross_entropy(logits.float()) + autograd.grad: autocast's fp32 path",
+                        kind="backend")
+        dlogits = torch.empty_like(logits)
+        for impl in run.impls:
+            fn = lambda i=impl: ck.cross_entropy(logits, targets32, step="row_on_chip", impl=i, out=dlogits)[2]  # noqa
+            run.run_course("cross_entropy", shape, impl, "row_on_chip", fn, bytes_, "GB/s", check)
+        del ref_grad, leaf, dlogits
+        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

@@ -257,6 +257,21 @@ COURSE_BRIDGE_API int course_attention_backward_bf16(
     const int64_t dk_strides[3], const int64_t dv_strides[3], float scale, int causal, void* workspace,
     size_t workspace_bytes, void* stream);
 
+/* ---------------------------------------------------------------------------------------
+ * Module 4: fused cross-entropy (module04/cross_entropy.hpp)
+ * ------------------------------------------------------------------------------------- */
+
+/** Softmax cross-entropy of logits (rows x vocab, row stride ldl; fp32, or bf16 when bf16 != 0)
+ *  against int32 targets: losses[r] = logsumexp(row) - row[target] (0 on rows whose target is
+ *  ignore_index), *loss_mean = their mean over the N counted rows (0 when N = 0), *num_valid =
+ *  N, and, unless dlogits is NULL, dlogits = (softmax - onehot) * dloss / N (same dtype, row
+ *  stride lddl; may equal logits with lddl == ldl: in place). A target outside [0, vocab) that
+ *  is not ignore_index makes that row's loss and gradient NaN. Deterministic. */
+COURSE_BRIDGE_API int course_cross_entropy(const char* step, int bf16, const void* logits, const int32_t* targets,
+                                           float* losses, float* loss_mean, int32_t* num_valid, void* dlogits,
+                                           int64_t rows, int64_t vocab, int64_t ldl, int64_t lddl,
+                                           int32_t ignore_index, float dloss, void* stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -30,6 +30,7 @@
 #include "module02/batched_gemm.hpp"
 #include "module03/attention.hpp"
 #include "module04/attention_backward.hpp"
+#include "module04/cross_entropy.hpp"
 #include "module04/linear_backward.hpp"
 #include "module04/softmax_backward.hpp"
 
@@ -205,6 +206,7 @@ const std::vector<OpEntry>& op_table() {
         op_entry("attention_backward_bf16", m04::kAttentionBackwardSteps,
                  static_cast<AttentionBackwardBf16Fn>(&impl::attention_backward) != nullptr,
                  reads_bf16<m04::AttentionBackwardStep>),
+        op_entry("cross_entropy", m04::kCrossEntropySteps, &impl::cross_entropy != nullptr),
     };
   }();
   return table;
@@ -802,6 +804,43 @@ int course_attention_backward_bf16(const char* step, const void* q, const void* 
                                                do_strides, dq_strides, dk_strides, dv_strides, scale, causal,
                                                workspace, workspace_bytes, stream);
     run(s, args);
+  });
+}
+
+}  // extern "C"
+
+// ---- module 4: fused cross-entropy (module04/cross_entropy.hpp) -------------------------
+// Its entry in op_table() above makes course_list_steps / course_op_available know the op.
+
+namespace course::COURSE_IMPL {
+__attribute__((weak)) void cross_entropy(::course::m04::CrossEntropyStep step,
+                                         const ::course::m04::FusedCrossEntropyArgs& args);
+}  // namespace course::COURSE_IMPL
+
+extern "C" {
+
+int course_cross_entropy(const char* step, int bf16, const void* logits, const int32_t* targets, float* losses,
+                         float* loss_mean, int32_t* num_valid, void* dlogits, int64_t rows, int64_t vocab,
+                         int64_t ldl, int64_t lddl, int32_t ignore_index, float dloss, void* stream) {
+  return guarded([&] {
+    const auto s = find_step(course::m04::kCrossEntropySteps, step, "cross_entropy");
+    require_linked(&course::COURSE_IMPL::cross_entropy, "cross_entropy", "module04_training");
+    course::m04::FusedCrossEntropyArgs args;
+    args.dtype = bf16 ? course::DType::bf16 : course::DType::f32;
+    args.logits = logits;
+    args.targets = targets;
+    args.losses = losses;
+    args.loss_mean = loss_mean;
+    args.num_valid = num_valid;
+    args.dlogits = dlogits;
+    args.rows = rows;
+    args.vocab = vocab;
+    args.ldl = ldl;
+    args.lddl = lddl;
+    args.ignore_index = ignore_index;
+    args.dloss = dloss;
+    args.stream = as_stream(stream);
+    course::COURSE_IMPL::cross_entropy(s, args);
   });
 }
 

@@ -93,3 +93,8 @@ def device_array(shape, dtype: str = "float32", data: bytes = None, impl: str = 
     if data is None:
         return DeviceArray(lib, shape, dtype)
     return DeviceArray.from_bytes(lib, data, shape, dtype)
+
+# Module 4's fused cross-entropy (self-contained block, see ops.cross_entropy).
+from .ops import cross_entropy  # noqa: E402
+
+__all__.append("cross_entropy")

@@ -576,3 +576,71 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, *, c
           _attn_strides(K), _attn_strides(V), _attn_strides(O), _attn_strides(DO), _attn_strides(DQ),
           _attn_strides(DK), _attn_strides(DV), float(scale or 0.0), int(causal), ws.ptr, ws.nbytes)
     return DQ.obj, DK.obj, DV.obj
+
+
+# ---------------------------------------------------------------------------------------
+# Module 4: fused cross-entropy (self-contained block; the lead may fold the signature into
+# _library._SIGNATURES and the step check into _step once op_table() lists "cross_entropy")
+# ---------------------------------------------------------------------------------------
+
+CROSS_ENTROPY_STEPS = ("three_pass", "online", "row_on_chip")
+CROSS_ENTROPY_DEFAULT_STEP = "row_on_chip"  # joins DEFAULT_STEPS once the C ABI lists the op
+
+
+def _cross_entropy_fn(lib):
+    """course_cross_entropy with its ctypes signature (mirrors course_bridge.h)."""
+    import ctypes
+    fn = lib.raw("course_cross_entropy")
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                   ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                   ctypes.c_int64, ctypes.c_int64, ctypes.c_int32, ctypes.c_float, ctypes.c_void_p]
+    return fn
+
+
+def cross_entropy(logits: Any, targets: Any, *, ignore_index: int = -100, dloss: float = 1.0, grad: bool = True,
+                  out: Any = None, step: Optional[str] = None, impl: str = "solution",
+                  stream: Any = None) -> Tuple[Any, Any, Any, Any]:
+    """Fused softmax cross-entropy with its gradient: ``(loss_mean, losses, dlogits, num_valid)``.
+
+    logits: 2-D CUDA torch tensor, float32 or bfloat16, unit column stride, any row stride.
+    targets: 1-D int32 (int64 is converted, one small copy) with a class in [0, vocab) or
+    ``ignore_index``. loss_mean: float32 [1], the mean over counted rows (0 when none; PyTorch
+    gives NaN); losses: float32 [rows], 0 on ignored rows; num_valid: int32 [1];
+    dlogits = (softmax - onehot) * dloss / num_valid, logits' dtype, or None when ``grad`` is
+    False. ``out=logits`` writes dlogits in place. A target outside [0, vocab) that is not
+    ignore_index gives NaN for its row. Steps: three_pass, online, row_on_chip (default).
+    """
+    s = CROSS_ENTROPY_DEFAULT_STEP if step is None else step
+    if not isinstance(s, str):
+        raise TypeError(f"step: expected a step name (str), got {type(s).__name__}")
+    if s not in CROSS_ENTROPY_STEPS:
+        raise InvalidArgumentError(f"cross_entropy: argument 'step' = \"{s}\": is not a step of cross_entropy; "
+                                   f"the steps are: {', '.join(CROSS_ENTROPY_STEPS)}")
+    lib = library(impl)
+    L = _matrix(A.as_array(logits, "logits"))
+    A.check_dtype(L, FLOAT32, BFLOAT16)
+    if not L.is_torch:
+        raise TypeError("logits: cross_entropy takes torch tensors")
+    torch = A._torch()
+    if not A.is_torch_tensor(targets):
+        raise TypeError(f"targets: expected a torch.Tensor, got {type(targets).__name__}")
+    rows, vocab = L.shape
+    if targets.dim() != 1 or targets.shape[0] != rows:
+        raise ValueError(f"targets: shape {tuple(targets.shape)}, expected ({rows},)")
+    if targets.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"targets: dtype {targets.dtype}, expected torch.int32 or torch.int64")
+    t32 = targets.to(device=logits.device, dtype=torch.int32).contiguous()
+    D = None
+    if grad:
+        D = L if out is not None and A.as_array(out, "out").ptr == L.ptr else \
+            A.output(lib, out, "out", (rows, vocab), L.dtype, L)
+        A.check_same_device(L, D)
+    losses = torch.empty(max(rows, 1), dtype=torch.float32, device=logits.device)[:rows]
+    mean = torch.empty(1, dtype=torch.float32, device=logits.device)
+    count = torch.empty(1, dtype=torch.int32, device=logits.device)
+    _cross_entropy_fn(lib)
+    _call(lib, "course_cross_entropy", L, stream, s.encode(), int(L.dtype == BFLOAT16), L.ptr, t32.data_ptr(),
+          losses.data_ptr(), mean.data_ptr(), count.data_ptr(), D.ptr if D is not None else None, rows, vocab,
+          A.leading_dim(L), A.leading_dim(D) if D is not None else vocab, int(ignore_index), float(dloss))
+    return mean, losses, (D.obj if D is not None else None), count

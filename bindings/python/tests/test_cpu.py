@@ -399,3 +399,34 @@ def test_autograd_pieces_without_a_gpu():
     assert kernel_ready(odd).data_ptr() == odd.data_ptr()
     skewed = torch.zeros(2 * 4 * 100 * 64 + 1, dtype=torch.bfloat16)[1:].view(2, 4, 100, 64)  # 2-byte offset
     assert kernel_ready(skewed).data_ptr() != skewed.data_ptr()
+
+
+# ---- module 4: fused cross-entropy (self-contained block) -------------------------------
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_cross_entropy_arguments_are_checked_before_any_launch(impl):
+    """The C++ validation, reached through course_cross_entropy with never-dereferenced
+    addresses: each bad argument is named; the Python wrapper checks the step first."""
+    from course_kernels.ops import _cross_entropy_fn
+    lib = ck.library(impl)
+    fn = _cross_entropy_fn(lib)
+    base = 1 << 40
+    good = dict(step=b"row_on_chip", bf16=0, logits=base, targets=base + (1 << 32), losses=base + (2 << 32),
+                mean=base + (3 << 32), count=base + (4 << 32), dlogits=base + (5 << 32), rows=16, vocab=84,
+                ldl=88, lddl=88, ignore=-100, dloss=1.0)
+
+    def call(**bad):
+        a = dict(good, **bad)
+        status = fn(a["step"], a["bf16"], a["logits"], a["targets"], a["losses"], a["mean"], a["count"],
+                    a["dlogits"], a["rows"], a["vocab"], a["ldl"], a["lddl"], a["ignore"], a["dloss"], None)
+        return status, lib.last_error()
+
+    for bad, needle in [({"vocab": 0}, "'vocab' = 0"), ({"rows": -1}, "'rows' = -1"), ({"ldl": 80}, "'ldl' = 80"),
+                        ({"lddl": 3}, "'lddl' = 3"), ({"logits": None}, "'logits' = nullptr"),
+                        ({"mean": None}, "'loss_mean' = nullptr"), ({"dlogits": base + 64}, "overlaps logits"),
+                        ({"dloss": float("nan")}, "'dloss'"), ({"step": b"fastest"}, "'step' = \"fastest\""),
+                        ({"logits": base + 2}, "'logits'")]:
+        status, message = call(**bad)
+        assert status != 0 and needle in message, (bad, message)
+    with pytest.raises(ck.InvalidArgumentError, match="is not a step of cross_entropy"):
+        ck.cross_entropy(None, None, step="nope", impl=impl)

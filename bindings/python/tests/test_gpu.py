@@ -454,3 +454,41 @@ def test_attention_autograd_fp32():
     ref_o.backward(dout.double())
     for got, ref, name in ((q.grad, qd.grad, "dq"), (k.grad, kd.grad, "dk"), (v.grad, vd.grad, "dv")):
         close(got, ref, 1e-3, 1e-4, name)
+
+
+# ---- module 4: fused cross-entropy (self-contained block) -------------------------------
+
+@pytest.mark.parametrize("step", ["three_pass", "online", "row_on_chip"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("vocab", [84, 1000, 50304])
+def test_cross_entropy_matches_torch(impl, step, dtype, vocab):
+    """loss and dlogits against F.cross_entropy + autograd in float64 on the same (rounded)
+    logits; ignored rows, an out-of-place and an in-place call."""
+    rows = 37
+    logits = (4 * torch.randn(rows, vocab, device="cuda")).to(dtype)
+    targets = torch.randint(0, vocab, (rows,), device="cuda")
+    targets[::5] = -100
+    ref_in = logits.double().requires_grad_()
+    ref = torch.nn.functional.cross_entropy(ref_in, targets)
+    ref.backward()
+    mean, losses, dlogits, n = run(ck.cross_entropy, logits, targets, step=step, impl=impl)
+    assert int(n.item()) == int((targets != -100).sum())
+    close(mean, ref.detach().reshape(1), 1e-5, 1e-5, "loss_mean")
+    grad_tol = (2e-2, 4e-3) if dtype == torch.bfloat16 else (1e-4, 1e-6)
+    close(dlogits, ref_in.grad, *grad_tol, "dlogits")
+    in_place = logits.clone()
+    run(ck.cross_entropy, in_place, targets, step=step, impl=impl, out=in_place)
+    close(in_place, ref_in.grad, *grad_tol, "dlogits in place")
+    with_none = ck.cross_entropy(logits, targets, step=step, impl=impl, grad=False)
+    assert with_none[2] is None
+    close(with_none[0], mean, 0, 0, "forward only")
+
+
+def test_cross_entropy_all_ignored_is_zero_not_nan(impl):
+    logits = cuda(8, 84)
+    targets = torch.full((8,), -100, device="cuda", dtype=torch.int32)
+    mean, losses, dlogits, n = run(ck.cross_entropy, logits, targets, impl=impl)
+    assert mean.item() == 0.0 and int(n.item()) == 0
+    assert torch.count_nonzero(dlogits).item() == 0 and torch.count_nonzero(losses).item() == 0
+    # PyTorch: NaN (0 / 0) -- the documented difference.
+    assert math.isnan(torch.nn.functional.cross_entropy(logits, targets.long()).item())
