@@ -53,7 +53,7 @@ struct Case {
   double row_offset = 1.0;                            ///< |row mean| up to this
   double spread = 1.0;                                ///< half-width of the values around it
   double mean_offset = 0.0;                           ///< when != 0: every row's offset is this
-  bool constant_rows = false;                         ///< every row constant: var = 0, rstd = 1/sqrt(eps)
+  bool constant_rows = false;                         ///< every row one bf16 value: var = 0, rstd = 1/sqrt(eps)
   float eps = 1e-5f;
   bool accumulate_dx = false;
   bool accumulate_dparams = false;
@@ -169,7 +169,10 @@ inline Inputs make_inputs(const Case& c, std::uint64_t seed) {
                                           static_cast<float>(-c.row_offset), static_cast<float>(c.row_offset));
   in.x.resize(n);
   for (std::int64_t r = 0; r < c.rows; ++r) {
-    const double off = c.mean_offset != 0 ? c.mean_offset : offs[r];
+    double off = c.mean_offset != 0 ? c.mean_offset : offs[r];
+    // A constant row's value has 8 significant bits (a bf16): its running sums are exact in
+    // fp32 (C < 2^16), so the mean is the value to one rounding, as for any summation order.
+    if (c.constant_rows) off = course::round_to_bf16({static_cast<float>(off)})[0];
     for (std::int64_t j = 0; j < c.C; ++j)
       in.x[r * c.C + j] = static_cast<float>(off + (c.constant_rows ? 0.0 : c.spread * u[r * c.C + j]));
   }
