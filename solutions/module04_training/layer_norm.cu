@@ -1,0 +1,362 @@
+/// @file layer_norm.cu
+/// @brief Solution ladder for the LayerNorm forward (module 4): per row,
+/// y = (x - mean) * rstd * gamma + beta, rstd = 1 / sqrt(var + eps), biased variance.
+///
+/// The ladder:
+///   1. thread_per_row  one thread per row: a sweep for the mean, one for the variance
+///                      (squared deviations), one for y, all from global memory.
+///   2. warp_per_row    one warp per row, the row in registers (C <= 1024; longer rows are
+///                      streamed): read once, mean by shuffles, then the squared deviations
+///                      from the registers by shuffles, then y.
+///   3. vectorized      16-byte loads and stores (4 floats or 8 bf16), C a compile-time
+///                      constant for the GPT's widths (kLayerNormFastWidths), gamma and beta
+///                      as float4, 8 rows per block; any other C runs a runtime-C variant.
+///
+/// LayerNorm is memory-bound: per element ~8 FLOPs on the bytes of reading x and writing y
+/// (8 B in fp32, 4 B in bf16). gamma and beta (C floats each) are read by every row but stay
+/// in L1/L2; the statistics are 8 B per row. The benchmark credits every step with
+/// rows * C * 2 * sizeof(element) bytes, the traffic of a copy of x into y, the ceiling.
+
+#include "module04/layer_norm.hpp"
+
+#include "course/cuda/elem16.cuh"
+#include "course/cuda/launch.cuh"
+#include "course/cuda/warp_reduce.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace course::solution {
+namespace {
+
+using m04::LayerNormArgs;
+using m04::LayerNormStep;
+namespace cc = ::course::cuda;
+namespace io = ::course::cuda;  // elem16.cuh: to_float, from_float, load16, store16
+using io::from_float;
+using io::to_float;
+using bf16 = __nv_bfloat16;
+
+unsigned blocks_for(std::int64_t work, std::int64_t per_block, const char* step) {
+  const std::int64_t blocks = (work + per_block - 1) / per_block;
+  require_arg(blocks <= 0x7fffffff, step, "blocks", blocks, "exceeds the grid limit 2^31 - 1");
+  return static_cast<unsigned>(blocks);
+}
+
+/// Calls launch(T{}) with T = float or bf16, the element type of args.dtype.
+template <class Launch>
+void with_element_type(course::DType dtype, Launch&& launch) {
+  if (dtype == course::DType::bf16) launch(bf16{});
+  else launch(float{});
+}
+
+// ============================================================================
+// Step 1: thread_per_row (the naive baseline).
+// Thread r owns row r and sweeps it three times in global memory: sum x for the mean, sum
+// (x - mean)^2 for the variance, then write y. Two passes over the statistics (mean first,
+// then the squared deviations) and not one pass of sum(x) and sum(x^2): with
+// var = E[x^2] - mean^2, a row of mean 1e3 and std 1e-2 subtracts two numbers near 1e6 that
+// agree in their first 10 digits, more than fp32's 7: the variance is rounding noise (even
+// negative). Sweeping the deviations costs a second read, which this step pays in full.
+//
+// Access pattern: the 32 threads of a warp read 32 different rows, ldx elements apart:
+// every load instruction touches 32 sectors for 32 useful elements (4 useful bytes of 32
+// in fp32, 2 in bf16), and only `rows` threads exist (16384: ~4 warps per SM).
+// Bytes: 3 reads of x + 1 write of y, each at 1/8 (fp32) or 1/16 (bf16) sector efficiency
+// unless L1 keeps a thread's sectors between its iterations (32 rows x 32 B per warp per
+// column step: it mostly does for the first sweep's neighbours, not across sweeps).
+// Prediction: 16384 x 768: ~0.05-0.15 of the copy, fp32 and bf16.
+// Measured: pending (GPU run)
+// ============================================================================
+template <class T>
+__global__ void thread_row_kernel(const T* x, std::int64_t ldx, T* y, std::int64_t ldy, const float* gamma,
+                                  const float* beta, float* mean, float* rstd, std::int64_t rows, std::int64_t C,
+                                  float eps) {
+  // @step thread_per_row
+  const std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  const T* xr = x + r * ldx;
+  T* yr = y + r * ldy;
+  const float inv_c = 1.f / static_cast<float>(C);
+  float sum = 0.f;
+  for (std::int64_t c = 0; c < C; ++c) sum += to_float(xr[c]);
+  const float mu = sum * inv_c;
+  float sq = 0.f;  // the squared deviations from the mean: no cancellation
+  for (std::int64_t c = 0; c < C; ++c) {
+    const float d = to_float(xr[c]) - mu;
+    sq = fmaf(d, d, sq);
+  }
+  const float rs = rsqrtf(sq * inv_c + eps);
+  for (std::int64_t c = 0; c < C; ++c) yr[c] = from_float<T>((to_float(xr[c]) - mu) * rs * gamma[c] + beta[c]);
+  mean[r] = mu;
+  rstd[r] = rs;
+  // @end
+}
+
+template <class T>
+void launch_thread_per_row(const LayerNormArgs& a) {
+  // @step thread_per_row
+  constexpr int kThreads = 128;
+  thread_row_kernel<T><<<blocks_for(a.rows, kThreads, "thread_per_row"), kThreads, 0, a.stream>>>(
+      static_cast<const T*>(a.x), a.ldx, static_cast<T*>(a.y), a.ldy, a.gamma, a.beta, a.mean, a.rstd, a.rows, a.C,
+      a.eps);
+  COURSE_CHECK_LAUNCH("thread_row_kernel");
+  // @end
+}
+
+// ============================================================================
+// Step 2: warp_per_row.
+// One warp per row, 8 rows per block. Lane l loads columns l, l + 32, ... (coalesced: a
+// warp reads 128 B of fp32 or 64 B of bf16 per load instruction) into kPerLane registers
+// (compile-time 1, 2, 4, 8, 16 or 32: C <= 1024). Then, with the row on chip:
+//   mean = warp_sum(sum of the lane's values) / C
+//   var  = warp_sum(sum of (v - mean)^2 over the lane's values) / C
+// The second reduction reads registers, not memory: the two-pass variance costs only
+// shuffles now, so there is no reason to use sum / sum of squares (cancellation, see step
+// 1) nor Welford's one-pass update (a division per element and a three-value merge per
+// shuffle: its point is to avoid a second READ, which no longer exists here). Each lane
+// then writes y for its own columns.
+// Rows longer than 1024 do not fit in registers: warp_row_stream_kernel sweeps x three
+// times (mean, variance, y) with the same coalesced pattern; the re-reads come from L1/L2.
+//
+// Bytes: x read once, y written once: the copy's traffic. Scalar accesses (4 B or 2 B per
+// lane per instruction) issue 4x (fp32) or 8x (bf16) the load instructions of step 3.
+// Registers: ~kPerLane + 20: at C = 768 (kPerLane 32) ~60, full occupancy.
+// Prediction: 16384 x 768: fp32 ~0.7-0.85 of the copy; bf16 ~0.5-0.7 (2-byte loads: half
+// the bytes per instruction of fp32); 16384 x 384 a little lower (half the bytes per row,
+// same reduction latency).
+// Measured: pending (GPU run)
+// ============================================================================
+constexpr int kRowsPerBlock = 8;  // warps (rows) per block in steps 2 and 3
+constexpr int kRowThreads = kRowsPerBlock * cc::kWarpSize;
+
+template <class T, int kPerLane>
+__global__ void __launch_bounds__(kRowThreads)
+    warp_row_kernel(const T* x, std::int64_t ldx, T* y, std::int64_t ldy, const float* gamma, const float* beta,
+                    float* mean, float* rstd, std::int64_t rows, int C, float eps) {
+  // @step warp_per_row
+  const int lane = threadIdx.x % cc::kWarpSize;
+  const std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / cc::kWarpSize;
+  if (r >= rows) return;  // uniform per warp: the shuffles below see full warps
+  const T* xr = x + r * ldx;
+  T* yr = y + r * ldy;
+  const float inv_c = 1.f / static_cast<float>(C);
+
+  float v[kPerLane];
+  float sum = 0.f;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int j = k * cc::kWarpSize + lane;
+    v[k] = j < C ? to_float(xr[j]) : 0.f;
+    sum += v[k];
+  }
+  const float mu = cc::warp_sum(sum) * inv_c;
+  float sq = 0.f;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int j = k * cc::kWarpSize + lane;
+    const float d = j < C ? v[k] - mu : 0.f;  // a padding 0 is not a deviation of 0 - mu
+    sq = fmaf(d, d, sq);
+  }
+  const float rs = rsqrtf(cc::warp_sum(sq) * inv_c + eps);
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int j = k * cc::kWarpSize + lane;
+    if (j < C) yr[j] = from_float<T>((v[k] - mu) * rs * gamma[j] + beta[j]);
+  }
+  if (lane == 0) {
+    mean[r] = mu;
+    rstd[r] = rs;
+  }
+  // @end
+}
+
+template <class T>
+__global__ void __launch_bounds__(kRowThreads)
+    warp_row_stream_kernel(const T* x, std::int64_t ldx, T* y, std::int64_t ldy, const float* gamma,
+                           const float* beta, float* mean, float* rstd, std::int64_t rows, std::int64_t C, float eps) {
+  // @step warp_per_row  (rows longer than 1024: three sweeps)
+  const int lane = threadIdx.x % cc::kWarpSize;
+  const std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / cc::kWarpSize;
+  if (r >= rows) return;
+  const T* xr = x + r * ldx;
+  T* yr = y + r * ldy;
+  const float inv_c = 1.f / static_cast<float>(C);
+  float sum = 0.f;
+  for (std::int64_t j = lane; j < C; j += cc::kWarpSize) sum += to_float(xr[j]);
+  const float mu = cc::warp_sum(sum) * inv_c;
+  float sq = 0.f;
+  for (std::int64_t j = lane; j < C; j += cc::kWarpSize) {
+    const float d = to_float(xr[j]) - mu;
+    sq = fmaf(d, d, sq);
+  }
+  const float rs = rsqrtf(cc::warp_sum(sq) * inv_c + eps);
+  for (std::int64_t j = lane; j < C; j += cc::kWarpSize)
+    yr[j] = from_float<T>((to_float(xr[j]) - mu) * rs * gamma[j] + beta[j]);
+  if (lane == 0) {
+    mean[r] = mu;
+    rstd[r] = rs;
+  }
+  // @end
+}
+
+template <class T, int kPerLane>
+void launch_warp_row(const LayerNormArgs& a) {
+  warp_row_kernel<T, kPerLane><<<blocks_for(a.rows, kRowsPerBlock, "warp_per_row"), kRowThreads, 0, a.stream>>>(
+      static_cast<const T*>(a.x), a.ldx, static_cast<T*>(a.y), a.ldy, a.gamma, a.beta, a.mean, a.rstd, a.rows,
+      static_cast<int>(a.C), a.eps);
+  COURSE_CHECK_LAUNCH("warp_row_kernel");
+}
+
+template <class T>
+void launch_warp_per_row(const LayerNormArgs& a) {
+  // @step warp_per_row  (the launch: kPerLane by C, else the streamed kernel)
+  if (a.C <= 32) return launch_warp_row<T, 1>(a);
+  if (a.C <= 64) return launch_warp_row<T, 2>(a);
+  if (a.C <= 128) return launch_warp_row<T, 4>(a);
+  if (a.C <= 256) return launch_warp_row<T, 8>(a);
+  if (a.C <= 512) return launch_warp_row<T, 16>(a);
+  if (a.C <= m04::kLayerNormWarpMaxCols) return launch_warp_row<T, 32>(a);
+  warp_row_stream_kernel<T><<<blocks_for(a.rows, kRowsPerBlock, "warp_per_row"), kRowThreads, 0, a.stream>>>(
+      static_cast<const T*>(a.x), a.ldx, static_cast<T*>(a.y), a.ldy, a.gamma, a.beta, a.mean, a.rstd, a.rows, a.C,
+      a.eps);
+  COURSE_CHECK_LAUNCH("warp_row_stream_kernel");
+  // @end
+}
+
+// ============================================================================
+// Step 3: vectorized.
+// The warp per row of step 2 with 16-byte accesses: a lane moves kN = 4 floats or 8 bf16
+// per load and store instruction (LDG.128 / STG.128, course/cuda/elem16.cuh), and reads gamma
+// and beta as float4 (they stay in L1: every row of the block uses the same ones). Vector
+// v of the row (elements v*kN .. v*kN + kN - 1) belongs to lane v % 32, chunk v / 32:
+// consecutive lanes read consecutive 16 bytes, 512 B per warp instruction.
+//
+// C is a template parameter for kLayerNormFastWidths (384, 768, 1024), dispatched with
+// course::cuda::dispatch_value: the chunk count, the 1/C and the "is this vector inside the
+// row" tests are constants, so the loops unroll with no predicates where 32 | C / kN
+// (768 fp32 = 6 chunks of 32 lanes, 768 bf16 = 3; 384 bf16 = 48 vectors: chunk 1 is half
+// used). Other C with C % kN == 0 and C <= 256 kN run the same kernel with a runtime C
+// (kChunks = 1, 2, 4 or 8 by C); the rest (C % kN != 0, unaligned pointers or strides,
+// longer rows) falls back to step 2's scalar kernels. 8 rows (warps) per block.
+//
+// Bytes: as step 2 (x once, y once), with 1/4 (fp32) or 1/8 (bf16) of its memory
+// instructions, so each warp has several 16-byte loads in flight before its first shuffle.
+// Registers: C = 768 bf16: 24 values + 24 of the output ~50; fp32 1024: ~70. Full occupancy.
+// Prediction: 16384 x 768 and 16384 x 384, fp32 and bf16: 0.85-0.95 of the copy; >= 1.0x
+// F.layer_norm (which reads x once and writes y once as well).
+// Measured: pending (GPU run)
+// ============================================================================
+template <class T, int kChunks, int kFixedC>
+__global__ void __launch_bounds__(kRowThreads)
+    vec_row_kernel(const T* x, std::int64_t ldx, T* y, std::int64_t ldy, const float* gamma, const float* beta,
+                   float* mean, float* rstd, std::int64_t rows, int runtime_c, float eps) {
+  // @step vectorized
+  constexpr int kN = io::Vec16<T>::kN;
+  const int C = kFixedC > 0 ? kFixedC : runtime_c;
+  const int nvec = C / kN;  // the dispatch guarantees C % kN == 0
+  const int lane = threadIdx.x % cc::kWarpSize;
+  const std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / cc::kWarpSize;
+  if (r >= rows) return;
+  const T* xr = x + r * ldx;
+  T* yr = y + r * ldy;
+  const float inv_c = 1.f / static_cast<float>(C);
+
+  float v[kChunks][kN];
+  float sum = 0.f;
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) {
+    const int vi = k * cc::kWarpSize + lane;
+    if (vi < nvec) {
+      io::load16(xr + vi * kN, v[k]);
+    } else {
+#pragma unroll
+      for (int u = 0; u < kN; ++u) v[k][u] = 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kN; ++u) sum += v[k][u];
+  }
+  const float mu = cc::warp_sum(sum) * inv_c;
+  float sq = 0.f;
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) {
+    if (k * cc::kWarpSize + lane < nvec) {
+#pragma unroll
+      for (int u = 0; u < kN; ++u) {
+        const float d = v[k][u] - mu;
+        sq = fmaf(d, d, sq);
+      }
+    }
+  }
+  const float rs = rsqrtf(cc::warp_sum(sq) * inv_c + eps);
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) {
+    const int vi = k * cc::kWarpSize + lane;
+    if (vi < nvec) {
+      float g[kN], b[kN], out[kN];
+      io::load16_params<kN>(gamma + vi * kN, g);
+      io::load16_params<kN>(beta + vi * kN, b);
+#pragma unroll
+      for (int u = 0; u < kN; ++u) out[u] = (v[k][u] - mu) * rs * g[u] + b[u];
+      io::store16(yr + vi * kN, out);
+    }
+  }
+  if (lane == 0) {
+    mean[r] = mu;
+    rstd[r] = rs;
+  }
+  // @end
+}
+
+template <class T, int kChunks, int kFixedC>
+void launch_vec_row(const LayerNormArgs& a) {
+  vec_row_kernel<T, kChunks, kFixedC><<<blocks_for(a.rows, kRowsPerBlock, "vectorized"), kRowThreads, 0, a.stream>>>(
+      static_cast<const T*>(a.x), a.ldx, static_cast<T*>(a.y), a.ldy, a.gamma, a.beta, a.mean, a.rstd, a.rows,
+      static_cast<int>(a.C), a.eps);
+  COURSE_CHECK_LAUNCH("vec_row_kernel");
+}
+
+template <class T>
+void launch_vectorized(const LayerNormArgs& a) {
+  // @step vectorized
+  constexpr int kN = io::Vec16<T>::kN;
+  const bool vec_ok = a.C % kN == 0 && a.ldx % kN == 0 && a.ldy % kN == 0 && io::aligned16(a.x) &&
+                      io::aligned16(a.y) && io::aligned16(a.gamma) && io::aligned16(a.beta);
+  if (!vec_ok) return launch_warp_per_row<T>(a);  // scalar fallback (step 2)
+  bool fixed = false;
+  for (int width : m04::kLayerNormFastWidths) fixed = fixed || a.C == width;
+  if (fixed) {
+    cc::dispatch_value<m04::kLayerNormFastWidths>(a.C, "C", [&](auto c) {
+      constexpr int kC = decltype(c)::value;
+      constexpr int kChunks = (kC / kN + cc::kWarpSize - 1) / cc::kWarpSize;
+      launch_vec_row<T, kChunks, kC>(a);
+    });
+    return;
+  }
+  const std::int64_t nvec = a.C / kN;
+  if (nvec <= 32) return launch_vec_row<T, 1, 0>(a);
+  if (nvec <= 64) return launch_vec_row<T, 2, 0>(a);
+  if (nvec <= 128) return launch_vec_row<T, 4, 0>(a);
+  if (nvec <= 256) return launch_vec_row<T, 8, 0>(a);
+  launch_warp_per_row<T>(a);  // longer rows: step 2's streamed kernel
+  // @end
+}
+
+}  // namespace
+
+void layer_norm_forward(LayerNormStep step, const LayerNormArgs& args) {
+  m04::validate_layer_norm_args(args, step, "layer_norm_forward");
+  if (args.rows == 0) return;  // nothing to do
+  with_element_type(args.dtype, [&](auto t) {
+    using T = decltype(t);
+    switch (step) {
+      case LayerNormStep::thread_per_row: return launch_thread_per_row<T>(args);
+      case LayerNormStep::warp_per_row: return launch_warp_per_row<T>(args);
+      case LayerNormStep::vectorized: return launch_vectorized<T>(args);
+    }
+  });
+}
+
+}  // namespace course::solution
