@@ -154,7 +154,8 @@ inline void validate_tc_matmul_args(const TcMatmulArgs& a, const char* fn) {
   require_not_null(a.a, fn, "a");
   require_not_null(a.b, fn, "b");
   require_arg((a.c == nullptr) != (a.c_bf16 == nullptr), fn, "c", static_cast<const void*>(a.c),
-              a.c ? "and c_bf16 are both set: give exactly one output" : "= nullptr and c_bf16 = nullptr: give one output");
+              a.c ? "and c_bf16 are both set: give exactly one output"
+                  : "while c_bf16 is null too: give one output (c for fp32, c_bf16 for bf16)");
   // Rows and columns of the operands as stored.
   const std::int64_t a_rows = a.a_transposed ? a.k : a.m, a_cols = a.a_transposed ? a.m : a.k;
   const std::int64_t b_rows = a.b_transposed ? a.n : a.k, b_cols = a.b_transposed ? a.k : a.n;
