@@ -796,7 +796,8 @@ def bench_adamw(run, quick):
                 reset()
                 run.measure("adamw", shape, "pytorch", "clip+AdamW(fused)" + ("+copy_" if copies else ""),
                             lambda c=copies: torch_step(c), bytes_, "GB/s", check,
-                            note="torch.nn.utils.clip_grad_norm_(foreach=True) + torch.optim.AdamW(fused=True)", kind="backend")
+                            note="torch.nn.utils.clip_grad_norm_(foreach=True) + torch.optim.AdamW(fused=True)",
+                            kind="backend")
                 for impl, step in run.course_steps("adamw"):
                     size_arr = (ctypes.c_int64 * len(sizes))(*(n for n, _ in sizes))
                     nbytes = ck.library(impl).workspace_bytes("course_adamw_workspace_bytes", step.encode(),

@@ -588,7 +588,8 @@ def test_new_ops_validation_crosses_the_boundary(fake, impl):
                                                       "with epilogue.gelu"):
         lib.call("course_matmul_tc_ex", b"mma_sync", 1 << 40, 2 << 40, None, 3 << 40, 16, 16, 16, 16, 16, 16, 0, 0,
                  None, 4 << 40, 0, None, 0, 0, None)
-    with pytest.raises(ck.InvalidArgumentError, match="matmul_tc: argument 'c' = nullptr: .*c_bf16 = nullptr: give one output"):
+    with pytest.raises(ck.InvalidArgumentError, match="matmul_tc: argument 'c' = nullptr: .*c_bf16 = nullptr: give "
+                                                      "one output"):
         lib.call("course_matmul_tc_ex", b"mma_sync", 1 << 40, 2 << 40, None, None, 16, 16, 16, 16, 16, 16, 0, 0,
                  None, None, 0, None, 0, 0, None)
 
