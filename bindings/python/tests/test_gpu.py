@@ -554,7 +554,10 @@ def test_adamw_matches_torch_optim():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gelu_forward_and_backward(impl, step, dtype):
     _need("gelu", impl)
-    tol = (1e-5, 1e-6) if dtype == torch.float32 else (8e-3, 1e-5)
+    # fp32: a few ulps of each term (module04_training/tests/gelu_check.hpp's bound: the
+    # backward's 1 - tanh^2 cancels, ~|x| du/dx ulps of dy); bf16: one rounding more.
+    tol = (1e-5, 5e-6) if dtype == torch.float32 else (8e-3, 1e-5)
+    btol = (1e-5, 2e-5) if dtype == torch.float32 else (8e-3, 1e-4)
     for shape in ((1000003,), (129, 1536)):
         x = (cuda(*shape) * 3).to(dtype)
         dy = cuda(*shape).to(dtype)
@@ -564,14 +567,14 @@ def test_gelu_forward_and_backward(impl, step, dtype):
         run(ck.gelu, y, step=step, impl=impl, out=y)
         close(y, ref, *tol, "gelu in place")
         dref = torch.ops.aten.gelu_backward(dy.double(), x.double(), approximate="tanh")
-        close(run(ck.gelu_backward, x, dy, step=step, impl=impl), dref, *tol, f"gelu_backward {shape}")
+        close(run(ck.gelu_backward, x, dy, step=step, impl=impl), dref, *btol, f"gelu_backward {shape}")
         dx = cuda(*shape).to(dtype)
         want = dx.double() + dref
         run(ck.gelu_backward, x, dy, accumulate=True, step=step, impl=impl, out=dx)
-        close(dx, want, *tol, "gelu_backward accumulate")
+        close(dx, want, *btol, "gelu_backward accumulate")
         g = dy.clone()
         run(ck.gelu_backward, x, g, step=step, impl=impl, out=g)
-        close(g, dref, *tol, "gelu_backward in place")
+        close(g, dref, *btol, "gelu_backward in place")
 
 
 def F_gelu64(x):
