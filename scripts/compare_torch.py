@@ -25,6 +25,16 @@ result against a float64 reference:
                           (tc_flash2, then each backward step), torch.autograd.grad of both
   softmax_backward        torch._softmax_backward_data
   linear_backward         dy @ w.T, x.T @ dy, dy.sum(0)
+  adamw                   clip_grad_norm_(foreach=True) + torch.optim.AdamW(fused=True) on the GPT
+                          parameter lists of bench_adamw.cpp (gpt6_d384, gpt12_d768; _bf16: plus a
+                          bf16 copy of the parameters), the same flat buffers, 10 ms timer spin
+  gelu                    ops gelu and gelu_backward, 16384 x 1536 fp32 and bf16: F.gelu(x,
+                          approximate='tanh'); torch.ops.aten.gelu_backward(dy, x, approximate='tanh'),
+                          and with accumulate dx.add_(aten.gelu_backward(...))
+  linear_bf16             bench_linear_tc.cpp's five products (16384 tokens, d_model 384) on step
+                          mma_sync with the epilogue options: F.linear (bias), F.gelu(F.linear) and
+                          torch._addmm_activation(use_gelu), x + F.linear, dy @ w, and dW += dY^T X
+                          into fp32 (addmm/mm with out_dtype where torch has it)
 Timer: CUDA events around each call, a 256 MiB L2 flush and a short GPU spin before it
 (queued work that hides the host's launch overhead), warm-up, median of the repetitions.
 Accuracy rule: max error vs float64 <= factor x the same-precision computation's max
@@ -53,7 +63,7 @@ sys.path.insert(0, str(ROOT / "bindings" / "python"))  # works without installin
 
 OPS = ["l2_norm", "dot", "softmax", "matmul", "matmul_tc", "batched_gemm", "attention", "attention_bf16",
        "attention_backward", "attention_backward_bf16", "attention_fwdbwd_bf16", "softmax_backward",
-       "linear_backward", "cross_entropy"]
+       "linear_backward", "cross_entropy", "adamw", "gelu", "linear_bf16"]
 
 torch = None  # imported in main(), so that --help works without PyTorch
 ck = None
@@ -688,6 +698,293 @@ def bench_linear_backward(run, quick):
 
 
 # ---------------------------------------------------------------------------------------
+# Module 4's AdamW and GELU; module 1's tensor-core matmul as a linear layer
+# ---------------------------------------------------------------------------------------
+
+# bench_adamw.cpp's parameter lists: (layers, d_model, vocabulary, context).
+GPT_LISTS = {"gpt6_d384": (6, 384, 84, 256), "gpt12_d768": (12, 768, 50257, 1024)}
+
+
+def gpt_tensor_sizes(layers, d, vocab, context):
+    """(elements, weight decay) of every tensor, in bench_adamw.cpp's order."""
+    block = [(d, False), (d, False), (3 * d * d, True), (3 * d, False), (d * d, True), (d, False), (d, False),
+             (d, False), (4 * d * d, True), (4 * d, False), (4 * d * d, True), (d, False)]
+    return block * layers + [(vocab * d, True), (context * d, True), (d, False), (d, False)]
+
+
+def bench_adamw(run, quick):
+    """One AdamW step with global-norm clipping over a GPT's parameter list (bench_adamw.cpp's
+    lists, initial state and hyper-parameters: lr 1e-4, betas (0.9, 0.999), eps 1e-8, weight
+    decay 0.01 on matrices, t = 1000, max_norm 1). Both sides update the same flat buffers:
+    torch's parameters (nn.Parameter views), their .grad and AdamW's exp_avg / exp_avg_sq
+    state are views of the buffers the course's tensor list points into, reset before each
+    row. PyTorch: clip_grad_norm_(foreach=True) + AdamW(fused=True).step(); shape
+    <list>_bf16 adds a bf16 copy of every parameter (course: bf16_copies in the same pass;
+    PyTorch: one copy_ of the flat buffer). Error: the largest relative max error of params,
+    exp_avg and exp_avg_sq after one step vs float64. Both sides spend milliseconds of host
+    time per step on 76-148 tensors, so the GPU is given 10 ms of queued work before each
+    timed call (the timer's spin): the times are GPU time."""
+    import ctypes
+    lists = ["gpt6_d384"] if quick else ["gpt6_d384", "gpt12_d768"]
+    lr, betas, eps, wd, t, max_norm = 1e-4, (0.9, 0.999), 1e-8, 1e-2, 1000, 1.0
+    saved_timer = run.timer
+    run.timer = Timer(run.args.warmup_ms, run.args.rep_ms, pad_ms=10.0)
+    try:
+        for name in lists:
+            sizes = gpt_tensor_sizes(*GPT_LISTS[name])
+            total = sum(n for n, _ in sizes)
+            decay = [d for _, d in sizes]
+            offsets = [0]
+            for n, _ in sizes:
+                offsets.append(offsets[-1] + n)
+            u = lambda lo, hi: torch.empty(total, device="cuda").uniform_(lo, hi)  # noqa: E731
+            init = [u(-0.1, 0.1), u(-1e-2, 1e-2), u(-1e-3, 1e-3), u(0.0, 1e-4)]  # p, g, m, v
+            flats = [x.clone() for x in init]
+            P, G, M, V = flats
+            bf = torch.empty(total, device="cuda", dtype=torch.bfloat16)
+            views = lambda flat: [flat[offsets[i]:offsets[i + 1]] for i in range(len(sizes))]  # noqa: E731
+            pv, gv, mv, vv, bv = (views(x) for x in (P, G, M, V, bf))
+
+            # float64 reference of one step from the initial state.
+            g64 = init[1].double()
+            norm = torch.linalg.vector_norm(g64).item()
+            g64.mul_(min(1.0, max_norm / (norm + 1e-6)))
+            m64 = init[2].double().mul_(betas[0]).add_(g64, alpha=1 - betas[0])
+            v64 = init[3].double().mul_(betas[1]).addcmul_(g64, g64, value=1 - betas[1])
+            del g64
+            keep = torch.cat([torch.full((n,), 1.0 - lr * wd if d else 1.0, device="cuda", dtype=torch.float64)
+                              for n, d in sizes])
+            p64 = init[0].double().mul_(keep)
+            del keep
+            denom = v64.sqrt().div_(math.sqrt(1 - betas[1] ** t)).add_(eps)
+            p64.addcdiv_(m64, denom, value=-lr / (1 - betas[0] ** t))
+            del denom
+            check = lambda r: max(rel_err(P, p64), rel_err(M, m64), rel_err(V, v64))  # noqa: E731
+
+            # PyTorch: parameters and their grads are views of P and G; after one step with
+            # lr 0 creates AdamW's state, exp_avg and exp_avg_sq become views of M and V.
+            params = [torch.nn.Parameter(x) for x in pv]
+            groups = [{"params": [p for p, d in zip(params, decay) if d], "weight_decay": wd},
+                      {"params": [p for p, d in zip(params, decay) if not d], "weight_decay": 0.0}]
+            opt = torch.optim.AdamW(groups, lr=0.0, betas=betas, eps=eps, fused=True)
+            for p in params:
+                p.grad = torch.zeros_like(p)
+            opt.step()
+            for p, g, m, v in zip(params, gv, mv, vv):
+                p.grad = g
+                opt.state[p]["exp_avg"] = m
+                opt.state[p]["exp_avg_sq"] = v
+            for group in opt.param_groups:
+                group["lr"] = lr
+
+            def reset():
+                for flat, x in zip(flats, init):
+                    flat.copy_(x)
+                for state in opt.state.values():
+                    state["step"].fill_(t - 1)  # the next step is t
+
+            def torch_step(copy=False):
+                torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+                opt.step()
+                if copy:
+                    bf.copy_(P)
+
+            norm_out = torch.empty((), device="cuda")
+            for copies in (False, True):
+                shape = name + ("_bf16" if copies else "")
+                bytes_ = (34.0 if copies else 32.0) * total  # adamw_bytes_per_element(copies, norm = true)
+                reset()
+                run.measure("adamw", shape, "pytorch", "clip+AdamW(fused)" + ("+copy_" if copies else ""),
+                            lambda c=copies: torch_step(c), bytes_, "GB/s", check,
+                            note="torch.nn.utils.clip_grad_norm_(foreach=True) + torch.optim.AdamW(fused=True)",
+                            kind="backend")
+                for impl, step in run.course_steps("adamw"):
+                    size_arr = (ctypes.c_int64 * len(sizes))(*(n for n, _ in sizes))
+                    nbytes = ck.library(impl).workspace_bytes("course_adamw_workspace_bytes", step.encode(),
+                                                              len(sizes), size_arr)
+                    ws = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+                    fn = lambda s=step, i=impl, ws=ws, c=copies: ck.adamw(  # noqa: E731
+                        pv, gv, mv, vv, t=t, lr=lr, betas=betas, eps=eps, weight_decay=wd, decay_mask=decay,
+                        max_norm=max_norm, bf16_copies=bv if c else None, norm_out=norm_out, step=s, impl=i,
+                        workspace=ws)
+                    reset()
+                    run.run_course("adamw", shape, impl, step, fn, bytes_, "GB/s", check)
+                    del ws
+            del opt, params, init, flats, P, G, M, V, bf, pv, gv, mv, vv, bv, p64, m64, v64
+            torch.cuda.empty_cache()
+    finally:
+        run.timer = saved_timer
+
+
+def bench_gelu(run, quick):
+    """bench_gelu.cpp's 16384 x 1536 in fp32 and bf16 (x uniform in [-4, 4], dy in [-1, 1]):
+    forward (op gelu) beside F.gelu(x, approximate='tanh'); backward (op gelu_backward)
+    beside torch.ops.aten.gelu_backward(dy, x, approximate='tanh') -- what autograd runs --
+    writing dx; and shape ..._accumulate: dx += dy * gelu'(x) (the course's accumulate, what
+    bench_gelu.cpp times) beside dx.add_(aten.gelu_backward(...)). Credited bytes: 2, 3 and 4
+    elements per element. Error: max absolute error vs float64."""
+    rows, cols = (4096, 1536) if quick else (16384, 1536)
+    n = rows * cols
+    gelu_bwd = torch.ops.aten.gelu_backward
+    for dtype, tag in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
+        size = 4 if dtype == torch.float32 else 2
+        x = (torch.rand(rows, cols, device="cuda") * 8 - 4).to(dtype)
+        dy = (torch.rand(rows, cols, device="cuda") * 2 - 1).to(dtype)
+        dx0 = (torch.rand(rows, cols, device="cuda") * 2 - 1).to(dtype)
+        shape = f"{rows}x{cols}_{tag}"
+
+        ref = F.gelu(x.double(), approximate="tanh")
+        check = lambda r, ref=ref: max_err(r, ref)  # noqa: E731
+        run.measure("gelu", shape, "pytorch", "F.gelu", lambda: F.gelu(x, approximate="tanh"), 2.0 * size * n,
+                    "GB/s", check, note="torch.nn.functional.gelu(x, approximate='tanh')", kind="backend")
+        y = torch.empty_like(x)
+        for impl, step in run.course_steps("gelu"):
+            fn = lambda s=step, i=impl: ck.gelu(x, step=s, impl=i, out=y)  # noqa: E731
+            run.run_course("gelu", shape, impl, step, fn, 2.0 * size * n, "GB/s", check)
+        del ref, y
+
+        dref = gelu_bwd(dy.double(), x.double(), approximate="tanh")
+        check = lambda r, ref=dref: max_err(r, ref)  # noqa: E731
+        run.measure("gelu_backward", shape, "pytorch", "aten.gelu_backward",
+                    lambda: gelu_bwd(dy, x, approximate="tanh"), 3.0 * size * n, "GB/s", check,
+                    note="torch.ops.aten.gelu_backward(dy, x, approximate='tanh')", kind="backend")
+        dx = torch.empty_like(x)
+        for impl, step in run.course_steps("gelu_backward"):
+            fn = lambda s=step, i=impl: ck.gelu_backward(x, dy, step=s, impl=i, out=dx)  # noqa: E731
+            run.run_course("gelu_backward", shape, impl, step, fn, 3.0 * size * n, "GB/s", check)
+
+        acc_ref = dx0.double() + dref
+        del dref
+        check = lambda r, ref=acc_ref: max_err(r, ref)  # noqa: E731
+        shape_acc = shape + "_accumulate"
+        dx.copy_(dx0)
+        run.measure("gelu_backward", shape_acc, "pytorch", "aten.gelu_backward+add_",
+                    lambda: dx.add_(gelu_bwd(dy, x, approximate="tanh")), 4.0 * size * n, "GB/s", check,
+                    note="dx.add_(torch.ops.aten.gelu_backward(dy, x, approximate='tanh'))", kind="backend")
+        for impl, step in run.course_steps("gelu_backward"):
+            fn = lambda s=step, i=impl: ck.gelu_backward(x, dy, accumulate=True, step=s, impl=i, out=dx)  # noqa
+            dx.copy_(dx0)
+            run.run_course("gelu_backward", shape_acc, impl, step, fn, 4.0 * size * n, "GB/s", check)
+        del acc_ref, dx, x, dy, dx0
+        torch.cuda.empty_cache()
+
+
+def torch_dw_accumulate():
+    """The best fp32-accumulating dW += dY^T X this torch has, as (name, fn(dw, dy, x), note):
+    addmm with out_dtype (one cuBLAS call, beta = 1, fp32 C; out of place), mm with out_dtype
+    then add_, else the bf16 product then add_ (rounded to bf16 first: what autograd does
+    for a bf16 weight)."""
+    a = torch.zeros(8, 8, device="cuda")
+    b = torch.zeros(8, 8, device="cuda", dtype=torch.bfloat16)
+    candidates = [
+        ("addmm(out_dtype=fp32)", lambda dw, dy, x: torch.addmm(dw, dy.t(), x, out_dtype=torch.float32),
+         "torch.addmm(dw, dy.t(), x, out_dtype=torch.float32): fp32 C, beta 1, out of place"),
+        ("mm(out_dtype=fp32)+add_", lambda dw, dy, x: dw.add_(torch.mm(dy.t(), x, out_dtype=torch.float32)),
+         "dw.add_(torch.mm(dy.t(), x, out_dtype=torch.float32))"),
+    ]
+    for name, fn, note in candidates:
+        try:
+            fn(a.clone(), b, b)
+            return name, fn, note
+        except (TypeError, RuntimeError):
+            continue
+    return ("bf16 mm+add_", lambda dw, dy, x: dw.add_(dy.t() @ x),
+            "dw.add_(dy.t() @ x): the product rounded to bf16 first (this torch has no out_dtype)")
+
+
+def bench_linear_bf16(run, quick):
+    """bench_linear_tc.cpp's five products of a GPT linear layer (16384 tokens, d_model 384;
+    course step mma_sync with the options) beside PyTorch in bf16 on the same tensors:
+      fwd_qkv       Y = X W^T + b          course linear(x, w, b)  | F.linear(x, w, b) (cuBLASLt bias epilogue)
+      fwd_fc_gelu   gelu(X W^T + b)        linear(.., gelu, pre_gelu_out) | F.gelu(F.linear(x, w, b), 'tanh')
+                                           and torch._addmm_activation(b, x, w.t(), use_gelu=True)
+                                           (cuBLASLt's GELU epilogue; writes no pre-activation)
+      fwd_proj_res  X + H W^T + b          linear(h, w, b, residual=x, out=x) in place | x + F.linear(h, w, b)
+      bwd_dx        dY W                   matmul_tc_ex(dy, w) bf16 out | dy @ w
+      bwd_dw        dW + dY^T X, fp32 dW   matmul_tc_ex(dy.t(), x, accumulate=True, out=dw) |
+                                           torch_dw_accumulate()'s form
+    PyTorch's bias is the course's fp32 bias rounded to bf16 (the course is given those same
+    values). In-place outputs are reset before each row. Error: relative max error vs
+    float64 from the same bf16 inputs."""
+    T, d = (4096 if quick else 16384), 384
+    bf = torch.bfloat16
+    products = [("fwd_qkv", T, 3 * d, d), ("fwd_fc_gelu", T, 4 * d, d), ("fwd_proj_res", T, d, 4 * d),
+                ("bwd_dx", T, d, 3 * d), ("bwd_dw", 3 * d, d, T)]
+    dw_name, dw_fn, dw_note = torch_dw_accumulate()
+    for name, M, N, K in products:
+        shape = f"{name}_{M}x{N}x{K}"
+        flops = 2.0 * M * N * K
+        steps = run.course_steps("matmul_tc", lambda s: s == "mma_sync")
+        if name.startswith("fwd"):
+            x = torch.randn(M, K, device="cuda", dtype=bf)
+            w = (torch.randn(N, K, device="cuda") / math.sqrt(K)).to(bf)
+            b16 = torch.randn(N, device="cuda", dtype=bf)
+            b = b16.float()
+            lin = x.double() @ w.double().t() + b.double()
+            if name == "fwd_qkv":
+                check = lambda r, ref=lin: rel_err(r, ref)  # noqa: E731
+                run.measure("linear_bf16", shape, "pytorch", "F.linear", lambda: F.linear(x, w, b16), flops,
+                            "TFLOP/s", check, note="bf16 out", kind="backend")
+                y = torch.empty(M, N, device="cuda", dtype=bf)
+                for impl, step in steps:
+                    fn = lambda s=step, i=impl: ck.linear(x, w, b, step=s, impl=i, out=y)  # noqa: E731
+                    run.run_course("linear_bf16", shape, impl, step, fn, flops, "TFLOP/s", check)
+            elif name == "fwd_fc_gelu":
+                ref = F.gelu(lin, approximate="tanh")
+                check = lambda r, ref=ref: rel_err(r, ref)  # noqa: E731
+                run.measure("linear_bf16", shape, "pytorch", "F.linear+F.gelu",
+                            lambda: F.gelu(F.linear(x, w, b16), approximate="tanh"), flops, "TFLOP/s", check,
+                            note="bf16 out", kind="backend")
+                if hasattr(torch, "_addmm_activation"):
+                    run.measure("linear_bf16", shape, "pytorch", "_addmm_activation",
+                                lambda: torch._addmm_activation(b16, x, w.t(), use_gelu=True), flops, "TFLOP/s",
+                                check, note="bf16 out; no pre-activation output", kind="backend")
+                y = torch.empty(M, N, device="cuda", dtype=bf)
+                pre = torch.empty(M, N, device="cuda", dtype=bf)
+                for impl, step in steps:
+                    fn = lambda s=step, i=impl: ck.linear(x, w, b, gelu=True, pre_gelu_out=pre, step=s,  # noqa
+                                                          impl=i, out=y)[0]
+                    run.run_course("linear_bf16", shape, impl, step, fn, flops, "TFLOP/s", check)
+            else:  # fwd_proj_res: x is H (M x 4d), the residual stream r (M x d) is updated in place
+                r0 = torch.randn(M, N, device="cuda", dtype=bf)
+                ref = r0.double() + lin
+                check = lambda r, ref=ref: rel_err(r, ref)  # noqa: E731
+                run.measure("linear_bf16", shape, "pytorch", "x+F.linear", lambda: r0 + F.linear(x, w, b16), flops,
+                            "TFLOP/s", check, note="bf16 out", kind="backend")
+                r = r0.clone()
+                for impl, step in steps:
+                    fn = lambda s=step, i=impl: ck.linear(x, w, b, residual=r, out=r, step=s, impl=i)  # noqa
+                    r.copy_(r0)
+                    run.run_course("linear_bf16", shape, impl, step, fn, flops, "TFLOP/s", check)
+        elif name == "bwd_dx":  # dX (T x d) = dY (T x 3d) W (3d x d), W stored [out, in]
+            dy = torch.randn(M, K, device="cuda", dtype=bf)
+            w = (torch.randn(K, N, device="cuda") / math.sqrt(K)).to(bf)
+            ref = dy.double() @ w.double()
+            check = lambda r, ref=ref: rel_err(r, ref)  # noqa: E731
+            run.measure("linear_bf16", shape, "pytorch", "matmul", lambda: dy @ w, flops, "TFLOP/s", check,
+                        note="bf16 out", kind="backend")
+            dx = torch.empty(M, N, device="cuda", dtype=bf)
+            for impl, step in steps:
+                fn = lambda s=step, i=impl: ck.matmul_tc_ex(dy, w, step=s, impl=i, out=dx)  # noqa: E731
+                run.run_course("linear_bf16", shape, impl, step, fn, flops, "TFLOP/s", check)
+        else:  # bwd_dw: dW (3d x d, fp32) += dY^T (3d x T) X (T x d)
+            dy = torch.randn(K, M, device="cuda", dtype=bf)
+            x = torch.randn(K, N, device="cuda", dtype=bf)
+            dw0 = torch.randn(M, N, device="cuda")
+            ref = dw0.double() + dy.double().t() @ x.double()
+            check = lambda r, ref=ref: rel_err(r, ref)  # noqa: E731
+            dw = dw0.clone()
+            run.measure("linear_bf16", shape, "pytorch", dw_name, lambda: dw_fn(dw, dy, x), flops, "TFLOP/s",
+                        check, note="fp32 out; " + dw_note, kind="backend")
+            for impl, step in steps:
+                fn = lambda s=step, i=impl: ck.matmul_tc_ex(dy.t(), x, accumulate=True, step=s, impl=i,  # noqa
+                                                            out=dw)
+                dw.copy_(dw0)
+                run.run_course("linear_bf16", shape, impl, step, fn, flops, "TFLOP/s", check)
+        torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------------------------------
 # Report
 # ---------------------------------------------------------------------------------------
 
@@ -700,7 +997,8 @@ def accuracy_flags(rows):
         if r["impl"] == "pytorch" and r.get("err") is not None:
             key = (r["op"], r["shape"])
             torch_err[key] = min(torch_err.get(key, math.inf), r["err"])
-    floors = {"l2_norm": 1e-5, "dot": 1e-5, "softmax": 1e-6, "softmax_backward": 1e-6}
+    floors = {"l2_norm": 1e-5, "dot": 1e-5, "softmax": 1e-6, "softmax_backward": 1e-6, "adamw": 1e-6,
+              "gelu": 1e-6, "gelu_backward": 1e-6, "linear_bf16": 1e-4}
     for r in rows:
         if r["impl"] == "pytorch" or r.get("err") is None or "accuracy_ok" in r:
             continue
@@ -794,6 +1092,8 @@ def main():
         "softmax_backward": lambda q: bench_softmax_backward(run, q),
         "linear_backward": lambda q: bench_linear_backward(run, q),
         "cross_entropy": lambda q: bench_cross_entropy(run, q),
+        "adamw": lambda q: bench_adamw(run, q), "gelu": lambda q: bench_gelu(run, q),
+        "linear_bf16": lambda q: bench_linear_bf16(run, q),
     }
     t0 = time.time()
     stopped = None

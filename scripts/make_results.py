@@ -105,10 +105,11 @@ def load_stored(path):
 
 # Course order: each module's ops as its lesson teaches them; ops not listed follow in run order.
 COURSE_OP_ORDER = {
-    "m01": ["l2_norm", "dot", "softmax", "sgemm", "hgemm_bf16"],
+    "m01": ["l2_norm", "dot", "softmax", "sgemm", "hgemm_bf16", "linear_bf16"],
     "m02": ["bgemm_qk_f32", "bgemm_pv_f32", "bgemm_qk_bf16", "bgemm_pv_bf16", "bgemm_ptr_build"],
     "m03": ["attn_f32", "attn_bf16"],
-    "m04": ["softmax_backward", "linear_backward", "bias_grad", "attn_bwd_f32", "attn_bwd_bf16"],
+    "m04": ["softmax_backward", "linear_backward", "bias_grad", "attn_bwd_f32", "attn_bwd_bf16", "adamw", "gelu",
+            "gelu_backward"],
 }
 
 
@@ -211,6 +212,7 @@ SUMMARY = [
          torch="matmul_tc"),
     dict(label="matmul bf16, Hopper (sm_90a)", module="m01", op="hgemm_bf16",
          steps=["wgmma", "tma_warp_specialized", "persistent", "cluster_multicast"], torch="matmul_tc"),
+    dict(label="linear layer bf16 (mma_sync, epilogue options)", module="m01", op="linear_bf16", torch="linear_bf16"),
     # The strided API: the one compare_torch.py runs (the pointer-array steps run the same bodies).
     dict(label="batched GEMM Q K^T, fp32", module="m02", op="bgemm_qk_f32", steps=strided, torch="bgemm_qk_f32"),
     dict(label="batched GEMM P V, fp32", module="m02", op="bgemm_pv_f32", steps=strided, torch="bgemm_pv_f32"),
@@ -228,6 +230,9 @@ SUMMARY = [
     dict(label="attention backward, fp32", module="m04", op="attn_bwd_f32", torch="attention_backward"),
     dict(label="attention backward, bf16", module="m04", op="attn_bwd_bf16", torch="attention_backward_bf16",
          library="flash"),
+    dict(label="AdamW + clipping (GPT parameter lists)", module="m04", op="adamw", torch="adamw"),
+    dict(label="GELU forward", module="m04", op="gelu", torch="gelu"),
+    dict(label="GELU backward", module="m04", op="gelu_backward", torch="gelu_backward"),
 ]
 SUMMARY_SKIP = {"bgemm_ptr_build"}  # host-side timing of pointer arrays: no library, no ladder top
 

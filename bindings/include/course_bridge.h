@@ -272,6 +272,58 @@ COURSE_BRIDGE_API int course_cross_entropy(const char* step, int bf16, const voi
                                            int64_t rows, int64_t vocab, int64_t ldl, int64_t lddl,
                                            int32_t ignore_index, float dloss, void* stream);
 
+/* ---------------------------------------------------------------------------------------
+ * Module 4's optimizer and activation, module 1's tensor-core matmul with its options
+ * (module04/adamw.hpp, module04/gelu.hpp, module01/matmul_tc.hpp "Options for a linear layer")
+ * ------------------------------------------------------------------------------------- */
+
+/** Workspace bytes of adamw(step) for num_tensors tensors of sizes[i] elements (a HOST
+ *  array; multi_tensor's workspace grows with the number of 16384-element chunks). */
+COURSE_BRIDGE_API int course_adamw_workspace_bytes(const char* step, int64_t num_tensors, const int64_t* sizes,
+                                                   size_t* bytes);
+/** One AdamW step (torch.optim.AdamW's formula and order) over a list of fp32 tensors, with
+ *  global gradient-norm clipping when max_norm > 0 (torch.nn.utils.clip_grad_norm_'s scale,
+ *  applied on the fly: grads are not modified). params, grads, exp_avgs, exp_avg_sqs, sizes
+ *  are HOST arrays of num_tensors entries; their entries are DEVICE pointers to sizes[i]
+ *  contiguous floats. bf16_copies: NULL (none) or a HOST array whose non-NULL entries receive
+ *  the updated params rounded to bf16. decay: NULL (weight decay on every tensor) or a HOST
+ *  array of num_tensors ints (0: no decay, e.g. biases and LayerNorm). grad_norm: NULL or a
+ *  device float that receives the norm before clipping. t >= 1 is the step number (the bias
+ *  corrections 1 - beta^t). Nothing is copied to the host: the clip scale stays on the device.
+ *  Steps: op name "adamw". */
+COURSE_BRIDGE_API int course_adamw(const char* step, int64_t num_tensors, void* const* params,
+                                   const void* const* grads, void* const* exp_avgs, void* const* exp_avg_sqs,
+                                   void* const* bf16_copies, const int64_t* sizes, const int* decay, float lr,
+                                   float beta1, float beta2, float eps, float weight_decay, int64_t t,
+                                   float max_norm, void* grad_norm, void* workspace, size_t workspace_bytes,
+                                   void* stream);
+
+/** y = gelu(x), GPT-2's tanh approximation, over n contiguous elements; bf16 = 0: fp32
+ *  tensors, 1: bf16 tensors (fp32 arithmetic, one rounding). In place: y == x. Steps: op name
+ *  "gelu". */
+COURSE_BRIDGE_API int course_gelu_forward(const char* step, const void* x, void* y, int64_t n, int bf16,
+                                          void* stream);
+/** dx = dy * gelu'(x), or dx += dy * gelu'(x) with accumulate; dtypes as course_gelu_forward.
+ *  In place: dx == dy. Steps: op name "gelu_backward" (the same table as "gelu"). */
+COURSE_BRIDGE_API int course_gelu_backward(const char* step, const void* x, const void* dy, void* dx, int64_t n,
+                                           int bf16, int accumulate, void* stream);
+
+/** course_matmul_tc with TcMatmulArgs' options (course_matmul_tc's signature is kept as it is):
+ *    C (M x N) = op(A) op(B) [+ bias] [-> pre_gelu, gelu] [+ residual]   (C += ... with accumulate)
+ *  a_transposed: A stored K x M (element (i, k) at a[k * lda + i]); b_transposed: B stored
+ *  N x K (element (k, j) at b[j * ldb + k]) -- so a linear layer Y = X W^T with W stored
+ *  [out, in] is a = X, b = W, b_transposed = 1. Exactly one of c (fp32) and c_bf16 (bf16),
+ *  leading dimension ldc. bias: NULL or N floats. pre_gelu: NULL or an M x N bf16 matrix with
+ *  leading dimension ldc (needs gelu). residual: NULL or M x N in the output's dtype,
+ *  leading dimension ldr; it may be the output itself (same pointer, ldr == ldc).
+ *  accumulate: fp32 output only, C += the result. Step mma_sync takes every option; the
+ *  other steps report COURSE_ERR_UNSUPPORTED naming the first option they are given. */
+COURSE_BRIDGE_API int course_matmul_tc_ex(const char* step, const void* a, const void* b, void* c, void* c_bf16,
+                                          int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
+                                          int a_transposed, int b_transposed, const void* bias, void* pre_gelu,
+                                          int gelu, const void* residual, int64_t ldr, int accumulate,
+                                          void* stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -29,8 +29,10 @@
 #include "module01/softmax.hpp"
 #include "module02/batched_gemm.hpp"
 #include "module03/attention.hpp"
+#include "module04/adamw.hpp"
 #include "module04/attention_backward.hpp"
 #include "module04/cross_entropy.hpp"
+#include "module04/gelu.hpp"
 #include "module04/linear_backward.hpp"
 #include "module04/softmax_backward.hpp"
 
@@ -64,6 +66,11 @@ __attribute__((weak)) void attention_backward(::course::m04::AttentionBackwardSt
                                               const ::course::m04::AttentionBackwardArgs& args);
 __attribute__((weak)) void attention_backward(::course::m04::AttentionBackwardStep step,
                                               const ::course::m04::AttentionBackwardArgsBf16& args);
+__attribute__((weak)) void adamw(::course::m04::AdamWStep step, const ::course::m04::AdamWArgs& args);
+__attribute__((weak)) void gelu_forward(::course::m04::GeluStep step, const ::course::m04::GeluArgs& args);
+__attribute__((weak)) void gelu_backward(::course::m04::GeluStep step, const ::course::m04::GeluBackwardArgs& args);
+__attribute__((weak)) void cross_entropy(::course::m04::CrossEntropyStep step,
+                                         const ::course::m04::FusedCrossEntropyArgs& args);
 }  // namespace course::COURSE_IMPL
 
 namespace {
@@ -207,6 +214,9 @@ const std::vector<OpEntry>& op_table() {
                  static_cast<AttentionBackwardBf16Fn>(&impl::attention_backward) != nullptr,
                  reads_bf16<m04::AttentionBackwardStep>),
         op_entry("cross_entropy", m04::kCrossEntropySteps, &impl::cross_entropy != nullptr),
+        op_entry("adamw", m04::kAdamWSteps, &impl::adamw != nullptr),
+        op_entry("gelu", m04::kGeluSteps, &impl::gelu_forward != nullptr),
+        op_entry("gelu_backward", m04::kGeluSteps, &impl::gelu_backward != nullptr),
     };
   }();
   return table;
@@ -810,12 +820,7 @@ int course_attention_backward_bf16(const char* step, const void* q, const void* 
 }  // extern "C"
 
 // ---- module 4: fused cross-entropy (module04/cross_entropy.hpp) -------------------------
-// Its entry in op_table() above makes course_list_steps / course_op_available know the op.
-
-namespace course::COURSE_IMPL {
-__attribute__((weak)) void cross_entropy(::course::m04::CrossEntropyStep step,
-                                         const ::course::m04::FusedCrossEntropyArgs& args);
-}  // namespace course::COURSE_IMPL
+// Its weak declaration and its op_table() entry are above with the other ops'.
 
 extern "C" {
 
@@ -841,6 +846,154 @@ int course_cross_entropy(const char* step, int bf16, const void* logits, const i
     args.dloss = dloss;
     args.stream = as_stream(stream);
     course::COURSE_IMPL::cross_entropy(s, args);
+  });
+}
+
+}  // extern "C"
+
+// ---- module 4's AdamW and GELU, module 1's tensor-core matmul with its options ---------
+//
+// AdamW's tensor list arrives as parallel HOST arrays (one entry per tensor); they are read
+// into the HOST vector of AdamWTensor the C++ API takes. Nothing here reads device memory.
+
+namespace {
+
+/// The AdamW tensor list from the C arrays. Every entry of `sizes` is read; params == null
+/// reads the sizes alone (the workspace query), else grads, exp_avgs and exp_avg_sqs are
+/// non-null too (the caller checks) and bf16_copies and decay may be null (no copies, decay
+/// on every tensor).
+/// An out-of-range num_tensors gives an empty list, for validate_adamw_args to reject by name.
+std::vector<course::m04::AdamWTensor> adamw_tensors(const char* fn, int64_t num_tensors, void* const* params,
+                                                    const void* const* grads, void* const* exp_avgs,
+                                                    void* const* exp_avg_sqs, void* const* bf16_copies,
+                                                    const int64_t* sizes, const int* decay) {
+  std::vector<course::m04::AdamWTensor> list;
+  if (num_tensors <= 0 || num_tensors > (int64_t{1} << 24)) return list;
+  course::require_not_null(sizes, fn, "sizes");
+  list.resize(static_cast<std::size_t>(num_tensors));
+  for (int64_t i = 0; i < num_tensors; ++i) {
+    course::m04::AdamWTensor& t = list[static_cast<std::size_t>(i)];
+    t.n = sizes[i];
+    if (params == nullptr) continue;  // sizes only (the workspace query)
+    t.params = static_cast<float*>(params[i]);
+    t.grads = static_cast<const float*>(grads[i]);
+    t.m = static_cast<float*>(exp_avgs[i]);
+    t.v = static_cast<float*>(exp_avg_sqs[i]);
+    t.bf16 = bf16_copies != nullptr ? static_cast<__nv_bfloat16*>(bf16_copies[i]) : nullptr;
+    t.decay = decay == nullptr || decay[i] != 0;
+  }
+  return list;
+}
+
+course::m04::GeluDType gelu_dtype(int bf16) {
+  // 0 and 1 map to f32 and bf16; any other value reaches validate_gelu_args, which names it.
+  return static_cast<course::m04::GeluDType>(bf16);
+}
+
+}  // namespace
+
+extern "C" {
+
+int course_adamw_workspace_bytes(const char* step, int64_t num_tensors, const int64_t* sizes, size_t* bytes) {
+  return guarded([&] {
+    const char* fn = "adamw_workspace_bytes";
+    const auto s = find_step(course::m04::kAdamWSteps, step, "adamw");
+    course::require_arg(num_tensors >= 0 && num_tensors <= (int64_t{1} << 24), fn, "num_tensors", num_tensors,
+                        "must be in [0, 2^24]");
+    const auto list = adamw_tensors(fn, num_tensors, nullptr, nullptr, nullptr, nullptr, nullptr, sizes, nullptr);
+    for (std::size_t i = 0; i < list.size(); ++i)
+      course::require_arg(list[i].n >= 0 && list[i].n <= course::m04::kAdamWMaxElements, fn,
+                          ("sizes[" + std::to_string(i) + "]").c_str(), list[i].n, "must be in [0, 2^40]");
+    set_bytes(bytes, course::m04::adamw_workspace_bytes(s, list.data(), static_cast<int64_t>(list.size())), fn);
+  });
+}
+
+int course_adamw(const char* step, int64_t num_tensors, void* const* params, const void* const* grads,
+                 void* const* exp_avgs, void* const* exp_avg_sqs, void* const* bf16_copies, const int64_t* sizes,
+                 const int* decay, float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t,
+                 float max_norm, void* grad_norm, void* workspace, size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    const char* fn = "adamw";
+    const auto s = find_step(course::m04::kAdamWSteps, step, fn);
+    require_linked(&impl::adamw, fn, "module04_training");
+    if (num_tensors > 0) {  // the arrays themselves (their entries are checked by the C++ API)
+      course::require_not_null(params, fn, "params");
+      course::require_not_null(grads, fn, "grads");
+      course::require_not_null(exp_avgs, fn, "exp_avgs");
+      course::require_not_null(exp_avg_sqs, fn, "exp_avg_sqs");
+    }
+    const auto list =
+        adamw_tensors(fn, num_tensors, params, grads, exp_avgs, exp_avg_sqs, bf16_copies, sizes, decay);
+    course::m04::AdamWArgs args;
+    args.tensors = list.empty() ? nullptr : list.data();
+    args.num_tensors = num_tensors;
+    args.lr = lr;
+    args.beta1 = beta1;
+    args.beta2 = beta2;
+    args.eps = eps;
+    args.weight_decay = weight_decay;
+    args.t = t;
+    args.max_norm = max_norm;
+    args.grad_norm = out<float>(grad_norm);
+    args.workspace = workspace;
+    args.workspace_bytes = workspace_bytes;
+    args.stream = as_stream(stream);
+    impl::adamw(s, args);
+  });
+}
+
+int course_gelu_forward(const char* step, const void* x, void* y, int64_t n, int bf16, void* stream) {
+  return guarded([&] {
+    const auto s = find_step(course::m04::kGeluSteps, step, "gelu");
+    require_linked(&impl::gelu_forward, "gelu", "module04_training");
+    course::m04::GeluArgs args;
+    args.x = x;
+    args.y = y;
+    args.n = n;
+    args.dtype = gelu_dtype(bf16);
+    args.stream = as_stream(stream);
+    impl::gelu_forward(s, args);
+  });
+}
+
+int course_gelu_backward(const char* step, const void* x, const void* dy, void* dx, int64_t n, int bf16,
+                         int accumulate, void* stream) {
+  return guarded([&] {
+    const auto s = find_step(course::m04::kGeluSteps, step, "gelu_backward");
+    require_linked(&impl::gelu_backward, "gelu_backward", "module04_training");
+    course::m04::GeluBackwardArgs args;
+    args.x = x;
+    args.dy = dy;
+    args.dx = dx;
+    args.n = n;
+    args.dtype = gelu_dtype(bf16);
+    args.accumulate = accumulate != 0;
+    args.stream = as_stream(stream);
+    impl::gelu_backward(s, args);
+  });
+}
+
+int course_matmul_tc_ex(const char* step, const void* a, const void* b, void* c, void* c_bf16, int64_t m, int64_t n,
+                        int64_t k, int64_t lda, int64_t ldb, int64_t ldc, int a_transposed, int b_transposed,
+                        const void* bias, void* pre_gelu, int gelu, const void* residual, int64_t ldr,
+                        int accumulate, void* stream) {
+  return guarded([&] {
+    using bf16 = __nv_bfloat16;
+    course::m01::TcMatmulArgs args;
+    args.a = in<bf16>(a);
+    args.b = in<bf16>(b);
+    args.c = out<float>(c);
+    args.c_bf16 = out<bf16>(c_bf16);
+    set_matmul_shape(args, m, n, k, lda, ldb, ldc, stream);
+    args.a_transposed = a_transposed != 0;
+    args.b_transposed = b_transposed != 0;
+    args.epilogue.bias = in<float>(bias);
+    args.epilogue.pre_gelu = out<bf16>(pre_gelu);
+    args.epilogue.gelu = gelu != 0;
+    args.epilogue.residual = residual;
+    args.epilogue.ldr = ldr;
+    args.epilogue.accumulate = accumulate != 0;
+    impl::matmul_tc(find_step(course::m01::kTcMatmulSteps, step, "matmul_tc"), args);
   });
 }
 

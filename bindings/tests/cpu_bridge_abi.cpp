@@ -231,4 +231,58 @@ TEST(BridgeAbi, ErrorsAreClearedAndThreadLocal) {
   EXPECT_TRUE(contains(last_error(), "argument 'bytes'")) << last_error();
 }
 
+// AdamW's tensor list as host arrays, GELU's dtype flag and matmul_tc's options: each
+// reaches its C++ validation (or the step's Unsupported) and comes back by name.
+TEST(BridgeAbi, AdamwGeluAndMatmulOptionsValidate) {
+  void* p[2] = {fake(1), fake(2)};
+  const void* g[2] = {fake(3), fake(4)};
+  void* m[2] = {fake(5), fake(6)};
+  void* v[2] = {fake(7), fake(8)};
+  const std::int64_t sizes[2] = {100, 16384 * 3 + 1};
+  const int decay[2] = {1, 0};
+  std::size_t per_tensor = 0, multi_tensor = 0;
+  ASSERT_EQ(course_adamw_workspace_bytes("per_tensor", 2, sizes, &per_tensor), COURSE_OK) << last_error();
+  ASSERT_EQ(course_adamw_workspace_bytes("multi_tensor", 2, sizes, &multi_tensor), COURSE_OK) << last_error();
+  EXPECT_EQ(per_tensor, 16u + 16u + 16u + 4096u);  // norm + scale, 2 x round16(2 floats), l2_norm's
+  EXPECT_EQ(multi_tensor, 16u + 112u + 32u + 32u);  // + 2 table rows, 3 chunk starts, 1 + 4 chunk sums
+  EXPECT_EQ(course_adamw_workspace_bytes("fused", 2, sizes, &per_tensor), COURSE_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(last_error(), "adamw: argument 'step' = \"fused\"")) << last_error();
+
+  const auto call = [&](const char* step, std::int64_t t, std::size_t ws_bytes, void* const* params) {
+    return course_adamw(step, 2, params, g, m, v, nullptr, sizes, decay, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, t, 1.f,
+                        nullptr, fake(9), ws_bytes, nullptr);
+  };
+  EXPECT_EQ(call("multi_tensor", 0, multi_tensor, p), COURSE_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(last_error(), "adamw: argument 't' = 0")) << last_error();
+  EXPECT_EQ(call("multi_tensor", 1, 16, p), COURSE_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(last_error(), "argument 'workspace_bytes' = 16")) << last_error();
+  EXPECT_EQ(call("per_tensor", 1, per_tensor, nullptr), COURSE_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(last_error(), "adamw: argument 'params' = nullptr")) << last_error();
+  void* same[2] = {fake(3), fake(2)};  // params[0] is grads[0]
+  EXPECT_EQ(call("per_tensor", 1, per_tensor, same), COURSE_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(last_error(), "overlaps tensors[0]")) << last_error();
+
+  EXPECT_EQ(course_gelu_forward("vectorized", fake(1), fake(2), 64, 3, nullptr), COURSE_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(last_error(), "gelu_forward: argument 'dtype' = 3")) << last_error();
+  EXPECT_EQ(course_gelu_backward("scalar", fake(1), fake(2), fake(1), 64, 0, 1, nullptr),
+            COURSE_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(last_error(), "gelu_backward: argument 'dx'")) << last_error();
+  EXPECT_EQ(course_gelu_backward("tanh", fake(1), fake(2), fake(3), 64, 0, 0, nullptr), COURSE_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(last_error(), "gelu_backward: argument 'step' = \"tanh\"")) << last_error();
+
+  // Y = X W^T + b on wmma: the step names the option it lacks; on mma_sync, a bad ldb.
+  EXPECT_EQ(course_matmul_tc_ex("wmma", fake(1), fake(2), nullptr, fake(3), 64, 32, 16, 16, 16, 32, 0, 1, fake(4),
+                                nullptr, 0, nullptr, 0, 0, nullptr),
+            COURSE_ERR_UNSUPPORTED);
+  EXPECT_TRUE(contains(last_error(), "TcMatmulArgs::b_transposed")) << last_error();
+  EXPECT_EQ(course_matmul_tc_ex("mma_sync", fake(1), fake(2), nullptr, fake(3), 64, 32, 16, 16, 12, 32, 0, 1,
+                                fake(4), nullptr, 0, nullptr, 0, 0, nullptr),
+            COURSE_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(last_error(), "argument 'ldb' = 12")) << last_error();
+  EXPECT_EQ(course_matmul_tc_ex("mma_sync", fake(1), fake(2), nullptr, fake(3), 64, 32, 16, 16, 16, 32, 0, 1,
+                                nullptr, nullptr, 0, nullptr, 0, 1, nullptr),
+            COURSE_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(last_error(), "argument 'epilogue.accumulate'")) << last_error();
+}
+
 }  // namespace

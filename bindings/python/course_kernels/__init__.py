@@ -98,3 +98,9 @@ def device_array(shape, dtype: str = "float32", data: bytes = None, impl: str = 
 from .ops import cross_entropy  # noqa: E402
 
 __all__.append("cross_entropy")
+
+# Module 4's AdamW and GELU, module 1's tensor-core matmul with the linear-layer options:
+# adamw, gelu, gelu_backward (module 4); matmul_tc_ex, linear (module 1's matmul_tc options).
+from .ops import adamw, gelu, gelu_backward, linear, matmul_tc_ex  # noqa: E402
+
+__all__ += ["adamw", "gelu", "gelu_backward", "linear", "matmul_tc_ex"]

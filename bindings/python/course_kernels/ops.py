@@ -644,3 +644,316 @@ def cross_entropy(logits: Any, targets: Any, *, ignore_index: int = -100, dloss:
           losses.data_ptr(), mean.data_ptr(), count.data_ptr(), D.ptr if D is not None else None, rows, vocab,
           A.leading_dim(L), A.leading_dim(D) if D is not None else vocab, int(ignore_index), float(dloss))
     return mean, losses, (D.obj if D is not None else None), count
+
+
+# ---------------------------------------------------------------------------------------
+# Module 4's AdamW and GELU; module 1's tensor-core matmul with its linear-layer options
+# (C ABI: course_adamw, course_gelu_forward / _backward, course_matmul_tc_ex)
+# ---------------------------------------------------------------------------------------
+
+import ctypes as _ctypes  # noqa: E402  (this block is self-contained)
+
+from . import _library as _L  # noqa: E402
+
+# The C signatures of this block's functions (course_bridge.h); read when a library loads.
+_L._SIGNATURES.update({
+    "course_adamw_workspace_bytes": (_ctypes.c_int, [_ctypes.c_char_p, _ctypes.c_int64,
+                                                     _ctypes.POINTER(_ctypes.c_int64),
+                                                     _ctypes.POINTER(_ctypes.c_size_t)]),
+    "course_adamw": (_ctypes.c_int, [_ctypes.c_char_p, _ctypes.c_int64, _ctypes.c_void_p, _ctypes.c_void_p,
+                                     _ctypes.c_void_p, _ctypes.c_void_p, _ctypes.c_void_p,
+                                     _ctypes.POINTER(_ctypes.c_int64), _ctypes.POINTER(_ctypes.c_int),
+                                     _ctypes.c_float, _ctypes.c_float, _ctypes.c_float, _ctypes.c_float,
+                                     _ctypes.c_float, _ctypes.c_int64, _ctypes.c_float, _ctypes.c_void_p,
+                                     _ctypes.c_void_p, _ctypes.c_size_t, _ctypes.c_void_p]),
+    "course_gelu_forward": (_ctypes.c_int, [_ctypes.c_char_p, _ctypes.c_void_p, _ctypes.c_void_p, _ctypes.c_int64,
+                                            _ctypes.c_int, _ctypes.c_void_p]),
+    "course_gelu_backward": (_ctypes.c_int, [_ctypes.c_char_p, _ctypes.c_void_p, _ctypes.c_void_p,
+                                             _ctypes.c_void_p, _ctypes.c_int64, _ctypes.c_int, _ctypes.c_int,
+                                             _ctypes.c_void_p]),
+    "course_matmul_tc_ex": (_ctypes.c_int, [_ctypes.c_char_p, _ctypes.c_void_p, _ctypes.c_void_p, _ctypes.c_void_p,
+                                            _ctypes.c_void_p, _ctypes.c_int64, _ctypes.c_int64, _ctypes.c_int64,
+                                            _ctypes.c_int64, _ctypes.c_int64, _ctypes.c_int64, _ctypes.c_int,
+                                            _ctypes.c_int, _ctypes.c_void_p, _ctypes.c_void_p, _ctypes.c_int,
+                                            _ctypes.c_void_p, _ctypes.c_int64, _ctypes.c_int, _ctypes.c_void_p]),
+})
+
+DEFAULT_STEPS.update({"adamw": "multi_tensor", "gelu": "vectorized", "gelu_backward": "vectorized"})
+
+
+def _dtype_name(dtype: Any, arg: str) -> str:
+    """"float32" or "bfloat16" from a name or a torch dtype (torch.bfloat16 -> "bfloat16")."""
+    name = str(dtype).replace("torch.", "")
+    name = {"fp32": FLOAT32, "float": FLOAT32, "bf16": BFLOAT16}.get(name, name)
+    if name not in (FLOAT32, BFLOAT16):
+        raise TypeError(f"{arg}: {dtype!r} is not float32 or bfloat16")
+    return name
+
+
+def _tensor_list(xs: Any, name: str, n: Optional[int] = None) -> list:
+    if isinstance(xs, (str, bytes)) or not hasattr(xs, "__len__"):
+        raise TypeError(f"{name}: expected a list of arrays, got {type(xs).__name__}")
+    if n is not None and len(xs) != n:
+        raise ValueError(f"{name}: {len(xs)} entries, but params has {n}")
+    return list(xs)
+
+
+def adamw(params: Sequence[Any], grads: Sequence[Any], exp_avgs: Sequence[Any], exp_avg_sqs: Sequence[Any], *,
+          t: int, lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+          weight_decay: float = 1e-2, decay_mask: Optional[Sequence[bool]] = None, max_norm: float = 0.0,
+          bf16_copies: Optional[Sequence[Any]] = None, return_norm: bool = False, norm_out: Any = None,
+          step: Optional[str] = None, impl: str = "solution", stream: Any = None, workspace: Any = None) -> Any:
+    """One AdamW step over a list of float32 tensors, in place: module 4's ``adamw``.
+
+    The math and its order are ``torch.optim.AdamW``'s (decoupled weight decay, the fused
+    kernel's order), preceded -- when ``max_norm > 0`` -- by
+    ``torch.nn.utils.clip_grad_norm_(grads, max_norm)``'s scale, applied on the fly
+    (``grads`` are only read) and computed on the GPU without a host synchronization.
+    params[i], grads[i], exp_avgs[i] (first moment), exp_avg_sqs[i] (second moment): float32,
+    contiguous, one shape per i; any number of elements, any 4-byte-aligned start (views into
+    one flat buffer are fine). ``t`` (>= 1) is the step number of this update: the bias
+    corrections are 1 - beta^t (torch counts the same way: its first step has t = 1).
+    ``decay_mask[i]`` False: no weight decay on that tensor (biases, LayerNorm); default all
+    True. ``bf16_copies[i]`` (None or a bfloat16 array of params[i]'s shape) receives the
+    updated params rounded to bfloat16 in the same pass. Returns None, or with
+    ``return_norm`` / ``norm_out`` (one float32 element) the global gradient norm before
+    clipping, as a device scalar (what clip_grad_norm_ returns). Steps: per_tensor,
+    multi_tensor (default).
+    """
+    lib = library(impl)
+    ps = _tensor_list(params, "params")
+    if not ps:
+        raise ValueError("params: an empty list (nothing to update)")
+    n = len(ps)
+    lists = {"params": ps, "grads": _tensor_list(grads, "grads", n), "exp_avgs": _tensor_list(exp_avgs, "exp_avgs", n),
+             "exp_avg_sqs": _tensor_list(exp_avg_sqs, "exp_avg_sqs", n)}
+    arrays = {}
+    for name, xs in lists.items():
+        arrays[name] = []
+        for i, x in enumerate(xs):
+            a = A.as_array(x, f"{name}[{i}]")
+            A.check_dtype(a, FLOAT32)
+            A.check_contiguous(a)
+            if name != "params":
+                A.check_shape(a, arrays["params"][i].shape, f"params[{i}]'s shape")
+            if name != "grads":
+                A.check_writable(a)
+            arrays[name].append(a)
+    copies = [None] * n
+    if bf16_copies is not None:
+        for i, x in enumerate(_tensor_list(bf16_copies, "bf16_copies", n)):
+            if x is None:
+                continue
+            a = A.as_array(x, f"bf16_copies[{i}]")
+            A.check_dtype(a, BFLOAT16)
+            A.check_contiguous(a)
+            A.check_shape(a, arrays["params"][i].shape, f"params[{i}]'s shape")
+            A.check_writable(a)
+            copies[i] = a
+    if decay_mask is None:
+        decay = [1] * n
+    else:
+        decay = [int(bool(d)) for d in _tensor_list(decay_mask, "decay_mask", n)]
+    if not isinstance(t, int) or isinstance(t, bool):
+        raise TypeError(f"t: expected the step number (int >= 1), got {type(t).__name__}")
+    try:
+        beta1, beta2 = (float(b) for b in betas)
+    except (TypeError, ValueError):
+        raise TypeError(f"betas: expected (beta1, beta2), got {betas!r}") from None
+    s = _step(lib, step, "adamw")
+    like = arrays["params"][0]
+    norm = None
+    if norm_out is not None:
+        norm = A.as_array(norm_out, "norm_out")
+        A.check_dtype(norm, FLOAT32)
+        A.check_writable(norm)
+        if norm.numel != 1:
+            raise ValueError(f"norm_out: shape {norm.shape}, expected one element")
+    all_arrays = [a for name in lists for a in arrays[name]] + [c for c in copies if c is not None]
+    A.check_same_device(*all_arrays, norm)
+    sizes = (_ctypes.c_int64 * n)(*(a.numel for a in arrays["params"]))
+    if norm is None and return_norm:
+        norm = _scalar_out(lib, None, like)
+    ws = A.Scratch(lib, lib.workspace_bytes("course_adamw_workspace_bytes", s, n, sizes), like, workspace)
+    ptrs = lambda name: (_ctypes.c_void_p * n)(*(a.ptr or None for a in arrays[name]))  # noqa: E731
+    bf16_ptrs = (_ctypes.c_void_p * n)(*(c.ptr if c is not None else None for c in copies)) \
+        if any(c is not None for c in copies) else None
+    _call(lib, "course_adamw", like, stream, s, n, ptrs("params"), ptrs("grads"), ptrs("exp_avgs"),
+          ptrs("exp_avg_sqs"), bf16_ptrs, sizes, (_ctypes.c_int * n)(*decay), float(lr), beta1, beta2, float(eps),
+          float(weight_decay), t, float(max_norm), norm.ptr if norm is not None else None, ws.ptr, ws.nbytes)
+    return norm.obj if norm is not None else None
+
+
+def _elementwise(x: Any, name: str) -> Array:
+    a = A.as_array(x, name)
+    A.check_dtype(a, FLOAT32, BFLOAT16)
+    A.check_contiguous(a)
+    return a
+
+
+def _like(x: Any, name: str, ref: Array) -> Array:
+    a = A.as_array(x, name)
+    if a.dtype != ref.dtype:
+        raise TypeError(f"{name}: dtype {a.dtype}, but {ref.name} is {ref.dtype}")
+    A.check_shape(a, ref.shape, f"{ref.name}'s shape")
+    A.check_contiguous(a)
+    return a
+
+
+def gelu(x: Any, *, step: Optional[str] = None, impl: str = "solution", out: Any = None,
+         stream: Any = None) -> Any:
+    """gelu(x) in GPT-2's tanh approximation: ``F.gelu(x, approximate='tanh')`` (module 4).
+
+    x: any shape, contiguous, float32 or bfloat16 (fp32 arithmetic, one rounding). In place:
+    ``out=x``. Steps: scalar, vectorized (default).
+    """
+    lib = library(impl)
+    X = _elementwise(x, "x")
+    s = _step(lib, step, "gelu")
+    Y = A.output(lib, out, "out", X.shape, X.dtype, X, contiguous=True)
+    A.check_same_device(X, Y)
+    _call(lib, "course_gelu_forward", X, stream, s, X.ptr, Y.ptr, X.numel, int(X.dtype == BFLOAT16))
+    return Y.obj
+
+
+def gelu_backward(x: Any, dy: Any, *, accumulate: bool = False, step: Optional[str] = None,
+                  impl: str = "solution", out: Any = None, stream: Any = None) -> Any:
+    """dx = dy * gelu'(x) (tanh approximation): ``torch.ops.aten.gelu_backward(dy, x,
+    approximate='tanh')``; with ``accumulate``, ``out += dy * gelu'(x)`` (``out`` required).
+
+    x, dy: one shape and dtype (float32 or bfloat16), contiguous. In place: ``out=dy``.
+    Steps: scalar, vectorized (default).
+    """
+    lib = library(impl)
+    X = _elementwise(x, "x")
+    DY = _like(dy, "dy", X)
+    if accumulate and out is None:
+        raise ValueError("accumulate: adds into dx (dx += dy * gelu'(x)): pass out=")
+    s = _step(lib, step, "gelu_backward")
+    DX = A.output(lib, out, "out", X.shape, X.dtype, X, contiguous=True)
+    A.check_same_device(X, DY, DX)
+    _call(lib, "course_gelu_backward", X, stream, s, X.ptr, DY.ptr, DX.ptr, X.numel, int(X.dtype == BFLOAT16),
+          int(bool(accumulate)))
+    return DX.obj
+
+
+def _tc_ex(lib, s: bytes, Am: Array, a_t: bool, lda: int, Bm: Array, b_t: bool, ldb: int, m: int, n: int, k: int,
+           bias: Any, gelu: bool, pre_gelu_out: Any, return_pre_gelu: bool, residual: Any, accumulate: bool,
+           out_dtype: Any, out: Any, stream: Any) -> Any:
+    """The checks and the call both matmul_tc_ex and linear make: everything after the operands."""
+    if out_dtype is not None:
+        dt = _dtype_name(out_dtype, "out_dtype")
+    elif out is not None:
+        dt = A.as_array(out, "out").dtype
+        if dt not in (FLOAT32, BFLOAT16):
+            raise TypeError(f"out: dtype {dt}, expected float32 or bfloat16")
+    else:
+        dt = FLOAT32
+    if accumulate:
+        if out is None:
+            raise ValueError("accumulate: adds into C (C += a @ b): pass out=")
+        if dt != FLOAT32:
+            raise ValueError("accumulate: needs a float32 output (a bfloat16 sum would round at every step)")
+        if residual is not None:
+            raise ValueError("residual: not with accumulate (accumulate already adds C)")
+    if (pre_gelu_out is not None or return_pre_gelu) and not gelu:
+        raise ValueError("pre_gelu_out: the pre-activation is only written with gelu=True")
+    Bias = None
+    if bias is not None:
+        Bias = A.as_array(bias, "bias")
+        A.check_dtype(Bias, FLOAT32)
+        A.check_shape(Bias, (n,), "[N]")
+        A.check_contiguous(Bias)
+    R = None
+    if residual is not None:
+        R = A.as_array(residual, "residual")
+        A.check_dtype(R, dt)
+        A.check_shape(R, (m, n), "[M, N]")
+        A.check_unit_last_stride(R)
+    P = None
+    if pre_gelu_out is not None:
+        P = A.as_array(pre_gelu_out, "pre_gelu_out")
+        A.check_dtype(P, BFLOAT16)
+        A.check_shape(P, (m, n), "[M, N]")
+        A.check_unit_last_stride(P)
+        A.check_writable(P)
+    C = A.output(lib, out, "out", (m, n), dt, Am)
+    ldc = A.leading_dim(C)
+    if P is None and return_pre_gelu:
+        P = A.empty(lib, (m, n), BFLOAT16, Am, "pre_gelu_out")
+    if P is not None and m > 1 and A.leading_dim(P) != ldc:
+        raise ValueError(f"pre_gelu_out: row stride {A.leading_dim(P)} differs from out's {ldc} (the kernel "
+                         "writes both with one leading dimension)")
+    A.check_same_device(Am, Bm, C, Bias, R, P)
+    _call(lib, "course_matmul_tc_ex", Am, stream, s, Am.ptr, Bm.ptr, C.ptr if dt == FLOAT32 else None,
+          C.ptr if dt == BFLOAT16 else None, m, n, k, lda, ldb, ldc, int(a_t), int(b_t),
+          Bias.ptr if Bias is not None else None, P.ptr if P is not None else None, int(bool(gelu)),
+          R.ptr if R is not None else None, A.leading_dim(R) if R is not None else 0, int(bool(accumulate)))
+    return (C.obj, P.obj) if P is not None else C.obj
+
+
+def matmul_tc_ex(a: Any, b: Any, *, bias: Any = None, gelu: bool = False, pre_gelu_out: Any = None,
+                 return_pre_gelu: bool = False, residual: Any = None, accumulate: bool = False,
+                 out_dtype: Any = None, step: Optional[str] = None, impl: str = "solution", out: Any = None,
+                 stream: Any = None) -> Any:
+    """C = a @ b [+ bias] [gelu] [+ residual] on tensor cores, with module 1's linear-layer options.
+
+    a (M x K) and b (K x N): bfloat16, each row-major OR a transposed view of a row-major
+    matrix (``x.t()``): read in place as a_transposed / b_transposed, never copied. Storage
+    16-byte aligned, row strides multiples of 8 elements. The epilogue, on each fp32
+    accumulator: ``+ bias[j]`` (float32 [N]); with ``gelu``, the pre-activation is written to
+    ``pre_gelu_out`` (bfloat16 [M, N], out's row stride; ``return_pre_gelu`` allocates it) and
+    GELU (tanh) applied; ``+ residual`` (out's dtype, [M, N]; may be ``out`` itself: the
+    residual stream updated in place); then C = v, or C += v with ``accumulate`` (float32
+    ``out`` required). Output dtype: ``out_dtype`` ("float32"/"bfloat16" or a torch dtype),
+    else ``out``'s, else float32. Returns C, or (C, pre_gelu) when the pre-activation is asked
+    for. Options need step mma_sync (default); other steps raise UnsupportedError naming the
+    first option. The linear layer's five products:
+      Y = X W^T + b            ``linear(x, w, b)``  (= matmul_tc_ex(x, w.t(), bias=b, out_dtype=bf16))
+      dX = dY W                ``matmul_tc_ex(dy, w, out_dtype=torch.bfloat16)``
+      dW += dY^T X             ``matmul_tc_ex(dy.t(), x, accumulate=True, out=dw)``  (dw float32)
+    """
+    lib = library(impl)
+    Am, Bm = A.as_array(a, "a"), A.as_array(b, "b")
+    for x in (Am, Bm):
+        A.check_ndim(x, 2, what="(a matrix)")
+        A.check_dtype(x, BFLOAT16)
+    (m, k), (k2, n) = Am.shape, Bm.shape
+    if k2 != k:
+        raise ValueError(f"b: shape {Bm.shape} does not match a's {Am.shape}: a is M x K, b must be K x N")
+    a_t, lda = _operand_layout(Am)
+    b_t, ldb = _operand_layout(Bm)
+    s = _step(lib, step, "matmul_tc")
+    return _tc_ex(lib, s, Am, a_t, lda, Bm, b_t, ldb, m, n, k, bias, gelu, pre_gelu_out, return_pre_gelu, residual,
+                  accumulate, out_dtype, out, stream)
+
+
+def linear(x: Any, w: Any, bias: Any = None, *, gelu: bool = False, residual: Any = None,
+           out_dtype: Any = None, pre_gelu_out: Any = None, return_pre_gelu: bool = False,
+           step: Optional[str] = None, impl: str = "solution", out: Any = None, stream: Any = None) -> Any:
+    """y = x @ w^T [+ bias] [gelu] [+ residual]: ``F.linear`` on the course's tensor-core matmul.
+
+    x: [M, K] bfloat16 (row-major, or a transposed view); w: [N, K] bfloat16, stored
+    [out_features, in_features] as PyTorch stores it (read in place: b_transposed); bias:
+    float32 [N] (added to the fp32 accumulator). Output dtype: ``out_dtype``, else ``out``'s,
+    else bfloat16.
+    ``gelu``: ``F.gelu(..., approximate='tanh')`` in the epilogue (``return_pre_gelu`` /
+    ``pre_gelu_out``: also the bfloat16 pre-activation, what GELU's backward reads);
+    ``residual``: ``residual + F.linear(x, w, bias)``, in place with ``out=residual``. The
+    backward products are ``matmul_tc_ex`` calls (see there). Step: mma_sync (default).
+    """
+    lib = library(impl)
+    X, W = A.as_array(x, "x"), A.as_array(w, "w")
+    for t in (X, W):
+        A.check_ndim(t, 2, what="(a matrix)")
+        A.check_dtype(t, BFLOAT16)
+    (m, k), (n, k2) = X.shape, W.shape
+    if k2 != k:
+        raise ValueError(f"w: shape {W.shape} does not match x's {X.shape}: x is [M, K], w must be [N, K]")
+    a_t, lda = _operand_layout(X)
+    w_t, ldw = _operand_layout(W)  # w row-major [N, K] is B = w^T stored N x K: b_transposed
+    s = _step(lib, step, "matmul_tc")
+    if out_dtype is None and out is None:
+        out_dtype = BFLOAT16
+    return _tc_ex(lib, s, X, a_t, lda, W, not w_t, ldw, m, n, k, bias, gelu, pre_gelu_out, return_pre_gelu,
+                  residual, False, out_dtype, out, stream)

@@ -430,3 +430,211 @@ def test_cross_entropy_arguments_are_checked_before_any_launch(impl):
         assert status != 0 and needle in message, (bad, message)
     with pytest.raises(ck.InvalidArgumentError, match="is not a step of cross_entropy"):
         ck.cross_entropy(None, None, step="nope", impl=impl)
+
+
+# ---- module 4's AdamW and GELU, module 1's matmul_tc options (course_adamw, course_gelu_*,
+# course_matmul_tc_ex): names, dtypes, shapes and step names checked before anything is
+# allocated; the C++ validation's messages through the boundary ------------------------
+
+import ctypes  # noqa: E402  (this block is self-contained)
+
+
+def _adamw_lists(fake, shapes=((4, 8), (3,)), typestr="<f4"):
+    return [[fake(s, typestr) for s in shapes] for _ in range(4)]
+
+
+def test_new_ops_are_listed_with_their_steps():
+    for impl in IMPLS:
+        ops = ck.ops(impl)
+        assert {"adamw", "gelu", "gelu_backward"} <= set(ops)
+        assert [s for s, _ in ck.steps("adamw", impl)] == ["per_tensor", "multi_tensor"]
+        assert ck.steps("gelu", impl) == ck.steps("gelu_backward", impl)
+        assert [s for s, _ in ck.steps("gelu", impl)] == ["scalar", "vectorized"]
+    assert ck.DEFAULT_STEPS["adamw"] == "multi_tensor" and ck.DEFAULT_STEPS["gelu"] == "vectorized"
+    for name in ("adamw", "gelu", "gelu_backward", "linear", "matmul_tc_ex"):
+        assert name in ck.__all__ and callable(getattr(ck, name))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_new_ops_check_names_dtypes_and_shapes_before_anything_is_allocated(fake, no_allocation, impl):
+    f32, bf16 = (lambda *shape: fake(shape)), (lambda *shape: fake(shape, "<V2"))  # noqa: E731
+    # Step names, against each op's table.
+    calls = {
+        "adamw": lambda step: ck.adamw(*_adamw_lists(fake), t=1, step=step, impl=impl),
+        "gelu": lambda step: ck.gelu(f32(4, 8), step=step, impl=impl),
+        "gelu_backward": lambda step: ck.gelu_backward(f32(4, 8), f32(4, 8), step=step, impl=impl),
+        "matmul_tc": lambda step: ck.linear(bf16(16, 16), bf16(32, 16), step=step, impl=impl),
+    }
+    for op, call in calls.items():
+        with pytest.raises(ck.InvalidArgumentError, match=f"argument 'step' = \"nope\": is not a step of {op}; "
+                                                          "the steps are: "):
+            call("nope")
+    with pytest.raises(ck.InvalidArgumentError, match="is not a step of matmul_tc"):
+        ck.matmul_tc_ex(bf16(16, 16), bf16(16, 32), step="nope", impl=impl)
+    with pytest.raises(TypeError, match="step: expected a step name"):
+        calls["gelu"](2)
+
+    # AdamW: lists, dtypes, shapes.
+    p, g, m, v = _adamw_lists(fake)
+    with pytest.raises(ValueError, match="params: an empty list"):
+        ck.adamw([], [], [], [], t=1, impl=impl)
+    with pytest.raises(ValueError, match="grads: 1 entries, but params has 2"):
+        ck.adamw(p, g[:1], m, v, t=1, impl=impl)
+    with pytest.raises(TypeError, match="exp_avgs: expected a list of arrays"):
+        ck.adamw(p, g, "m", v, t=1, impl=impl)
+    with pytest.raises(TypeError, match=r"grads\[1\]: dtype bfloat16, expected float32"):
+        ck.adamw(p, [g[0], fake((3,), "<V2")], m, v, t=1, impl=impl)
+    with pytest.raises(ValueError, match=r"exp_avg_sqs\[0\]: shape \(8, 4\), expected params\[0\]'s shape"):
+        ck.adamw(p, g, m, [fake((8, 4)), v[1]], t=1, impl=impl)
+    with pytest.raises(ValueError, match=r"params\[0\]: must be contiguous"):
+        ck.adamw([fake((4, 8), strides=(64, 4)), p[1]], g, m, v, t=1, impl=impl)
+    with pytest.raises(ValueError, match=r"exp_avgs\[1\]: the output array is read-only"):
+        ck.adamw(p, g, [m[0], fake((3,), readonly=True)], v, t=1, impl=impl)
+    with pytest.raises(TypeError, match=r"bf16_copies\[0\]: dtype float32, expected bfloat16"):
+        ck.adamw(p, g, m, v, t=1, bf16_copies=[fake((4, 8)), None], impl=impl)
+    with pytest.raises(ValueError, match=r"bf16_copies\[1\]: shape \(4,\), expected params\[1\]'s shape"):
+        ck.adamw(p, g, m, v, t=1, bf16_copies=[None, fake((4,), "<V2")], impl=impl)
+    with pytest.raises(ValueError, match="decay_mask: 3 entries, but params has 2"):
+        ck.adamw(p, g, m, v, t=1, decay_mask=[True, False, True], impl=impl)
+    with pytest.raises(TypeError, match="t: expected the step number"):
+        ck.adamw(p, g, m, v, t=1.0, impl=impl)
+    with pytest.raises(TypeError, match="betas: expected"):
+        ck.adamw(p, g, m, v, t=1, betas=0.9, impl=impl)
+    with pytest.raises(TypeError, match="norm_out: dtype bfloat16, expected float32"):
+        ck.adamw(p, g, m, v, t=1, norm_out=fake((1,), "<V2"), impl=impl)
+
+    # GELU.
+    with pytest.raises(TypeError, match="x: dtype typestr '<f8', expected float32 or bfloat16"):
+        ck.gelu(fake((4, 8), "<f8"), impl=impl)
+    with pytest.raises(ValueError, match="x: must be contiguous"):
+        ck.gelu(fake((4, 8), strides=(64, 4)), impl=impl)
+    with pytest.raises(TypeError, match="out: dtype float32, expected bfloat16"):
+        ck.gelu(bf16(4, 8), out=f32(4, 8), impl=impl)
+    with pytest.raises(TypeError, match="dy: dtype bfloat16, but x is float32"):
+        ck.gelu_backward(f32(4, 8), bf16(4, 8), impl=impl)
+    with pytest.raises(ValueError, match=r"dy: shape \(4, 9\), expected x's shape"):
+        ck.gelu_backward(f32(4, 8), f32(4, 9), impl=impl)
+    with pytest.raises(ValueError, match="accumulate: adds into dx"):
+        ck.gelu_backward(f32(4, 8), f32(4, 8), accumulate=True, impl=impl)
+
+    # The tensor-core matmul's options.
+    with pytest.raises(TypeError, match="x: dtype float32, expected bfloat16"):
+        ck.linear(f32(16, 16), bf16(32, 16), impl=impl)
+    with pytest.raises(ValueError, match=r"w: shape \(32, 8\) does not match x's \(16, 16\)"):
+        ck.linear(bf16(16, 16), bf16(32, 8), impl=impl)
+    with pytest.raises(TypeError, match="bias: dtype bfloat16, expected float32"):
+        ck.linear(bf16(16, 16), bf16(32, 16), bf16(32), impl=impl)
+    with pytest.raises(ValueError, match=r"bias: shape \(16,\), expected \[N\]"):
+        ck.linear(bf16(16, 16), bf16(32, 16), f32(16), impl=impl)
+    with pytest.raises(TypeError, match="residual: dtype float32, expected bfloat16"):
+        ck.linear(bf16(16, 16), bf16(32, 16), residual=f32(16, 32), impl=impl)
+    with pytest.raises(TypeError, match="out_dtype: 'float16' is not float32 or bfloat16"):
+        ck.linear(bf16(16, 16), bf16(32, 16), out_dtype="float16", impl=impl)
+    with pytest.raises(ValueError, match="pre_gelu_out: the pre-activation is only written with gelu=True"):
+        ck.linear(bf16(16, 16), bf16(32, 16), return_pre_gelu=True, impl=impl)
+    with pytest.raises(ValueError, match="accumulate: adds into C"):
+        ck.matmul_tc_ex(bf16(16, 16), bf16(16, 32), accumulate=True, impl=impl)
+    with pytest.raises(ValueError, match="accumulate: needs a float32 output"):
+        ck.matmul_tc_ex(bf16(16, 16), bf16(16, 32), accumulate=True, out=bf16(16, 32), impl=impl)
+    with pytest.raises(ValueError, match="residual: not with accumulate"):
+        ck.matmul_tc_ex(bf16(16, 16), bf16(16, 32), accumulate=True, residual=f32(16, 32), out=f32(16, 32), impl=impl)
+    with pytest.raises(ValueError, match="pre_gelu_out: row stride 40 differs from out's 32"):
+        ck.linear(bf16(16, 16), bf16(32, 16), gelu=True, out=bf16(16, 32),
+                  pre_gelu_out=fake((16, 32), "<V2", strides=(80, 2)), impl=impl)
+    with pytest.raises(ValueError, match="a: one of the last two dimensions must be contiguous"):
+        ck.matmul_tc_ex(fake((16, 16), "<V2", strides=(64, 4)), bf16(16, 32), impl=impl)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_new_ops_validation_crosses_the_boundary(fake, impl):
+    """Every output and the workspace given: the C++ validation runs, before any launch."""
+    lib = ck.library(impl)
+    p, g, m, v = _adamw_lists(fake)
+    ws = fake((1 << 16,), "|u1")
+
+    def adamw(**kw):
+        lists = kw.pop("lists", (p, g, m, v))
+        ck.adamw(*lists, impl=impl, workspace=kw.pop("workspace", ws), **{"t": 1, **kw})
+
+    with pytest.raises(ck.InvalidArgumentError, match=r"\[%s\] adamw: argument 't' = 0: must be >= 1" % impl):
+        adamw(t=0)
+    with pytest.raises(ck.InvalidArgumentError, match="adamw: argument 'beta2' = 1: must be in \\[0, 1\\)"):
+        adamw(betas=(0.9, 1.0))
+    with pytest.raises(ck.InvalidArgumentError, match="adamw: argument 'max_norm' = inf: must be finite"):
+        adamw(max_norm=float("inf"))
+    with pytest.raises(ck.InvalidArgumentError, match="adamw: argument 'workspace_bytes' = 8: must be >= "
+                                                      "adamw_workspace_bytes"):
+        adamw(workspace=fake((8,), "|u1"))
+    with pytest.raises(ck.InvalidArgumentError, match=r"adamw: argument 'tensors\[1\].params' = 0x[0-9a-f]+: must be "
+                                                      "aligned to 4 bytes"):
+        adamw(lists=([p[0], fake((3,), ptr=(1 << 40) + 2)], g, m, v))
+    with pytest.raises(ck.InvalidArgumentError, match=r"adamw: argument 'tensors\[\d\]\.\w+' .*overlaps "
+                                                      r"tensors\[\d\]\.\w+"):
+        adamw(lists=(p, g, [m[0], v[1]], v))  # a first moment that is also a second moment
+    # The workspace query: a table entry per tensor and a partial sum per 16384-element chunk.
+    sizes = lambda *n: (ctypes.c_int64 * len(n))(*n)  # noqa: E731
+    small = lib.workspace_bytes("course_adamw_workspace_bytes", b"multi_tensor", 2, sizes(10, 10))
+    big = lib.workspace_bytes("course_adamw_workspace_bytes", b"multi_tensor", 2, sizes(10, 16384 * 100))
+    assert big - small >= 99 * 4
+    assert lib.workspace_bytes("course_adamw_workspace_bytes", b"per_tensor", 2, sizes(10, 16384 * 100)) == \
+        lib.workspace_bytes("course_adamw_workspace_bytes", b"per_tensor", 2, sizes(10, 10))
+    with pytest.raises(ck.InvalidArgumentError, match=r"adamw_workspace_bytes: argument 'sizes\[1\]' = -1"):
+        lib.workspace_bytes("course_adamw_workspace_bytes", b"multi_tensor", 2, sizes(10, -1))
+    with pytest.raises(ck.InvalidArgumentError, match="adamw_workspace_bytes: argument 'sizes' = nullptr"):
+        lib.workspace_bytes("course_adamw_workspace_bytes", b"multi_tensor", 2, None)
+    with pytest.raises(ck.InvalidArgumentError, match="adamw: argument 'params' = nullptr"):
+        lib.call("course_adamw", b"multi_tensor", 2, None, None, None, None, None, sizes(1, 1), None, 1e-3, 0.9,
+                 0.999, 1e-8, 0.0, 1, 0.0, None, None, 0, None)
+
+    # GELU: alignment and the one allowed overlap (exact in place).
+    x = fake((64,))
+    with pytest.raises(ck.InvalidArgumentError, match=r"gelu_forward: argument 'y' = 0x[0-9a-f]+: must be aligned "
+                                                      "to 4 bytes"):
+        ck.gelu(x, out=fake((64,), ptr=(1 << 40) + 6), impl=impl)
+    shifted = fake((64,), ptr=x.__cuda_array_interface__["data"][0] + 16)
+    with pytest.raises(ck.InvalidArgumentError, match="gelu_forward: argument 'y' = .*overlaps x"):
+        ck.gelu(x, out=shifted, impl=impl)
+    with pytest.raises(ck.InvalidArgumentError, match="gelu_backward: argument 'dx' = .*overlaps x"):
+        ck.gelu_backward(x, fake((64,)), out=x, impl=impl)
+    with pytest.raises(ck.InvalidArgumentError, match="gelu_forward: argument 'dtype' = 2"):
+        lib.call("course_gelu_forward", b"vectorized", 1 << 40, 2 << 40, 8, 2, None)
+
+    # The tensor-core matmul's options.
+    bf16 = lambda *shape, **kw: fake(shape, "<V2", **kw)  # noqa: E731
+    with pytest.raises(ck.InvalidArgumentError, match="matmul_tc: argument 'lda' = 12: must be a multiple of 8"):
+        ck.linear(bf16(16, 12), bf16(32, 12), out=bf16(16, 32), impl=impl)
+    with pytest.raises(ck.InvalidArgumentError, match="matmul_tc: argument 'ldb' = 12: must be a multiple of 8"):
+        ck.linear(bf16(16, 8, strides=(32, 2)), bf16(32, 8, strides=(24, 2)), out=bf16(16, 32), impl=impl)
+    c = bf16(16, 32)
+    with pytest.raises(ck.InvalidArgumentError, match="matmul_tc: argument 'epilogue.residual' = .*overlaps the "
+                                                      "output without being it"):
+        ck.linear(bf16(16, 16), bf16(32, 16), residual=fake((16, 32), "<V2", strides=(80, 2),
+                                                            ptr=c.__cuda_array_interface__["data"][0]),
+                  out=c, impl=impl)
+    with pytest.raises(ck.UnsupportedError, match="matmul_tc step wmma .*does not take TcMatmulArgs::b_transposed"):
+        ck.linear(bf16(16, 16), bf16(32, 16), step="wmma", out=bf16(16, 32), impl=impl)
+    with pytest.raises(ck.UnsupportedError, match="does not take TcMatmulArgs::a_transposed"):
+        ck.matmul_tc_ex(bf16(16, 16, strides=(2, 32)), bf16(16, 32), step="wmma", out=fake((16, 32)), impl=impl)
+    with pytest.raises(ck.InvalidArgumentError, match="matmul_tc: argument 'epilogue.pre_gelu' = .*is only written "
+                                                      "with epilogue.gelu"):
+        lib.call("course_matmul_tc_ex", b"mma_sync", 1 << 40, 2 << 40, None, 3 << 40, 16, 16, 16, 16, 16, 16, 0, 0,
+                 None, 4 << 40, 0, None, 0, 0, None)
+    with pytest.raises(ck.InvalidArgumentError, match="matmul_tc: argument 'c' = nullptr: while c_bf16 is null too: give "
+                                                      "one output"):
+        lib.call("course_matmul_tc_ex", b"mma_sync", 1 << 40, 2 << 40, None, None, 16, 16, 16, 16, 16, 16, 0, 0,
+                 None, None, 0, None, 0, 0, None)
+
+
+def test_new_ops_without_a_gpu_say_so(fake):
+    """Arguments that pass every check: the first CUDA call says there is no GPU."""
+    from conftest import gpu_reason
+    if gpu_reason() is None:
+        return  # a GPU is here: the fake pointers must not reach a kernel
+    p, g, m, v = _adamw_lists(fake)
+    for call in (lambda: ck.adamw(p, g, m, v, t=1, workspace=fake((1 << 16,), "|u1")),
+                 lambda: ck.gelu(fake((64,)), out=fake((64,))),
+                 lambda: ck.gelu_backward(fake((64,)), fake((64,)), out=fake((64,)), accumulate=True),
+                 lambda: ck.linear(fake((16, 16), "<V2"), fake((32, 16), "<V2"), fake((32,)), gelu=True,
+                                   out=fake((16, 32), "<V2"))):
+        with pytest.raises(ck.NoGpuError, match="^\\[solution\\] no NVIDIA GPU found"):
+            call()

@@ -492,3 +492,158 @@ def test_cross_entropy_all_ignored_is_zero_not_nan(impl):
     assert torch.count_nonzero(dlogits).item() == 0 and torch.count_nonzero(losses).item() == 0
     # PyTorch: NaN (0 / 0) -- the documented difference.
     assert math.isnan(torch.nn.functional.cross_entropy(logits, targets.long()).item())
+
+
+# ---- module 4's AdamW and GELU, module 1's matmul_tc options (ck.adamw, ck.gelu,
+# ck.gelu_backward, ck.linear, ck.matmul_tc_ex) -------------------------------------------
+#
+# References in float64 from the same inputs. AdamW: torch.optim.AdamW's formula and order
+# (decay of the old p, the moments, the bias-corrected step) after clip_grad_norm_'s scale;
+# fp32 tolerances. GELU and the bf16 GEMMs: one rounding of an fp32 result (bf16 outputs:
+# 2^-9 relative, so rtol 8e-3 / 1e-2).
+
+def ref_adamw(ps, gs, ms, vs, *, lr, betas, eps, weight_decay, t, decay, max_norm):
+    """(norm, [(p, m, v)]) in float64."""
+    b1, b2 = betas
+    norm = math.sqrt(sum((g.double() ** 2).sum().item() for g in gs))
+    scale = min(1.0, max_norm / (norm + 1e-6)) if max_norm > 0 else 1.0
+    out = []
+    for p, g, m, v, d in zip(ps, gs, ms, vs, decay):
+        p, g, m, v = p.double(), g.double() * scale, m.double(), v.double()
+        if d:
+            p = p - lr * weight_decay * p
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        denom = v.sqrt() / math.sqrt(1 - b2 ** t) + eps
+        out.append((p - lr / (1 - b1 ** t) * m / denom, m, v))
+    return norm, out
+
+
+def adamw_state(sizes, offset=1):
+    """params, grads, m, v as views into one flat buffer each, starting `offset` floats in
+    (offset 1: 4-byte aligned, not 16: multi_tensor's scalar path), plus two separate 2-D
+    tensors (the float4 path)."""
+    total = sum(sizes) + offset
+    flats = [cuda(total) * 0.5, cuda(total) * 1e-2, cuda(total) * 1e-3, torch.rand(total, device="cuda") * 1e-4]
+    lists = [[], [], [], []]
+    off = offset
+    for n in sizes:
+        for lst, flat in zip(lists, flats):
+            lst.append(flat[off:off + n])
+        off += n
+    for shape in ((64, 96), (384,)):
+        for lst, make in zip(lists, (lambda s: cuda(*s) * 0.5, lambda s: cuda(*s) * 1e-2, lambda s: cuda(*s) * 1e-3,
+                                     lambda s: torch.rand(*s, device="cuda") * 1e-4)):
+            lst.append(make(shape))
+    return lists
+
+
+@pytest.mark.parametrize("step", steps("adamw") if "adamw" in ck.ops() else [])
+@pytest.mark.parametrize("max_norm", [0.0, 1.0])
+def test_adamw(impl, step, max_norm):
+    _need("adamw", impl)
+    ps, gs, ms, vs = adamw_state([1, 7, 1152, 2 * 16384 + 5, 100003])
+    decay = [i % 2 == 0 for i in range(len(ps))]
+    hyper = dict(lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, t=3)
+    norm_ref, refs = ref_adamw(ps, gs, ms, vs, decay=decay, max_norm=max_norm, **hyper)
+    grads_before = [g.clone() for g in gs]
+    copies = [torch.empty_like(p, dtype=torch.bfloat16) if i != 1 else None for i, p in enumerate(ps)]
+    norm = run(ck.adamw, ps, gs, ms, vs, decay_mask=decay, max_norm=max_norm, bf16_copies=copies, return_norm=True,
+               step=step, impl=impl, **hyper)
+    assert norm.shape == () and norm.dtype == torch.float32
+    assert norm.item() == pytest.approx(norm_ref, rel=1e-5)
+    for i, (p, m, v, (rp, rm, rv)) in enumerate(zip(ps, ms, vs, refs)):
+        close(p, rp, 1e-5, 2e-6, f"params[{i}]")
+        close(m, rm, 1e-5, 1e-9, f"exp_avgs[{i}]")
+        close(v, rv, 1e-5, 1e-12, f"exp_avg_sqs[{i}]")
+        if copies[i] is not None:
+            assert torch.equal(copies[i], p.to(torch.bfloat16)), f"bf16_copies[{i}] is not params rounded to bf16"
+    for g, g0 in zip(gs, grads_before):
+        assert torch.equal(g, g0), "grads must be read only (the clip is applied on the fly)"
+
+
+def test_adamw_matches_torch_optim():
+    """From zero moments at t = 1 and 2: the same numbers as clip_grad_norm_ + torch.optim.AdamW
+    (two parameter groups: decay and no decay)."""
+    _need("adamw", "solution")
+    shapes = [(96, 64), (96,), (1000,), (7, 9)]
+    decay = [True, False, True, False]
+    params = [torch.nn.Parameter(cuda(*s)) for s in shapes]
+    mine = [p.detach().clone() for p in params]
+    ms = [torch.zeros_like(p) for p in mine]
+    vs = [torch.zeros_like(p) for p in mine]
+    groups = [{"params": [p for p, d in zip(params, decay) if d], "weight_decay": 0.1},
+              {"params": [p for p, d in zip(params, decay) if not d], "weight_decay": 0.0}]
+    kwargs = {"fused": True} if "fused" in torch.optim.AdamW.__init__.__code__.co_varnames else {}
+    opt = torch.optim.AdamW(groups, lr=3e-3, betas=(0.9, 0.95), eps=1e-8, **kwargs)
+    for t in (1, 2):
+        grads = [cuda(*s) for s in shapes]
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        run(ck.adamw, mine, grads, ms, vs, t=t, lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
+            decay_mask=decay, max_norm=1.0)
+        for i, (p, q) in enumerate(zip(params, mine)):
+            close(q, p.detach(), 1e-5, 1e-6, f"t={t} params[{i}]")
+
+
+@pytest.mark.parametrize("step", steps("gelu") if "gelu" in ck.ops() else [])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gelu_forward_and_backward(impl, step, dtype):
+    _need("gelu", impl)
+    # fp32: a few ulps of each term (module04_training/tests/gelu_check.hpp's bound: the
+    # backward's 1 - tanh^2 cancels, ~|x| du/dx ulps of dy); bf16: one rounding more.
+    tol = (1e-5, 5e-6) if dtype == torch.float32 else (8e-3, 1e-5)
+    btol = (1e-5, 2e-5) if dtype == torch.float32 else (8e-3, 1e-4)
+    for shape in ((1000003,), (129, 1536)):
+        x = (cuda(*shape) * 3).to(dtype)
+        dy = cuda(*shape).to(dtype)
+        ref = F_gelu64(x)
+        close(run(ck.gelu, x, step=step, impl=impl), ref, *tol, f"gelu {shape}")
+        y = x.clone()
+        run(ck.gelu, y, step=step, impl=impl, out=y)
+        close(y, ref, *tol, "gelu in place")
+        dref = torch.ops.aten.gelu_backward(dy.double(), x.double(), approximate="tanh")
+        close(run(ck.gelu_backward, x, dy, step=step, impl=impl), dref, *btol, f"gelu_backward {shape}")
+        dx = cuda(*shape).to(dtype)
+        want = dx.double() + dref
+        run(ck.gelu_backward, x, dy, accumulate=True, step=step, impl=impl, out=dx)
+        close(dx, want, *btol, "gelu_backward accumulate")
+        g = dy.clone()
+        run(ck.gelu_backward, x, g, step=step, impl=impl, out=g)
+        close(g, dref, *btol, "gelu_backward in place")
+
+
+def F_gelu64(x):
+    return torch.nn.functional.gelu(x.double(), approximate="tanh")
+
+
+def test_linear_layer_products(impl):
+    """The five products of a linear layer on step mma_sync, at sizes with partial tiles."""
+    M, K, N = 200, 136, 72
+    bf = torch.bfloat16
+    x, w, dy = cuda(M, K, dtype=bf), cuda(N, K, dtype=bf), cuda(M, N, dtype=bf)
+    b = cuda(N).to(bf).float()  # bf16-representable: PyTorch's bf16 bias is the same numbers
+    lin = x.double() @ w.double().t() + b.double()
+    lo = (1e-2, 1e-2)  # a bf16 output
+    got = run(ck.linear, x, w, b, impl=impl)
+    assert got.dtype == bf and got.shape == (M, N)
+    close(got, lin, *lo, "Y = X W^T + b")
+    y, pre = run(ck.linear, x, w, b, gelu=True, return_pre_gelu=True, impl=impl)
+    close(pre, lin, *lo, "pre_gelu")
+    close(y, F_gelu64(lin), *lo, "gelu(X W^T + b)")
+    r = cuda(M, N, dtype=bf)
+    want = r.double() + lin
+    run(ck.linear, x, w, b, residual=r, out=r, impl=impl)
+    close(r, want, *lo, "R += X W^T + b (in place)")
+    close(run(ck.linear, x, w, out_dtype=torch.float32, impl=impl), x.double() @ w.double().t(), 1e-4, 1e-3,
+          "fp32 out, no bias")
+    dx = run(ck.matmul_tc_ex, dy, w, out_dtype=bf, impl=impl)
+    close(dx, dy.double() @ w.double(), *lo, "dX = dY W")
+    dw = cuda(N, K)
+    want = dw.double() + dy.double().t() @ x.double()
+    run(ck.matmul_tc_ex, dy.t(), x, accumulate=True, out=dw, impl=impl)  # a_transposed, fp32 accumulate
+    close(dw, want, 1e-4, 1e-3, "dW += dY^T X")
+    with pytest.raises(ck.UnsupportedError, match="b_transposed"):
+        ck.linear(x, w, step="wmma", impl=impl)
