@@ -2,11 +2,15 @@
 // and the epilogue (bias, GELU with pre_gelu, residual, accumulate) -- the products of a
 // linear layer Y = X W^T + b and its backward. Run against course::solution and
 // course::exercise; every combination of layout, output and epilogue, on awkward shapes.
+#include "course/bf16.hpp"
+#include "course/device.hpp"
+#include "course/random.hpp"
 #include "course/testing.hpp"
 #include "matmul_tc_options_check.hpp"
 #include "module01/matmul_tc.hpp"
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -110,7 +114,52 @@ TEST_P(MatmulTcOptionsTest, LinearLayerProducts) {
   }
 }
 
+/// Small grids with long K (dW = dY^T X: few output tiles, many tokens): mma_sync splits K
+/// and adds the splits' partial products in a fixed order. Every layout, plain, bias +
+/// residual (applied once, by the first split) and accumulate.
+TEST_P(MatmulTcOptionsTest, SplitKProducts) {
+  std::uint64_t salt = 900;
+  for (int layout = 0; layout < 4; ++layout)
+    for (int epi = 0; epi < 3; ++epi) {
+      OptionCase oc;
+      oc.m = 300, oc.n = 200, oc.k = 3001;  // 6 tiles of 128 x 128, 94 slabs of K: 5 splits
+      oc.a_transposed = layout & 1;
+      oc.b_transposed = layout & 2;
+      oc.bias = oc.residual = epi == 1;
+      oc.accumulate = epi == 2;
+      check(oc, ++salt);
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Steps, MatmulTcOptionsTest, ::testing::ValuesIn(course::m01::kTcMatmulSteps), step_name);
+
+/// The split-K order is fixed: two runs from the same C give the same bits.
+class MatmulTcSplitKTest : public GpuTest {};
+
+TEST_F(MatmulTcSplitKTest, BitIdenticalAcrossRuns) {
+  const std::int64_t M = 1152, N = 384, K = 4096;  // a GPT dW: 27 tiles, 128 slabs of K
+  const auto a_host = course::to_bf16(course::random_vector(static_cast<std::size_t>(K * M), seed(), -1.f, 1.f));
+  const auto b_host = course::to_bf16(course::random_vector(static_cast<std::size_t>(K * N), seed() + 1, -1.f, 1.f));
+  const auto c0 = course::random_vector(static_cast<std::size_t>(M * N), seed() + 2, -1.f, 1.f);
+  course::DeviceBuffer<bf16> da(a_host), db(b_host);
+  std::vector<float> first;
+  for (int run = 0; run < 3; ++run) {
+    course::DeviceBuffer<float> dc(c0);
+    TcMatmulArgs args;
+    args.a = da.data();
+    args.b = db.data();
+    args.c = dc.data();
+    args.m = M, args.n = N, args.k = K;
+    args.a_transposed = true;  // A stored K x M (dY), B stored K x N (X)
+    args.lda = M, args.ldb = N, args.ldc = N;
+    args.epilogue.accumulate = true;
+    COURSE_SKIP_IF_NOT_IMPLEMENTED(impl::matmul_tc(TcMatmulStep::mma_sync, args));
+    COURSE_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto c = dc.download();
+    if (run == 0) first = c;
+    else ASSERT_EQ(0, std::memcmp(first.data(), c.data(), c.size() * sizeof(float))) << "run " << run << " differs";
+  }
+}
 
 // ---- argument validation of the options (host only, fake device addresses).
 

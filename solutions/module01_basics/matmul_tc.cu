@@ -31,10 +31,14 @@
 #include "course/device.hpp"
 
 #include <cuda_bf16.h>
+#include <cuda/atomic>
 #include <cuda_runtime.h>
 #include <mma.h>
 
+#include <algorithm>
 #include <climits>
+#include <map>
+#include <mutex>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -245,9 +249,10 @@ void launch_wmma(const TcMatmulArgs& a) {
 // ~628 TFLOP/s on the H200, so this kernel is at ~0.7 of the instruction's ceiling; cuBLAS
 // uses Hopper's wgmma (sm_90a), as the wgmma step and those after it do (matmul_tc_hopper.cu).
 // ============================================================================
-template <int BM, int BN, int BK, int WarpsM, int WarpsN, int Stages, int GroupM = kGroupM>
+template <int BM, int BN, int BK, int WarpsM, int WarpsN, int Stages, int MinBlocks = 1, int GroupM = kGroupM>
 struct MmaConfig {
   static constexpr int kBM = BM, kBN = BN, kBK = BK, kStages = Stages, kGroupM = GroupM;
+  static constexpr int kMinBlocks = MinBlocks;  // resident blocks per SM the registers must allow
   static constexpr int kWarpsM = WarpsM, kWarpsN = WarpsN;
   static constexpr int kThreads = 32 * WarpsM * WarpsN;
   static constexpr int kWM = BM / WarpsM;       // warp tile rows
@@ -267,6 +272,13 @@ struct MmaConfig {
   static_assert(kKSteps % 2 == 0, "fragment buffers alternate: an even number of k-steps per slab");
 };
 using MmaCfg = MmaConfig<128, 256, 32, 2, 4, 4>;
+/// The tile for products whose 128 x 256 grid would leave SMs idle (a linear layer's
+/// N = 384 is 1.5 such tiles; dW = dY^T X is a 1152 x 384 output): 128 x 128 computed by
+/// 4 warps with the same 64 x 64 warp tile (so the same ~250 registers, no spills), two
+/// blocks per SM -- one block's prologue and epilogue overlap the other's main loop, which
+/// matters when K is only 12 slabs long. (8 warps of 32 x 64 at two blocks per SM would
+/// have to fit in 128 registers and spilled.)
+using MmaCfgNarrow = MmaConfig<128, 128, 32, 2, 2, 4, /*MinBlocks=*/2>;
 
 // From common/include/course/cuda/mma_ptx.cuh (see the mma_sync banner above).
 using ::course::cuda::cp_async_16_zfill;
@@ -401,10 +413,16 @@ struct BTile {
   }
 };
 
+/// Split-K (blockIdx.y = split s of gridDim.y, each `slabs_per_split` slabs of K): split 0
+/// applies the whole epilogue, split s > 0 adds its partial product into C afterwards, in
+/// the order s = 1, 2, ... (`turns`: one counter per tile of C, zero at launch; split s waits
+/// until its tile's counter reads s, then passes s + 1). The order is fixed, so C is the same
+/// bit for bit on every run. The launcher splits only linear epilogues (fp32 C, no GELU).
 template <class Cfg, bool kATrans, bool kBTrans>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     matmul_tc_mma_sync_kernel(const bf16* __restrict__ A, const bf16* __restrict__ B, int M, int N, int K,
-                              std::int64_t lda, std::int64_t ldb, int tiles_m, int tiles_n, const Epilogue epilogue) {
+                              std::int64_t lda, std::int64_t ldb, int tiles_m, int tiles_n, Epilogue epilogue,
+                              int slabs_per_split, int* __restrict__ turns) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   // Stages: kStages x A[BM][BK], then kStages x B[BK][BN], addressed in bytes.
   const unsigned smem_a = smem_u32(smem_raw);
@@ -416,7 +434,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int lane = threadIdx.x % 32;
   const int warp_m = warp / Cfg::kWarpsN;
   const int warp_n = warp % Cfg::kWarpsN;
-  const int k_tiles = (K + Cfg::kBK - 1) / Cfg::kBK;
+  const int split = static_cast<int>(blockIdx.y);
+  const int k_begin = split * slabs_per_split * Cfg::kBK;  // this split's first K index
+  const int k_tiles = min(slabs_per_split, (K - k_begin + Cfg::kBK - 1) / Cfg::kBK);
   int tile_m, tile_n;
   grouped_tile<Cfg::kGroupM>(static_cast<int>(blockIdx.x), tiles_m, tiles_n, tile_m, tile_n);
   const int m0 = tile_m * Cfg::kBM;
@@ -429,10 +449,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   typename TileA::Copier copy_a;
   typename TileB::Copier copy_b;
   // Stored shapes: A is M x K (K x M transposed), B is K x N (N x K transposed).
-  if constexpr (!kATrans) copy_a.init(m0, 0, M, K, lda);
-  else copy_a.init(0, m0, K, M, lda);
-  if constexpr (!kBTrans) copy_b.init(0, n0, K, N, ldb);
-  else copy_b.init(n0, 0, N, K, ldb);
+  if constexpr (!kATrans) copy_a.init(m0, k_begin, M, K, lda);
+  else copy_a.init(k_begin, m0, K, M, lda);
+  if constexpr (!kBTrans) copy_b.init(k_begin, n0, K, N, ldb);
+  else copy_b.init(n0, k_begin, N, K, ldb);
   const bool interior = m0 + Cfg::kBM <= M && n0 + Cfg::kBN <= N;  // the whole block tile lies inside C
   auto copy_slab = [&](int stage, auto checked) {
     constexpr bool kChecked = decltype(checked)::value;
@@ -530,7 +550,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
   if (interior) {
     // Unchecked while the slab being copied (kt + kStages-1) is a full K slab.
-    const int steady_end = min(k_tiles, max(0, K / Cfg::kBK - (Cfg::kStages - 1)));
+    const int steady_end = min(k_tiles, max(0, (K - k_begin) / Cfg::kBK - (Cfg::kStages - 1)));
     run_slabs(0, steady_end, std::false_type{});
     run_slabs(steady_end, k_tiles, std::true_type{});
   } else {
@@ -548,6 +568,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   cp_async_wait<0>();  // no copy may outlive the block (the trailing groups are empty)
   __syncthreads();     // every warp is done with the pipeline stages: their memory is reused
   float* patch = reinterpret_cast<float*>(smem_raw) + warp * 16 * kPatchLd;
+  const int tile = static_cast<int>(blockIdx.x);
+  if (split > 0) {  // wait for the splits before this one, then add to what they left in C
+    if (threadIdx.x == 0) {
+      ::cuda::atomic_ref<int, ::cuda::thread_scope_device> turn(turns[tile]);
+      while (turn.load(::cuda::memory_order_acquire) != split) __nanosleep(64);
+    }
+    __syncthreads();
+    epilogue.accumulate = true;  // C += partial; bias and residual were applied by split 0
+    epilogue.bias = nullptr;
+    epilogue.residual = nullptr;
+  }
 #pragma unroll
   for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
 #pragma unroll
@@ -566,20 +597,65 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     __syncwarp();  // the patch is rewritten by the next slice
   }
+  if (gridDim.y > 1) {  // pass the tile to the next split: every store of this block first
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      ::cuda::atomic_ref<int, ::cuda::thread_scope_device> turn(turns[tile]);
+      turn.store(split + 1, ::cuda::memory_order_release);
+    }
+  }
 }
 
-template <bool kATrans, bool kBTrans>
-void launch_mma_sync_layout(const TcMatmulArgs& a) {
-  using Cfg = MmaCfg;
+/// `count` zeroed ints on `stream` for the split-K turns, from a buffer kept per device
+/// (grown when a larger grid needs it; never freed: it lives as long as the process).
+int* zeroed_turns(int count, cudaStream_t stream) {
+  static std::mutex mutex;
+  static std::map<int, std::pair<int*, int>> buffers;  // device -> (buffer, capacity)
+  int device = 0;
+  COURSE_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& [buffer, capacity] = buffers[device];
+  if (capacity < count) {
+    if (buffer) COURSE_CUDA_CHECK(cudaFree(buffer));
+    COURSE_CUDA_CHECK(cudaMalloc(&buffer, static_cast<std::size_t>(count) * sizeof(int)));
+    capacity = count;
+  }
+  COURSE_CUDA_CHECK(cudaMemsetAsync(buffer, 0, static_cast<std::size_t>(count) * sizeof(int), stream));
+  return buffer;
+}
+
+template <class Cfg, bool kATrans, bool kBTrans>
+void launch_mma_sync_config(const TcMatmulArgs& a) {
   const int tiles_m = static_cast<int>((a.m + Cfg::kBM - 1) / Cfg::kBM);
   const int tiles_n = static_cast<int>((a.n + Cfg::kBN - 1) / Cfg::kBN);
   const unsigned tiles = grid_blocks(a.m, a.n, Cfg::kBM, Cfg::kBN, "matmul_tc(mma_sync)");
+  // Split K when the tiles alone cannot fill the GPU twice over, each split keeping at least
+  // kMinSlabs slabs (the pipeline must reach its steady state), and only for a linear
+  // epilogue: GELU of a sum is not the sum of GELUs, and a bf16 C would round every partial.
+  constexpr int kMinSlabs = 16;
+  const int k_tiles = static_cast<int>((a.k + Cfg::kBK - 1) / Cfg::kBK);
+  const int sms = device_properties().multiProcessorCount;
+  const bool linear = a.c != nullptr && !a.epilogue.gelu;
+  int splits = 1;
+  if (linear && static_cast<int>(tiles) < 2 * sms)
+    splits = std::max(1, std::min((2 * sms + static_cast<int>(tiles) - 1) / static_cast<int>(tiles), k_tiles / kMinSlabs));
+  const int per_split = (k_tiles + splits - 1) / splits;
+  splits = (k_tiles + per_split - 1) / per_split;  // no empty split
+  int* turns = splits > 1 ? zeroed_turns(static_cast<int>(tiles), a.stream) : nullptr;
   constexpr auto kernel = matmul_tc_mma_sync_kernel<Cfg, kATrans, kBTrans>;
-  ::course::cuda::opt_in_dynamic_smem<kernel>(Cfg::kSmemBytes);  // 96 KB: more than the 48 KB default
-  kernel<<<tiles, Cfg::kThreads, Cfg::kSmemBytes, a.stream>>>(a.a, a.b, static_cast<int>(a.m), static_cast<int>(a.n),
-                                                              static_cast<int>(a.k), a.lda, a.ldb, tiles_m, tiles_n,
-                                                              tc_parts::Epilogue::from(a));
+  ::course::cuda::opt_in_dynamic_smem<kernel>(Cfg::kSmemBytes);  // more than the 48 KB default
+  kernel<<<dim3(tiles, static_cast<unsigned>(splits)), Cfg::kThreads, Cfg::kSmemBytes, a.stream>>>(
+      a.a, a.b, static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), a.lda, a.ldb, tiles_m, tiles_n,
+      tc_parts::Epilogue::from(a), per_split, turns);
   COURSE_CHECK_LAUNCH("matmul_tc_mma_sync_kernel");
+}
+
+/// The tile: 128 x 256 when that grid fills the GPU twice, else 128 x 128 (MmaCfgNarrow).
+template <bool kATrans, bool kBTrans>
+void launch_mma_sync_layout(const TcMatmulArgs& a) {
+  const std::int64_t wide_tiles = ((a.m + MmaCfg::kBM - 1) / MmaCfg::kBM) * ((a.n + MmaCfg::kBN - 1) / MmaCfg::kBN);
+  if (wide_tiles >= 2 * device_properties().multiProcessorCount) launch_mma_sync_config<MmaCfg, kATrans, kBTrans>(a);
+  else launch_mma_sync_config<MmaCfgNarrow, kATrans, kBTrans>(a);
 }
 
 /// One kernel per operand layout (the layouts change the tile shapes and ldmatrix forms at
