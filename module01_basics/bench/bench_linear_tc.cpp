@@ -1,8 +1,8 @@
 // The tensor-core matmul's options at work: the five products of a GPT linear layer at the
-// course GPT's sizes (16384 tokens, d_model 384, MLP 1536), step mma_sync (the step that
-// takes the options), beside cuBLAS.
+// course GPT's sizes (16384 tokens, d_model 384, MLP 1536), every step that takes the
+// options (mma_sync, tma_warp_specialized, persistent, cluster_multicast), beside cuBLAS.
 //
-// Rows "linear_bf16/<impl>/mma_sync/<product>" where <product> names the layer, its
+// Rows "linear_bf16/<impl>/<step>/<product>" where <product> names the layer, its
 // options and M x N x K:
 //   fwd_qkv      Y = X W^T + b            16384 x 1152 x 384    b_transposed, bias, bf16 out
 //   fwd_fc_gelu  H = gelu(X W^T + b)      16384 x 1536 x 384    b_transposed, bias, GELU, pre_gelu, bf16
@@ -137,10 +137,13 @@ void bench_product(benchmark::State& state, const Product& p, const std::functio
 
 const bool kRegistered = [] {
   for (const Product& p : kProducts) {
-    bench::add_step_rows("linear_bf16", "mma_sync", p.row(), benchmark::kMicrosecond, &course::solution::matmul_tc,
-                         &course::exercise::matmul_tc, [p](benchmark::State& st, MatmulTcFn fn) {
-                           bench_product(st, p, [=](const TcMatmulArgs& a) { fn(TcMatmulStep::mma_sync, a); });
-                         });
+    for (const auto& info : course::m01::kTcMatmulSteps) {
+      if (info.step == TcMatmulStep::wmma || info.step == TcMatmulStep::wgmma) continue;  // no options
+      bench::add_step_rows("linear_bf16", info.name, p.row(), benchmark::kMicrosecond, &course::solution::matmul_tc,
+                           &course::exercise::matmul_tc, [p, step = info.step](benchmark::State& st, MatmulTcFn fn) {
+                             bench_product(st, p, [=](const TcMatmulArgs& a) { fn(step, a); });
+                           });
+    }
     bench::add_row(bench::row_name("linear_bf16", "library", "cublas_gemmex", p.row()), benchmark::kMicrosecond,
                    [p](benchmark::State& st) { bench_product(st, p, cublas_product); });
   }

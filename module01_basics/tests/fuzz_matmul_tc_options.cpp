@@ -1,5 +1,5 @@
-// Random-case hardening (label fuzz) of matmul_tc's options on the step that takes them
-// (mma_sync): 512 random cases over the whole options contract -- any of the four operand
+// Random-case hardening (label fuzz) of matmul_tc's options on every step that takes them
+// (mma_sync, tma_warp_specialized, persistent, cluster_multicast): 512 random cases over the whole options contract -- any of the four operand
 // layouts, fp32 or bf16 output, any allowed epilogue combination (bias, GELU with or
 // without pre_gelu, residual separate or in place, accumulate), sizes around the tiles
 // (1, primes, tile +- 1) and padded leading dimensions -- plus a few large cases, each
@@ -74,8 +74,14 @@ class FuzzMatmulTcOptionsLarge : public FuzzMatmulTcOptions {};
 TEST_P(FuzzMatmulTcOptions, RandomCases) { run(false); }
 TEST_P(FuzzMatmulTcOptionsLarge, RandomCases) { run(true); }
 
-// The steps that take the options (matmul_tc.hpp): mma_sync.
+// The steps that take the options (matmul_tc.hpp): all but wmma and wgmma. On a GPU or a
+// build without the Hopper instructions those steps report SKIPPED.
+const course::StepInfo<TcMatmulStep>& step_info(TcMatmulStep step) {
+  return course::m01::kTcMatmulSteps[static_cast<int>(step)];
+}
 COURSE_FUZZ_INSTANTIATE(FuzzMatmulTcOptions, FuzzMatmulTcOptionsLarge, step_part_name<TcMatmulStep>,
-                        ::testing::Values(course::m01::kTcMatmulSteps[static_cast<int>(TcMatmulStep::mma_sync)]));
+                        ::testing::Values(step_info(TcMatmulStep::mma_sync), step_info(TcMatmulStep::tma_warp_specialized),
+                                          step_info(TcMatmulStep::persistent),
+                                          step_info(TcMatmulStep::cluster_multicast)));
 
 }  // namespace

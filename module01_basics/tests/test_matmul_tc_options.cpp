@@ -25,7 +25,7 @@ using course::testing::GpuTest;
 using bf16 = __nv_bfloat16;
 
 /// The steps that take the options (matmul_tc.hpp): the others must refuse them by name.
-bool takes_options(TcMatmulStep step) { return step == TcMatmulStep::mma_sync; }
+bool takes_options(TcMatmulStep step) { return step != TcMatmulStep::wmma && step != TcMatmulStep::wgmma; }
 
 class MatmulTcOptionsTest : public GpuTest, public ::testing::WithParamInterface<course::StepInfo<TcMatmulStep>> {
  protected:

@@ -650,12 +650,17 @@ void launch_mma_sync_config(const TcMatmulArgs& a) {
   COURSE_CHECK_LAUNCH("matmul_tc_mma_sync_kernel");
 }
 
-/// The tile: 128 x 256 when that grid fills the GPU twice, else 128 x 128 (MmaCfgNarrow).
+/// The tile: 128 x 256 when that grid fills the GPU twice and K is long enough for the
+/// pipeline's fill and the epilogue to be a small share of a tile's time (K >= 1024: 32
+/// slabs); else 128 x 128 with two blocks per SM (MmaCfgNarrow), which overlap one block's
+/// fill and epilogue with the other's main loop.
 template <bool kATrans, bool kBTrans>
 void launch_mma_sync_layout(const TcMatmulArgs& a) {
   const std::int64_t wide_tiles = ((a.m + MmaCfg::kBM - 1) / MmaCfg::kBM) * ((a.n + MmaCfg::kBN - 1) / MmaCfg::kBN);
-  if (wide_tiles >= 2 * device_properties().multiProcessorCount) launch_mma_sync_config<MmaCfg, kATrans, kBTrans>(a);
-  else launch_mma_sync_config<MmaCfgNarrow, kATrans, kBTrans>(a);
+  if (wide_tiles >= 2 * device_properties().multiProcessorCount && a.k >= 1024)
+    launch_mma_sync_config<MmaCfg, kATrans, kBTrans>(a);
+  else
+    launch_mma_sync_config<MmaCfgNarrow, kATrans, kBTrans>(a);
 }
 
 /// One kernel per operand layout (the layouts change the tile shapes and ldmatrix forms at
@@ -672,9 +677,9 @@ void launch_mma_sync(const TcMatmulArgs& a) {
 void matmul_tc(TcMatmulStep step, const TcMatmulArgs& args) {
   m01::validate_tc_matmul_args(args, "matmul_tc");
   tc_parts::require_int_sizes(args, "matmul_tc");
-  // Only mma_sync takes TcMatmulArgs' options (layouts, bf16 output, epilogue) so far;
-  // the other steps name the first option they are given.
-  if (step != TcMatmulStep::mma_sync)
+  // TcMatmulArgs' options (layouts, bf16 output, epilogue): wmma and wgmma compute plain
+  // fp32 C = A * B and name the first option they are given; the other steps take them all.
+  if (step == TcMatmulStep::wmma || step == TcMatmulStep::wgmma)
     m01::require_no_options(args, std::string("matmul_tc step ") + step_name_in(m01::kTcMatmulSteps, step));
   switch (step) {
     case TcMatmulStep::wmma: launch_wmma(args); return;

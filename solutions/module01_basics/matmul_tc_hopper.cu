@@ -72,16 +72,54 @@ void require_sm90a(const char* step) {
 /// descriptors. K-major A: a k16 step is 32 bytes further along the 128-byte rows, groups of
 /// 8 rows are 1024 bytes apart (sbo). MN-major B: a k16 step is 16 rows (2048 bytes)
 /// further; lbo = 8 KB to the next 64-column block, sbo = 1024 between groups of 8 k-rows.
-/// Issued only: the caller commits and waits.
+/// With the linear-layer layouts (matmul_tc.hpp) the roles swap: a transposed A is MN-major
+/// (two [64 k][64 m] blocks, the warpgroup's 64 rows are block wg), a transposed B is
+/// K-major ([256 n][64 k], rows of 128 bytes, like A's). wgmma reads either; the
+/// instruction's transpose flags say which. Issued only: the caller commits and waits.
+template <bool kATrans = false, bool kBTrans = false>
 __device__ __forceinline__ void wgmma_slab(float (&acc)[128], std::uint32_t stage_a, std::uint32_t stage_b, int wg) {
-  const std::uint32_t a = stage_a + wg * 64 * 128;
 #pragma unroll
   for (int ks = 0; ks < kBK / 16; ++ks) {
-    const std::uint64_t da = cc::wgmma_desc_sw128(a + ks * 32, 16, 1024);
-    const std::uint64_t db = cc::wgmma_desc_sw128(stage_b + ks * 16 * 128, kBBlockBytes, 1024);
-    cc::wgmma_m64n256k16_bf16_f32</*kBMnMajor=*/true>(acc, da, db);
+    const std::uint64_t da = kATrans ? cc::wgmma_desc_sw128(stage_a + wg * kBBlockBytes + ks * 16 * 128, kBBlockBytes, 1024)
+                                     : cc::wgmma_desc_sw128(stage_a + wg * 64 * 128 + ks * 32, 16, 1024);
+    const std::uint64_t db = kBTrans ? cc::wgmma_desc_sw128(stage_b + ks * 32, 16, 1024)
+                                     : cc::wgmma_desc_sw128(stage_b + ks * 16 * 128, kBBlockBytes, 1024);
+    cc::wgmma_m64n256k16_bf16_f32</*kBMnMajor=*/!kBTrans, /*kAMnMajor=*/kATrans>(acc, da, db);
   }
 }
+
+/// The epilogue with TcMatmulArgs' options (tc_parts::Epilogue), for one warp of a consumer
+/// warpgroup: its 16 rows x 256 columns go through a 16 x 32 fp32 patch of shared memory
+/// (row stride 40 floats: the float2 writes are conflict-free), 32 columns at a time, and
+/// come back four columns per lane for Epilogue::store4 (16-byte loads and stores). The
+/// read-back loop stays rolled: unrolled over all 64 accumulator pairs, the options'
+/// code would overflow the instruction cache (see mma_sync in matmul_tc.cu).
+__device__ __forceinline__ void store_warp_rows(const float (&acc)[128], float* patch, const Epilogue& epilogue,
+                                                int row0, int n0) {
+  constexpr int kLd = 40;
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int c = 0; c < kBN / 32; ++c) {
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      const int j = 4 * c + jj;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        *reinterpret_cast<float2*>(patch + (g + 8 * h) * kLd + 8 * jj + 2 * t) =
+            make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+    }
+    __syncwarp();
+#pragma unroll 1
+    for (int i = lane; i < 16 * 8; i += 32) {
+      const int r = i / 8, q = i % 8;
+      epilogue.store4(row0 + warp * 16 + r, n0 + 32 * c + 4 * q, *reinterpret_cast<const float4*>(patch + r * kLd + 4 * q));
+    }
+    __syncwarp();
+  }
+}
+/// Shared memory of store_warp_rows' patches: 8 consumer warps x 16 rows x 40 floats.
+constexpr int kPatchBytes = 8 * 16 * 40 * 4;
 
 /// The epilogue of one warpgroup, straight from its accumulators: warp w of the group owns
 /// rows 16 w .. 16 w + 15 of its 64, and acc[4 j + 2 h], acc[4 j + 2 h + 1] is the pair of
@@ -301,14 +339,23 @@ __global__ void __launch_bounds__(kThreads, 1)
 // Measured (results: hgemm_bf16/solution/cluster_multicast/8192x8192x8192): 660.1 TFLOP/s = 0.99 of cublas_gemmex
 // Measured (results: hgemm_bf16/solution/cluster_multicast/{4096x4096x4096,2048x2048x2048,8192x8192x1024}): 0.98 / 0.98 / 0.95 of cublas_gemmex
 // Targets (>= 0.95 at 4096^3 and 8192^3, >= 0.85 at 2048^3 and 8192x8192x1024): met.
+//
+// Options for a linear layer (matmul_tc.hpp), steps 4-6: the operand layouts change the
+// producer's TMA boxes (a transposed A: two [64 k][64 m] boxes, read MN-major through
+// wgmma's transpose flag for A; a transposed B: two [128 n][64 k] boxes, read K-major) and
+// the consumers' descriptors (wgmma_slab); the epilogue goes through a 16 x 32 patch of
+// shared memory per consumer warp (store_warp_rows: 20 KB beside the 192 KB of stages) and
+// tc_parts::Epilogue::store4, as in mma_sync. Step 3 (wgmma) keeps the plain store.
 // ============================================================================
 namespace ws {
 constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
 constexpr int kStages = 4;
 constexpr int kProducerRegisters = 40;
 constexpr int kConsumerRegisters = 232;
-/// Stages, then the 2 x kStages barriers (8 bytes each), plus the 1 KB alignment slack.
-constexpr int kSmemBytes = kStages * static_cast<int>(kStageBytes) + 2 * kStages * 8 + 1024;
+/// Stages, the 2 x kStages barriers (8 bytes each), the epilogue's patches, and the 1 KB
+/// alignment slack.
+constexpr int kBarrierBytes = 2 * kStages * 8;
+constexpr int kSmemBytes = kStages * static_cast<int>(kStageBytes) + kBarrierBytes + kPatchBytes + 1024;
 /// Tile-rows per group of the tile order (L2 reuse between the blocks running together).
 constexpr int kGroupRows = 16;
 
@@ -349,11 +396,12 @@ struct RingPosition {
   }
 };
 
-template <int kCluster>
+/// kATrans / kBTrans: the operand layouts of TcMatmulArgs (a_transposed, b_transposed):
+/// they change the TMA boxes the producer loads and the descriptors the consumers pass.
+template <int kCluster, bool kATrans = false, bool kBTrans = false>
 __global__ void __launch_bounds__(kThreads, 1)
     matmul_tc_ws_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
-                        float* __restrict__ C, int M, int N, int K, std::int64_t ldc, int tiles_m, int tiles_n,
-                        bool vec_ok) {
+                        const Epilogue epilogue, int K, int tiles_m, int tiles_n) {
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 blocks");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -394,14 +442,25 @@ __global__ void __launch_bounds__(kThreads, 1)
           const std::uint32_t stage_b = stage_a + kABytes;
           cc::mbarrier_wait(empty_bar + 8 * ring.stage, ring.phase ^ 1u);  // stage free (in every block)
           cc::mbarrier_arrive_expect_tx(full, kStageBytes);  // 48 KB will land here, whoever sends them
-          cc::tma_load_2d(stage_a, &tmap_a, full, kt * kBK, tile_m * kBM);
+          // A: one [128 m][64 k] box, or (stored K x M) two [64 k][64 m] boxes.
+          if constexpr (!kATrans) {
+            cc::tma_load_2d(stage_a, &tmap_a, full, kt * kBK, tile_m * kBM);
+          } else {
+            cc::tma_load_2d(stage_a, &tmap_a, full, tile_m * kBM, kt * kBK);
+            cc::tma_load_2d(stage_a + kBBlockBytes, &tmap_a, full, tile_m * kBM + 64, kt * kBK);
+          }
+          // B: four [64 k][64 n] boxes, or (stored N x K) two [128 n][64 k] boxes; in a
+          // cluster each block loads its share and multicasts it to both.
+          constexpr int kBoxes = kBTrans ? 2 : kBN / 64;
+          constexpr std::uint32_t kBoxBytes = kBBytes / kBoxes;
 #pragma unroll
-          for (int j = 0; j < kBN / 64; ++j) {
-            const int n = tile_n * kBN + 64 * j;
+          for (int j = 0; j < kBoxes; ++j) {
+            const int x = kBTrans ? kt * kBK : tile_n * kBN + 64 * j;    // inner coordinate
+            const int y = kBTrans ? tile_n * kBN + 128 * j : kt * kBK;   // row coordinate
             if constexpr (kCluster == 1)
-              cc::tma_load_2d(stage_b + j * kBBlockBytes, &tmap_b, full, n, kt * kBK);
+              cc::tma_load_2d(stage_b + j * kBoxBytes, &tmap_b, full, x, y);
             else if (j % kCluster == static_cast<int>(rank))  // my share of B, for both blocks
-              cc::tma_load_2d_multicast(stage_b + j * kBBlockBytes, &tmap_b, full, n, kt * kBK,
+              cc::tma_load_2d_multicast(stage_b + j * kBoxBytes, &tmap_b, full, x, y,
                                         static_cast<std::uint16_t>((1u << kCluster) - 1));
           }
         }
@@ -411,6 +470,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     // ---- Consumers: warpgroup 1 computes rows 0-63 of the tile, warpgroup 2 rows 64-127.
     cc::setmaxnreg_inc<kConsumerRegisters>();
     const int cw = wg - 1;
+    float* patch = reinterpret_cast<float*>(smem_raw + (smem - cc::smem_u32(smem_raw)) + kStages * kStageBytes +
+                                            kBarrierBytes) +
+                   (threadIdx.x / 32 - 4) * 16 * 40;  // this consumer warp's patch (store_warp_rows)
     float acc[128];
     // Release a stage: one arrival per warpgroup, on the empty barrier of every block that
     // the producers of this cluster may refill it for.
@@ -430,34 +492,36 @@ __global__ void __launch_bounds__(kThreads, 1)
         cc::mbarrier_wait(full_bar + 8 * ring.stage, ring.phase);  // the stage's 48 KB have landed
         const std::uint32_t stage_a = smem + ring.stage * kStageBytes;
         cc::wgmma_fence();
-        wgmma_slab(acc, stage_a, stage_a + kABytes, cw);
+        wgmma_slab<kATrans, kBTrans>(acc, stage_a, stage_a + kABytes, cw);
         cc::wgmma_commit();
         cc::wgmma_wait<0>();
         release(ring.stage);
       }
-      store_warpgroup_tile(acc, C, M, N, ldc, vec_ok, tile_m * kBM + 64 * cw, tile_n * kBN);
+      store_warp_rows(acc, patch, epilogue, tile_m * kBM + 64 * cw, tile_n * kBN);
     }
   }
   // A block must not exit while its cluster peer may still arrive on its barriers.
   if constexpr (kCluster > 1) cc::cluster_sync();
 #else
-  (void)tmap_a, (void)tmap_b, (void)C, (void)M, (void)N, (void)K, (void)ldc, (void)tiles_m, (void)tiles_n,
-      (void)vec_ok;
+  (void)tmap_a, (void)tmap_b, (void)epilogue, (void)K, (void)tiles_m, (void)tiles_n;
   __trap();  // never launched: the host checks sm90a_code_available() first
 #endif
 }
 
 /// Launches the warp-specialized kernel: non-persistent (one cluster per cluster tile) or
 /// persistent (as many clusters as fit on the GPU at once, at most one per cluster tile).
-template <int kCluster>
-void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
-  require_sm90a(step);
+template <int kCluster, bool kATrans, bool kBTrans>
+void launch_ws_layout(const TcMatmulArgs& a, bool persistent, const char* step) {
   const int tiles_m = static_cast<int>((a.m + kBM - 1) / kBM);
   const int tiles_n = static_cast<int>((a.n + kBN - 1) / kBN);
   const int ctiles = static_cast<int>(grid_blocks((a.m + kCluster - 1) / kCluster, a.n, kBM, kBN, step));
-  const CUtensorMap map_a = make_tma_map_bf16_2d(a.a, a.m, a.k, a.lda, kBM, kBK, TmaSwizzle::bytes128);
-  const CUtensorMap map_b = make_tma_map_bf16_2d(a.b, a.k, a.n, a.ldb, kBK, 64, TmaSwizzle::bytes128);
-  constexpr auto kernel = matmul_tc_ws_kernel<kCluster>;
+  // The tensor maps of the stored operands: A is M x K (K x M transposed), B is K x N
+  // (N x K transposed); the boxes are what the producer loads per stage (see the kernel).
+  const CUtensorMap map_a = kATrans ? make_tma_map_bf16_2d(a.a, a.k, a.m, a.lda, kBK, 64, TmaSwizzle::bytes128)
+                                    : make_tma_map_bf16_2d(a.a, a.m, a.k, a.lda, kBM, kBK, TmaSwizzle::bytes128);
+  const CUtensorMap map_b = kBTrans ? make_tma_map_bf16_2d(a.b, a.n, a.k, a.ldb, 128, kBK, TmaSwizzle::bytes128)
+                                    : make_tma_map_bf16_2d(a.b, a.k, a.n, a.ldb, kBK, 64, TmaSwizzle::bytes128);
+  constexpr auto kernel = matmul_tc_ws_kernel<kCluster, kATrans, kBTrans>;
   cc::opt_in_dynamic_smem<kernel>(ws::kSmemBytes);
 
   cudaLaunchConfig_t config = {};
@@ -480,10 +544,19 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
     clusters = std::min(ctiles, fit);
   }
   config.gridDim = dim3(clusters * kCluster);
-  COURSE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, map_a, map_b, a.c, static_cast<int>(a.m),
-                                       static_cast<int>(a.n), static_cast<int>(a.k), a.ldc, tiles_m, tiles_n,
-                                       vec2_store_ok(a)));
+  COURSE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, map_a, map_b, Epilogue::from(a), static_cast<int>(a.k),
+                                       tiles_m, tiles_n));
   COURSE_CHECK_LAUNCH("matmul_tc_ws_kernel");
+}
+
+/// One kernel per operand layout; the epilogue options are runtime flags of Epilogue.
+template <int kCluster>
+void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
+  require_sm90a(step);
+  if (!a.a_transposed && !a.b_transposed) launch_ws_layout<kCluster, false, false>(a, persistent, step);
+  else if (!a.a_transposed) launch_ws_layout<kCluster, false, true>(a, persistent, step);
+  else if (!a.b_transposed) launch_ws_layout<kCluster, true, false>(a, persistent, step);
+  else launch_ws_layout<kCluster, true, true>(a, persistent, step);
 }
 }  // namespace ws
 

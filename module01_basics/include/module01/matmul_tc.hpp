@@ -32,8 +32,8 @@
 ///     v += residual(i, j); C(i, j) = v, or C(i, j) += v with accumulate (fp32 C only).
 ///     residual has the output's dtype and may be C itself (same pointer and leading
 ///     dimension: the residual stream updated in place); it must not overlap C otherwise.
-/// Steps mma_sync and the Hopper steps take every option; wmma throws course::Unsupported
-/// naming the first option it is given.
+/// Steps mma_sync, tma_warp_specialized, persistent and cluster_multicast take every option;
+/// wmma and wgmma throw course::Unsupported naming the first option they are given.
 ///
 /// Steps wgmma and later use Hopper-only instructions (wgmma, setmaxnreg: sm_90a; TMA,
 /// mbarrier, clusters: sm_90). On another GPU, or from a binary built without sm_90a,
@@ -142,7 +142,8 @@ inline const char* first_option(const TcMatmulArgs& a) {
 inline void require_no_options(const TcMatmulArgs& a, const std::string& step) {
   if (uses_options(a))
     throw Unsupported(step, std::string("plain fp32 C = A * B only: it does not take TcMatmulArgs::") +
-                                first_option(a) + " (step mma_sync takes every option)");
+                                first_option(a) +
+                                " (steps mma_sync, tma_warp_specialized, persistent and cluster_multicast take them)");
 }
 
 /// The validation both implementations run before any launch.

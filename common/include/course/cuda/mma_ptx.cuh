@@ -392,8 +392,10 @@ __device__ __forceinline__ void wgmma_m64n128k16_bf16_f32(float (&d)[64], std::u
 /// memory: the warpgroup's 64 x 256 fp32 accumulator tile d += A (64 x 16) * B (16 x 256),
 /// the widest N wgmma has: B is read from shared memory once for 64 rows of A, the best
 /// ratio of math to shared-memory traffic (module 1's Hopper GEMM steps). Operands and
-/// kBMnMajor as for wgmma_m64n128k16_bf16_f32; 128 registers per thread.
-template <bool kBMnMajor>
+/// kBMnMajor as for wgmma_m64n128k16_bf16_f32; kAMnMajor likewise for A (true: A stored
+/// with m contiguous, rows are k -- a transposed A, transposed on the fly). 128 registers
+/// per thread.
+template <bool kBMnMajor, bool kAMnMajor = false>
 __device__ __forceinline__ void wgmma_m64n256k16_bf16_f32(float (&d)[128], std::uint64_t desc_a, std::uint64_t desc_b,
                                                          int accumulate = 1) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -411,7 +413,7 @@ __device__ __forceinline__ void wgmma_m64n256k16_bf16_f32(float (&d)[128], std::
       "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
       "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
       "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-      "}, %128, %129, p, 1, 1, 0, %131;\n"
+      "}, %128, %129, p, 1, 1, %132, %131;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
@@ -429,7 +431,7 @@ __device__ __forceinline__ void wgmma_m64n256k16_bf16_f32(float (&d)[128], std::
         "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
         "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kBMnMajor ? 1 : 0));
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kBMnMajor ? 1 : 0), "n"(kAMnMajor ? 1 : 0));
 #else
   (void)d, (void)desc_a, (void)desc_b, (void)accumulate;
   __trap();  // wgmma needs an sm_90a build
