@@ -35,6 +35,12 @@ result against a float64 reference:
                           mma_sync with the epilogue options: F.linear (bias), F.gelu(F.linear) and
                           torch._addmm_activation(use_gelu), x + F.linear, dy @ w, and dW += dY^T X
                           into fp32 (addmm/mm with out_dtype where torch has it)
+  layer_norm              ops layer_norm, layer_norm_backward and layer_norm_fwdbwd, 16384 x {384, 768}
+                          fp32 and bf16 (the course's gamma, beta fp32 always): F.layer_norm; the
+                          backward alone, torch.autograd.grad(y, (x, w, b), dy, retain_graph=True) on
+                          one forward graph; forward + backward, torch.autograd.grad(F.layer_norm(..),
+                          (x, w, b), dy); bf16 also "torch_upcast", F.layer_norm(x.float(), ..).to(bf16)
+                          (autocast's fp32 LayerNorm). See bench_layer_norm below
 Timer: CUDA events around each call, a 256 MiB L2 flush and a short GPU spin before it
 (queued work that hides the host's launch overhead), warm-up, median of the repetitions.
 Accuracy rule: max error vs float64 <= factor x the same-precision computation's max
@@ -63,7 +69,7 @@ sys.path.insert(0, str(ROOT / "bindings" / "python"))  # works without installin
 
 OPS = ["l2_norm", "dot", "softmax", "matmul", "matmul_tc", "batched_gemm", "attention", "attention_bf16",
        "attention_backward", "attention_backward_bf16", "attention_fwdbwd_bf16", "softmax_backward",
-       "linear_backward", "cross_entropy", "adamw", "gelu", "linear_bf16"]
+       "linear_backward", "cross_entropy", "adamw", "gelu", "linear_bf16", "layer_norm"]
 
 torch = None  # imported in main(), so that --help works without PyTorch
 ck = None
@@ -998,7 +1004,8 @@ def accuracy_flags(rows):
             key = (r["op"], r["shape"])
             torch_err[key] = min(torch_err.get(key, math.inf), r["err"])
     floors = {"l2_norm": 1e-5, "dot": 1e-5, "softmax": 1e-6, "softmax_backward": 1e-6, "adamw": 1e-6,
-              "gelu": 1e-6, "gelu_backward": 1e-6, "linear_bf16": 1e-4}
+              "gelu": 1e-6, "gelu_backward": 1e-6, "linear_bf16": 1e-4, "layer_norm": 1e-5,
+              "layer_norm_backward": 1e-5, "layer_norm_fwdbwd": 1e-5}
     for r in rows:
         if r["impl"] == "pytorch" or r.get("err") is None or "accuracy_ok" in r:
             continue
@@ -1094,6 +1101,7 @@ def main():
         "cross_entropy": lambda q: bench_cross_entropy(run, q),
         "adamw": lambda q: bench_adamw(run, q), "gelu": lambda q: bench_gelu(run, q),
         "linear_bf16": lambda q: bench_linear_bf16(run, q),
+        "layer_norm": lambda q: bench_layer_norm(run, q),
     }
     t0 = time.time()
     stopped = None
@@ -1192,6 +1200,133 @@ def bench_cross_entropy(run, quick):
             run.run_course("cross_entropy", shape, impl, "row_on_chip", fn, bytes_, "GB/s", check)
         del ref_grad, leaf, dlogits
         torch.cuda.empty_cache()
+
+
+
+# ---------------------------------------------------------------------------------------
+# Module 4's LayerNorm (self-contained block; OPS, main()'s table and accuracy_flags' floors
+# name it). Three row groups per shape "<rows>x<C>_<f32|bf16>" (bench_layer_norm.cpp's):
+#   layer_norm          forward: every forward step, into a given y, mean, rstd, beside
+#                       F.layer_norm(x, (C,), w, b); work 2 matrices (read x, write y).
+#   layer_norm_backward the backward alone: every backward step (statistics given) beside
+#                       torch.autograd.grad(y, (x, w, b), dy, retain_graph=True) on a forward
+#                       graph built once outside the timer; work 3 matrices (x, dy, dx).
+#   layer_norm_fwdbwd   forward + backward: the course's default forward step then each
+#                       backward step (rows "vectorized+partial_sums") beside
+#                       torch.autograd.grad(F.layer_norm(x, (C,), w, b), (x, w, b), dy);
+#                       work 5 matrices.
+# gamma, beta: fp32 for the course always, values chosen bf16-representable so that every
+# side normalizes with the same numbers. PyTorch with bf16 x: eager CUDA F.layer_norm wants
+# weight and bias in x's dtype ("expected scalar type BFloat16 but found Float"); the script
+# tries the fp32 weights once and, when refused, gives PyTorch bf16 copies (exact: the values
+# are bf16-representable) and says so in the row's note -- so PyTorch's dgamma, dbeta are
+# bf16 there, the course's fp32. bf16 also gets "torch_upcast": F.layer_norm(x.float(), (C,),
+# w, b).to(bf16), autocast's policy (LayerNorm in fp32), with fp32 w, b: the like-for-like
+# mixed-mode layout (bf16 y and dx, fp32 dgamma, dbeta), at the price of the casts.
+# Errors vs float64 autograd of the same inputs: forward max |y - ref|; backward the largest
+# of the relative max errors (max |g - ref| / max |ref|) of dx, dgamma and dbeta. Rule: at
+# most 2x the best PyTorch row's error of the same shape + 1e-5.
+# ---------------------------------------------------------------------------------------
+
+def torch_layer_norm_params(x, w, b):
+    """(w, b, note) to give F.layer_norm with x: the fp32 w, b where this torch accepts them
+    with x's dtype, else copies in x's dtype (exact here: bf16-representable values)."""
+    if x.dtype == torch.float32:
+        return w, b, "fp32"
+    try:
+        F.layer_norm(x[:2], (x.shape[1],), w, b)
+        torch.cuda.synchronize()
+        return w, b, "fp32 weight and bias with bf16 x (this torch accepts mixed dtypes)"
+    except RuntimeError as e:
+        print(f"  layer_norm: F.layer_norm(bf16 x, fp32 w, b) refused ({str(e).splitlines()[0][:120]}); "
+              "PyTorch gets bf16 copies of w, b", flush=True)
+        torch.cuda.synchronize()
+        return w.to(x.dtype), b.to(x.dtype), "bf16 weight and bias (F.layer_norm refuses fp32 ones with bf16 x)"
+
+
+def bench_layer_norm(run, quick):
+    shapes = [(16384, 768)] if quick else [(16384, 384), (16384, 768)]
+    eps = 1e-5
+    for rows, C in shapes:
+        for dtype, tag in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
+            x = (torch.randn(rows, C, device="cuda") * 3 + 1).to(dtype)
+            dy = torch.randn(rows, C, device="cuda").to(dtype)
+            w = (1 + 0.5 * torch.randn(C, device="cuda")).to(torch.bfloat16).float()
+            b = (0.5 * torch.randn(C, device="cuda")).to(torch.bfloat16).float()
+            shape = f"{rows}x{C}_{tag}"
+            mat = rows * C * x.element_size()
+
+            leaves64 = [t.double().requires_grad_() for t in (x, w, b)]
+            y64 = F.layer_norm(leaves64[0], (C,), leaves64[1], leaves64[2], eps)
+            refs = torch.autograd.grad(y64, leaves64, dy.double())
+            ref_y = y64.detach()
+            del y64, leaves64
+            check_y = lambda r, ref=ref_y: max_err(r[0] if isinstance(r, tuple) else r, ref)  # noqa: E731
+            check_g = lambda r, refs=refs: max(rel_err(g, ref) for g, ref in zip(r, refs))  # noqa: E731
+
+            wt, bt, note = torch_layer_norm_params(x, w, b)
+            upcast = dtype != torch.float32
+            up_note = "F.layer_norm(x.float(), fp32 w, b).to(bf16): autocast's fp32 LayerNorm"
+
+            # Forward.
+            run.measure("layer_norm", shape, "pytorch", "torch", lambda: F.layer_norm(x, (C,), wt, bt, eps),
+                        2.0 * mat, "GB/s", check_y, note=note, kind="backend")
+            if upcast:
+                run.measure("layer_norm", shape, "pytorch", "torch_upcast",
+                            lambda: F.layer_norm(x.float(), (C,), w, b, eps).to(dtype), 2.0 * mat, "GB/s", check_y,
+                            note=up_note, kind="backend")
+            y = torch.empty_like(x)
+            mean, rstd = torch.empty(rows, device="cuda"), torch.empty(rows, device="cuda")
+            for impl, step in run.course_steps("layer_norm"):
+                fn = lambda s=step, i=impl: ck.layer_norm(x, w, b, eps=eps, step=s, impl=i, out=y,  # noqa: E731
+                                                          mean_out=mean, rstd_out=rstd)
+                run.run_course("layer_norm", shape, impl, step, fn, 2.0 * mat, "GB/s", check_y)
+
+            # Backward alone: PyTorch's graph built once; the course reads fp32 statistics.
+            leaves = [t.detach().clone().requires_grad_() for t in (x, wt, bt)]
+            y_t = F.layer_norm(leaves[0], (C,), leaves[1], leaves[2], eps)
+            run.measure("layer_norm_backward", shape, "pytorch", "torch",
+                        lambda: torch.autograd.grad(y_t, leaves, dy, retain_graph=True), 3.0 * mat, "GB/s", check_g,
+                        note=note, kind="backend")
+            del y_t
+            up_leaves = [t.detach().clone().requires_grad_() for t in (x, w, b)]
+            if upcast:
+                y_u = F.layer_norm(up_leaves[0].float(), (C,), up_leaves[1], up_leaves[2], eps).to(dtype)
+                run.measure("layer_norm_backward", shape, "pytorch", "torch_upcast",
+                            lambda: torch.autograd.grad(y_u, up_leaves, dy, retain_graph=True), 3.0 * mat, "GB/s",
+                            check_g, note=up_note, kind="backend")
+                del y_u
+            xd = x.double()
+            mean_s = xd.mean(1).float()
+            rstd_s = (1 / torch.sqrt(xd.var(1, unbiased=False) + eps)).float()
+            del xd
+            dx, dg, db = torch.empty_like(x), torch.empty(C, device="cuda"), torch.empty(C, device="cuda")
+            nbytes = ck.library().workspace_bytes("course_layer_norm_backward_workspace_bytes", b"partial_sums",
+                                                  rows, C)
+            ws = torch.empty(max(nbytes, 16), dtype=torch.uint8, device="cuda")
+            for impl, step in run.course_steps("layer_norm_backward"):
+                fn = lambda s=step, i=impl: ck.layer_norm_backward(  # noqa: E731
+                    x, dy, mean_s, rstd_s, w, step=s, impl=i, dx=dx, dgamma=dg, dbeta=db, workspace=ws)
+                run.run_course("layer_norm_backward", shape, impl, step, fn, 3.0 * mat, "GB/s", check_g)
+
+            # Forward + backward.
+            run.measure("layer_norm_fwdbwd", shape, "pytorch", "torch",
+                        lambda: torch.autograd.grad(F.layer_norm(leaves[0], (C,), leaves[1], leaves[2], eps), leaves,
+                                                    dy), 5.0 * mat, "GB/s", check_g, note=note, kind="backend")
+            if upcast:
+                run.measure("layer_norm_fwdbwd", shape, "pytorch", "torch_upcast",
+                            lambda: torch.autograd.grad(
+                                F.layer_norm(up_leaves[0].float(), (C,), up_leaves[1], up_leaves[2], eps).to(dtype),
+                                up_leaves, dy), 5.0 * mat, "GB/s", check_g, note=up_note, kind="backend")
+            fwd = ck.DEFAULT_STEPS["layer_norm"]
+            for impl, step in run.course_steps("layer_norm_backward"):
+                def fn(s=step, i=impl):
+                    ck.layer_norm(x, w, b, eps=eps, step=fwd, impl=i, out=y, mean_out=mean, rstd_out=rstd)
+                    return ck.layer_norm_backward(x, dy, mean, rstd, w, step=s, impl=i, dx=dx, dgamma=dg, dbeta=db,
+                                                  workspace=ws)
+                run.run_course("layer_norm_fwdbwd", shape, impl, f"{fwd}+{step}", fn, 5.0 * mat, "GB/s", check_g)
+            del refs, ref_y, leaves, up_leaves, x, dy, y, dx, ws
+            torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

@@ -109,7 +109,7 @@ COURSE_OP_ORDER = {
     "m02": ["bgemm_qk_f32", "bgemm_pv_f32", "bgemm_qk_bf16", "bgemm_pv_bf16", "bgemm_ptr_build"],
     "m03": ["attn_f32", "attn_bf16"],
     "m04": ["softmax_backward", "linear_backward", "bias_grad", "attn_bwd_f32", "attn_bwd_bf16", "adamw", "gelu",
-            "gelu_backward"],
+            "gelu_backward", "layer_norm", "layer_norm_backward"],
 }
 
 
@@ -233,11 +233,17 @@ SUMMARY = [
     dict(label="AdamW + clipping (GPT parameter lists)", module="m04", op="adamw", torch="adamw"),
     dict(label="GELU forward", module="m04", op="gelu", torch="gelu"),
     dict(label="GELU backward", module="m04", op="gelu_backward", torch="gelu_backward"),
+    # compare_torch.py's layer_norm_backward rows time PyTorch's backward alone (autograd.grad on
+    # a graph built once); its layer_norm_fwdbwd rows (forward + backward) have no entry here.
+    dict(label="LayerNorm forward", module="m04", op="layer_norm", torch="layer_norm"),
+    dict(label="LayerNorm backward (dx, dgamma, dbeta)", module="m04", op="layer_norm_backward",
+         torch="layer_norm_backward"),
 ]
 SUMMARY_SKIP = {"bgemm_ptr_build"}  # host-side timing of pointer arrays: no library, no ladder top
 
 # What the PyTorch call is when compare_torch.json names it only "torch".
-TORCH_CALL = {"l2_norm": "torch.linalg.vector_norm", "dot": "torch.dot", "softmax": "torch.softmax"}
+TORCH_CALL = {"l2_norm": "torch.linalg.vector_norm", "dot": "torch.dot", "softmax": "torch.softmax",
+              "layer_norm": "F.layer_norm", "layer_norm_backward": "F.layer_norm's autograd"}
 
 # The course's output dtype where PyTorch's row says "<dtype> out" (compare_torch.py's notes).
 COURSE_OUT_DTYPE = {"matmul_tc": "fp32", "bgemm_qk_bf16": "fp32", "bgemm_pv_bf16": "fp32"}

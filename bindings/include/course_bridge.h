@@ -324,6 +324,39 @@ COURSE_BRIDGE_API int course_matmul_tc_ex(const char* step, const void* a, const
                                           int gelu, const void* residual, int64_t ldr, int accumulate,
                                           void* stream);
 
+/* ---------------------------------------------------------------------------------------
+ * Module 4: LayerNorm (module04/layer_norm.hpp, module04/layer_norm_backward.hpp), op names
+ * "layer_norm" (forward steps) and "layer_norm_backward" (backward steps)
+ *
+ *   mean_r = mean_c x(r, c),  rstd_r = 1 / sqrt(mean_c (x(r, c) - mean_r)^2 + eps)
+ *   y(r, c) = (x(r, c) - mean_r) * rstd_r * gamma[c] + beta[c]
+ *
+ * x, y, dy, dx: rows x C, row-major, each with its own row stride (>= C), one dtype:
+ * bf16 = 0: float32, 1: bfloat16 (fp32 arithmetic). gamma, beta [C], mean, rstd [rows],
+ * dgamma, dbeta [C]: float32 always. Outputs never overlap an input (no in place).
+ * ------------------------------------------------------------------------------------- */
+
+/** y = LayerNorm(x) * gamma + beta over each row, and the row statistics mean and rstd (what
+ *  the backward reads; both required). eps >= 0 (torch's default 1e-5). rows = 0 is a no-op. */
+COURSE_BRIDGE_API int course_layer_norm_forward(const char* step, int bf16, const void* x, void* y,
+                                                const void* gamma, const void* beta, void* mean, void* rstd,
+                                                int64_t rows, int64_t C, int64_t ldx, int64_t ldy, float eps,
+                                                void* stream);
+/** Workspace bytes of layer_norm_backward(step) (partial_sums: one dgamma, dbeta partial per
+ *  block; atomic_params: 0). */
+COURSE_BRIDGE_API int course_layer_norm_backward_workspace_bytes(const char* step, int64_t rows, int64_t C,
+                                                                 size_t* bytes);
+/** dx (= or += with accumulate_dx), dgamma and dbeta (= or += with accumulate_dparams) of
+ *  LayerNorm, from x, dy, gamma and the forward's mean and rstd. rows = 0: dgamma and dbeta
+ *  are zeroed (unless accumulate_dparams) and x, dy, dx, mean, rstd may be NULL. atomic_params
+ *  is nondeterministic in dgamma, dbeta's last bits; partial_sums is deterministic. */
+COURSE_BRIDGE_API int course_layer_norm_backward(const char* step, int bf16, const void* x, const void* dy,
+                                                 void* dx, const void* gamma, const void* mean, const void* rstd,
+                                                 void* dgamma, void* dbeta, int64_t rows, int64_t C, int64_t ldx,
+                                                 int64_t lddy, int64_t lddx, int accumulate_dx,
+                                                 int accumulate_dparams, void* workspace, size_t workspace_bytes,
+                                                 void* stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -33,6 +33,7 @@
 #include "module04/attention_backward.hpp"
 #include "module04/cross_entropy.hpp"
 #include "module04/gelu.hpp"
+#include "module04/layer_norm.hpp"
 #include "module04/linear_backward.hpp"
 #include "module04/softmax_backward.hpp"
 
@@ -71,6 +72,10 @@ __attribute__((weak)) void gelu_forward(::course::m04::GeluStep step, const ::co
 __attribute__((weak)) void gelu_backward(::course::m04::GeluStep step, const ::course::m04::GeluBackwardArgs& args);
 __attribute__((weak)) void cross_entropy(::course::m04::CrossEntropyStep step,
                                          const ::course::m04::FusedCrossEntropyArgs& args);
+__attribute__((weak)) void layer_norm_forward(::course::m04::LayerNormStep step,
+                                              const ::course::m04::LayerNormArgs& args);
+__attribute__((weak)) void layer_norm_backward(::course::m04::LayerNormBackwardStep step,
+                                               const ::course::m04::LayerNormBackwardArgs& args);
 }  // namespace course::COURSE_IMPL
 
 namespace {
@@ -217,6 +222,8 @@ const std::vector<OpEntry>& op_table() {
         op_entry("adamw", m04::kAdamWSteps, &impl::adamw != nullptr),
         op_entry("gelu", m04::kGeluSteps, &impl::gelu_forward != nullptr),
         op_entry("gelu_backward", m04::kGeluSteps, &impl::gelu_backward != nullptr),
+        op_entry("layer_norm", m04::kLayerNormSteps, &impl::layer_norm_forward != nullptr),
+        op_entry("layer_norm_backward", m04::kLayerNormBackwardSteps, &impl::layer_norm_backward != nullptr),
     };
   }();
   return table;
@@ -994,6 +1001,90 @@ int course_matmul_tc_ex(const char* step, const void* a, const void* b, void* c,
     args.epilogue.ldr = ldr;
     args.epilogue.accumulate = accumulate != 0;
     impl::matmul_tc(find_step(course::m01::kTcMatmulSteps, step, "matmul_tc"), args);
+  });
+}
+
+}  // extern "C"
+
+// ---- module 4's LayerNorm (module04/layer_norm.hpp, layer_norm_backward.hpp) ------------
+// Its weak declarations and op_table() entries ("layer_norm", "layer_norm_backward") are
+// above with the other ops'. x, y, dy, dx share one dtype (bf16 = 0: float32, 1: bfloat16);
+// gamma, beta, the statistics and the parameter gradients are fp32 always.
+
+namespace {
+
+course::DType layer_norm_dtype(int bf16, const char* fn) {
+  course::require_arg(bf16 == 0 || bf16 == 1, fn, "bf16", bf16,
+                      "must be 0 (float32 x, y, dy, dx) or 1 (bfloat16)");
+  return bf16 ? course::DType::bf16 : course::DType::f32;
+}
+
+}  // namespace
+
+extern "C" {
+
+int course_layer_norm_forward(const char* step, int bf16, const void* x, void* y, const void* gamma,
+                              const void* beta, void* mean, void* rstd, int64_t rows, int64_t C, int64_t ldx,
+                              int64_t ldy, float eps, void* stream) {
+  return guarded([&] {
+    const char* fn = "layer_norm_forward";
+    const auto s = find_step(course::m04::kLayerNormSteps, step, "layer_norm");
+    require_linked(&impl::layer_norm_forward, "layer_norm", "module04_training");
+    course::m04::LayerNormArgs args;
+    args.dtype = layer_norm_dtype(bf16, fn);
+    args.x = x;
+    args.y = y;
+    args.gamma = in<float>(gamma);
+    args.beta = in<float>(beta);
+    args.mean = out<float>(mean);
+    args.rstd = out<float>(rstd);
+    args.rows = rows;
+    args.C = C;
+    args.ldx = ldx;
+    args.ldy = ldy;
+    args.eps = eps;
+    args.stream = as_stream(stream);
+    impl::layer_norm_forward(s, args);
+  });
+}
+
+int course_layer_norm_backward_workspace_bytes(const char* step, int64_t rows, int64_t C, size_t* bytes) {
+  return guarded([&] {
+    const auto s = find_step(course::m04::kLayerNormBackwardSteps, step, "layer_norm_backward");
+    set_bytes(bytes, course::m04::layer_norm_backward_workspace_bytes(s, rows, C),
+              "layer_norm_backward_workspace_bytes");
+  });
+}
+
+int course_layer_norm_backward(const char* step, int bf16, const void* x, const void* dy, void* dx,
+                               const void* gamma, const void* mean, const void* rstd, void* dgamma, void* dbeta,
+                               int64_t rows, int64_t C, int64_t ldx, int64_t lddy, int64_t lddx, int accumulate_dx,
+                               int accumulate_dparams, void* workspace, size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    const char* fn = "layer_norm_backward";
+    const auto s = find_step(course::m04::kLayerNormBackwardSteps, step, fn);
+    require_linked(&impl::layer_norm_backward, fn, "module04_training");
+    course::m04::LayerNormBackwardArgs args;
+    args.dtype = layer_norm_dtype(bf16, fn);
+    args.x = x;
+    args.dy = dy;
+    args.dx = dx;
+    args.gamma = in<float>(gamma);
+    args.mean = in<float>(mean);
+    args.rstd = in<float>(rstd);
+    args.dgamma = out<float>(dgamma);
+    args.dbeta = out<float>(dbeta);
+    args.rows = rows;
+    args.C = C;
+    args.ldx = ldx;
+    args.lddy = lddy;
+    args.lddx = lddx;
+    args.accumulate_dx = accumulate_dx != 0;
+    args.accumulate_dparams = accumulate_dparams != 0;
+    args.workspace = workspace;
+    args.workspace_bytes = workspace_bytes;
+    args.stream = as_stream(stream);
+    impl::layer_norm_backward(s, args);
   });
 }
 

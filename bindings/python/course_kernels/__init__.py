@@ -104,3 +104,9 @@ __all__.append("cross_entropy")
 from .ops import adamw, gelu, gelu_backward, linear, matmul_tc_ex  # noqa: E402
 
 __all__ += ["adamw", "gelu", "gelu_backward", "linear", "matmul_tc_ex"]
+
+# Module 4's LayerNorm: layer_norm (forward, optionally the row statistics) and
+# layer_norm_backward (dx, dgamma, dbeta), fp32 or bf16 activations with fp32 parameters.
+from .ops import layer_norm, layer_norm_backward  # noqa: E402
+
+__all__ += ["layer_norm", "layer_norm_backward"]

@@ -957,3 +957,139 @@ def linear(x: Any, w: Any, bias: Any = None, *, gelu: bool = False, residual: An
         out_dtype = BFLOAT16
     return _tc_ex(lib, s, X, a_t, lda, W, not w_t, ldw, m, n, k, bias, gelu, pre_gelu_out, return_pre_gelu,
                   residual, False, out_dtype, out, stream)
+
+
+# ---------------------------------------------------------------------------------------
+# Module 4's LayerNorm (C ABI: course_layer_norm_forward, course_layer_norm_backward and
+# its workspace query; op names "layer_norm" and "layer_norm_backward")
+# ---------------------------------------------------------------------------------------
+
+import math  # noqa: E402  (this block is self-contained)
+
+_L._SIGNATURES.update({
+    "course_layer_norm_forward": (_ctypes.c_int, [_ctypes.c_char_p, _ctypes.c_int, _ctypes.c_void_p, _ctypes.c_void_p,
+                                                  _ctypes.c_void_p, _ctypes.c_void_p, _ctypes.c_void_p,
+                                                  _ctypes.c_void_p, _ctypes.c_int64, _ctypes.c_int64,
+                                                  _ctypes.c_int64, _ctypes.c_int64, _ctypes.c_float,
+                                                  _ctypes.c_void_p]),
+    "course_layer_norm_backward_workspace_bytes": (_ctypes.c_int, [_ctypes.c_char_p, _ctypes.c_int64,
+                                                                   _ctypes.c_int64,
+                                                                   _ctypes.POINTER(_ctypes.c_size_t)]),
+    "course_layer_norm_backward": (_ctypes.c_int, [_ctypes.c_char_p, _ctypes.c_int, _ctypes.c_void_p,
+                                                   _ctypes.c_void_p, _ctypes.c_void_p, _ctypes.c_void_p,
+                                                   _ctypes.c_void_p, _ctypes.c_void_p, _ctypes.c_void_p,
+                                                   _ctypes.c_void_p, _ctypes.c_int64, _ctypes.c_int64,
+                                                   _ctypes.c_int64, _ctypes.c_int64, _ctypes.c_int64, _ctypes.c_int,
+                                                   _ctypes.c_int, _ctypes.c_void_p, _ctypes.c_size_t,
+                                                   _ctypes.c_void_p]),
+})
+
+DEFAULT_STEPS.update({"layer_norm": "vectorized", "layer_norm_backward": "partial_sums"})
+
+
+def _f32_vector(v: Any, name: str, n: int, what: str) -> Array:
+    """A contiguous float32 vector of n elements (gamma, beta: [C]; mean, rstd: [rows])."""
+    a = A.as_array(v, name)
+    A.check_dtype(a, FLOAT32)
+    A.check_shape(a, (n,), what)
+    A.check_contiguous(a)
+    return a
+
+
+def _f32_vector_out(out: Any, name: str, n: int, what: str) -> Optional[Array]:
+    """A given float32 output vector, checked (None when not given: allocated after every check)."""
+    if out is None:
+        return None
+    a = _f32_vector(out, name, n, what)
+    A.check_writable(a)
+    return a
+
+
+def _given_output(out: Any, name: str, shape, dtype: str) -> Optional[Array]:
+    """A given matrix output, checked like A.output does (None when not given)."""
+    return None if out is None else A.output(None, out, name, shape, dtype, None)
+
+
+def layer_norm(x: Any, gamma: Any, beta: Any, *, eps: float = 1e-5, step: Optional[str] = None,
+               return_stats: bool = False, impl: str = "solution", out: Any = None, mean_out: Any = None,
+               rstd_out: Any = None, stream: Any = None) -> Any:
+    """y = LayerNorm(x) * gamma + beta over the last dimension: ``F.layer_norm(x, (C,), gamma, beta, eps)``
+    (biased variance), module 4's ``layer_norm_forward``.
+
+    x: rows x C (2-D; reshape(-1, C) a [B, T, C] tensor), float32 or bfloat16, unit column
+    stride, any row stride; y (``out``) has x's dtype. gamma, beta: float32 [C], contiguous,
+    whatever x's dtype (the GPT's mixed mode: bf16 activations, fp32 parameters).
+    Returns y, or ``(y, mean, rstd)`` (float32 [rows]: the row means and 1 / sqrt(var + eps),
+    what ``layer_norm_backward`` reads) with ``return_stats`` or ``mean_out`` / ``rstd_out``.
+    Steps: thread_per_row, warp_per_row, vectorized (default).
+    """
+    lib = library(impl)
+    X = _matrix(A.as_array(x, "x"))
+    A.check_dtype(X, FLOAT32, BFLOAT16)
+    rows, C = X.shape
+    G = _f32_vector(gamma, "gamma", C, "[C] (C from x)")
+    Bt = _f32_vector(beta, "beta", C, "[C] (C from x)")
+    if (mean_out is None) != (rstd_out is None):
+        raise ValueError("mean_out, rstd_out: give both or neither (the kernel writes both statistics)")
+    e = float(eps)
+    if not math.isfinite(e) or e < 0:
+        raise ValueError(f"eps: {eps!r}, expected a finite value >= 0")
+    s = _step(lib, step, "layer_norm")
+    Y = _given_output(out, "out", (rows, C), X.dtype)
+    M = _f32_vector_out(mean_out, "mean_out", rows, "[rows] (rows from x)")
+    R = _f32_vector_out(rstd_out, "rstd_out", rows, "[rows] (rows from x)")
+    A.check_same_device(X, G, Bt, Y, M, R)
+    Y = A.empty(lib, (rows, C), X.dtype, X, "out") if Y is None else Y
+    M = A.empty(lib, (rows,), FLOAT32, X, "mean_out") if M is None else M
+    R = A.empty(lib, (rows,), FLOAT32, X, "rstd_out") if R is None else R
+    _call(lib, "course_layer_norm_forward", X, stream, s, int(X.dtype == BFLOAT16), X.ptr, Y.ptr, G.ptr, Bt.ptr,
+          M.ptr, R.ptr, rows, C, A.leading_dim(X), A.leading_dim(Y), e)
+    if return_stats or mean_out is not None:
+        return Y.obj, M.obj, R.obj
+    return Y.obj
+
+
+def layer_norm_backward(x: Any, dy: Any, mean: Any, rstd: Any, gamma: Any, *, step: Optional[str] = None,
+                        dx: Any = None, accumulate_dx: bool = False, dgamma: Any = None, dbeta: Any = None,
+                        accumulate_dparams: bool = False, impl: str = "solution", stream: Any = None,
+                        workspace: Any = None) -> Tuple[Any, Any, Any]:
+    """(dx, dgamma, dbeta) of ``layer_norm``: what autograd gives for ``F.layer_norm(x, (C,), gamma,
+    beta)`` from dy = dL/dy, module 4's ``layer_norm_backward``.
+
+    x, dy: rows x C, one dtype (float32 or bfloat16), unit column stride, any row strides;
+    mean, rstd: float32 [rows] from ``layer_norm(..., return_stats=True)``; gamma: float32 [C].
+    dx (x's dtype, rows x C) is written, or added to with ``accumulate_dx`` (``dx`` required:
+    the residual stream's gradient); dgamma, dbeta (float32 [C]) are written, or added to with
+    ``accumulate_dparams`` (both required: gradient accumulation over micro-batches). Outputs
+    must not overlap the inputs (no in place). Steps: atomic_params (fp32 atomics:
+    dgamma, dbeta differ in the last bits from run to run), partial_sums (default,
+    deterministic; scratch of ``workspace_bytes`` from course_layer_norm_backward_workspace_bytes).
+    """
+    lib = library(impl)
+    X = _matrix(A.as_array(x, "x"))
+    A.check_dtype(X, FLOAT32, BFLOAT16)
+    rows, C = X.shape
+    DY = _matrix(A.as_array(dy, "dy"))
+    if DY.dtype != X.dtype:
+        raise TypeError(f"dy: dtype {DY.dtype}, but x is {X.dtype}; x, dy and dx share one dtype")
+    A.check_shape(DY, X.shape, "x's shape")
+    Mn = _f32_vector(mean, "mean", rows, "[rows] (rows from x)")
+    Rs = _f32_vector(rstd, "rstd", rows, "[rows] (rows from x)")
+    G = _f32_vector(gamma, "gamma", C, "[C] (C from x)")
+    if accumulate_dx and dx is None:
+        raise ValueError("accumulate_dx: adds into dx (dx += the gradient): pass dx=")
+    if accumulate_dparams and (dgamma is None or dbeta is None):
+        raise ValueError("accumulate_dparams: adds into dgamma and dbeta: pass both dgamma= and dbeta=")
+    s = _step(lib, step, "layer_norm_backward")
+    DX = _given_output(dx, "dx", (rows, C), X.dtype)
+    DG = _f32_vector_out(dgamma, "dgamma", C, "[C] (C from x)")
+    DB = _f32_vector_out(dbeta, "dbeta", C, "[C] (C from x)")
+    A.check_same_device(X, DY, Mn, Rs, G, DX, DG, DB)
+    DX = A.empty(lib, (rows, C), X.dtype, X, "dx") if DX is None else DX
+    DG = A.empty(lib, (C,), FLOAT32, X, "dgamma") if DG is None else DG
+    DB = A.empty(lib, (C,), FLOAT32, X, "dbeta") if DB is None else DB
+    ws = A.Scratch(lib, lib.workspace_bytes("course_layer_norm_backward_workspace_bytes", s, rows, C), X, workspace)
+    _call(lib, "course_layer_norm_backward", X, stream, s, int(X.dtype == BFLOAT16), X.ptr, DY.ptr, DX.ptr, G.ptr,
+          Mn.ptr, Rs.ptr, DG.ptr, DB.ptr, rows, C, A.leading_dim(X), A.leading_dim(DY), A.leading_dim(DX),
+          int(bool(accumulate_dx)), int(bool(accumulate_dparams)), ws.ptr, ws.nbytes)
+    return DX.obj, DG.obj, DB.obj

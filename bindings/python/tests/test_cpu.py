@@ -638,3 +638,186 @@ def test_new_ops_without_a_gpu_say_so(fake):
                                    out=fake((16, 32), "<V2"))):
         with pytest.raises(ck.NoGpuError, match="^\\[solution\\] no NVIDIA GPU found"):
             call()
+
+
+# ---- module 4's LayerNorm (course_layer_norm_forward, course_layer_norm_backward and its
+# workspace query; ck.layer_norm, ck.layer_norm_backward): names, dtypes and shapes checked
+# in Python before anything is allocated; the C++ validation's messages through the boundary
+
+def _ln_raw_forward(lib, **bad):
+    """course_layer_norm_forward on never-dereferenced addresses, with `bad` replacing arguments."""
+    base = 1 << 40
+    a = dict(step=b"vectorized", bf16=0, x=base, y=base + (1 << 32), gamma=base + (2 << 32),
+             beta=base + (3 << 32), mean=base + (4 << 32), rstd=base + (5 << 32), rows=16, C=384, ldx=384, ldy=384,
+             eps=1e-5)
+    a.update(bad)
+    lib.call("course_layer_norm_forward", a["step"], a["bf16"], a["x"], a["y"], a["gamma"], a["beta"], a["mean"],
+             a["rstd"], a["rows"], a["C"], a["ldx"], a["ldy"], a["eps"], None)
+
+
+def _ln_raw_backward(lib, **bad):
+    base = 1 << 40
+    a = dict(step=b"atomic_params", bf16=1, x=base, dy=base + (1 << 32), dx=base + (2 << 32),
+             gamma=base + (3 << 32), mean=base + (4 << 32), rstd=base + (5 << 32), dgamma=base + (6 << 32),
+             dbeta=base + (7 << 32), rows=16, C=384, ldx=384, lddy=384, lddx=384, acc_dx=0, acc_p=0, ws=None,
+             ws_bytes=0)
+    a.update(bad)
+    lib.call("course_layer_norm_backward", a["step"], a["bf16"], a["x"], a["dy"], a["dx"], a["gamma"], a["mean"],
+             a["rstd"], a["dgamma"], a["dbeta"], a["rows"], a["C"], a["ldx"], a["lddy"], a["lddx"], a["acc_dx"],
+             a["acc_p"], a["ws"], a["ws_bytes"], None)
+
+
+def test_layer_norm_is_listed_with_its_steps():
+    for impl in IMPLS:
+        ops = ck.ops(impl)
+        assert {"layer_norm", "layer_norm_backward"} <= set(ops)
+        assert [s for s, _ in ck.steps("layer_norm", impl)] == ["thread_per_row", "warp_per_row", "vectorized"]
+        assert [s for s, _ in ck.steps("layer_norm_backward", impl)] == ["atomic_params", "partial_sums"]
+        assert "nondeterministic" in dict(ck.steps("layer_norm_backward", impl))["atomic_params"]
+    assert ck.DEFAULT_STEPS["layer_norm"] == "vectorized"
+    assert ck.DEFAULT_STEPS["layer_norm_backward"] == "partial_sums"
+    for name in ("layer_norm", "layer_norm_backward"):
+        assert name in ck.__all__ and callable(getattr(ck, name))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_layer_norm_checks_names_dtypes_and_shapes_before_anything_is_allocated(fake, no_allocation, impl):
+    f32, bf16 = (lambda *shape: fake(shape)), (lambda *shape: fake(shape, "<V2"))  # noqa: E731
+    x, g, b = f32(16, 384), f32(384), f32(384)
+    st = f32(16)
+    fwd = lambda **kw: ck.layer_norm(kw.pop("x", x), kw.pop("gamma", g), kw.pop("beta", b), impl=impl, **kw)  # noqa
+    bwd = lambda **kw: ck.layer_norm_backward(kw.pop("x", x), kw.pop("dy", f32(16, 384)), kw.pop("mean", st),  # noqa
+                                              kw.pop("rstd", st), kw.pop("gamma", g), impl=impl, **kw)
+    for op, call in (("layer_norm", fwd), ("layer_norm_backward", bwd)):
+        with pytest.raises(ck.InvalidArgumentError, match=f"argument 'step' = \"nope\": is not a step of {op}; "
+                                                          "the steps are: "):
+            call(step="nope")
+        with pytest.raises(TypeError, match="step: expected a step name"):
+            call(step=1)
+    with pytest.raises(ck.InvalidArgumentError, match="is not a step of layer_norm; the steps are: thread_per_row"):
+        fwd(step="partial_sums")  # a backward step asked of the forward
+
+    # Forward.
+    with pytest.raises(TypeError, match="x: dtype typestr '<f8', expected float32 or bfloat16"):
+        fwd(x=fake((16, 384), "<f8"))
+    with pytest.raises(ValueError, match="x: expected a 2-D array"):
+        fwd(x=f32(2, 8, 384))
+    with pytest.raises(ValueError, match="x: the last dimension must be contiguous"):
+        fwd(x=fake((16, 384), strides=(4, 64)))
+    with pytest.raises(TypeError, match="gamma: dtype bfloat16, expected float32"):
+        fwd(x=bf16(16, 384), gamma=bf16(384))  # bf16 activations keep fp32 parameters
+    with pytest.raises(ValueError, match=r"gamma: shape \(768,\), expected \[C\] \(C from x\)"):
+        fwd(gamma=f32(768))
+    with pytest.raises(ValueError, match="beta: must be contiguous"):
+        fwd(beta=fake((384,), strides=(8,)))
+    with pytest.raises(TypeError, match="out: dtype float32, expected bfloat16"):
+        fwd(x=bf16(16, 384), out=f32(16, 384))
+    with pytest.raises(ValueError, match=r"out: shape \(16, 385\), expected the result's shape"):
+        fwd(out=f32(16, 385))
+    with pytest.raises(ValueError, match="mean_out, rstd_out: give both or neither"):
+        fwd(mean_out=st)
+    with pytest.raises(ValueError, match=r"rstd_out: shape \(8,\), expected \[rows\]"):
+        fwd(mean_out=st, rstd_out=f32(8))
+    with pytest.raises(ValueError, match="rstd_out: the output array is read-only"):
+        fwd(mean_out=st, rstd_out=fake((16,), readonly=True))
+    for eps in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="eps: .*expected a finite value >= 0"):
+            fwd(eps=eps)
+
+    # Backward.
+    with pytest.raises(TypeError, match="dy: dtype bfloat16, but x is float32"):
+        bwd(dy=bf16(16, 384))
+    with pytest.raises(ValueError, match=r"dy: shape \(16, 768\), expected x's shape"):
+        bwd(dy=f32(16, 768))
+    with pytest.raises(ValueError, match=r"mean: shape \(8,\), expected \[rows\] \(rows from x\)"):
+        bwd(mean=f32(8))
+    with pytest.raises(TypeError, match="rstd: dtype bfloat16, expected float32"):
+        bwd(rstd=bf16(16))
+    with pytest.raises(TypeError, match="gamma: dtype bfloat16, expected float32"):
+        bwd(x=bf16(16, 384), dy=bf16(16, 384), gamma=bf16(384))
+    with pytest.raises(ValueError, match="accumulate_dx: adds into dx"):
+        bwd(accumulate_dx=True)
+    with pytest.raises(ValueError, match="accumulate_dparams: adds into dgamma and dbeta"):
+        bwd(accumulate_dparams=True, dgamma=f32(384))
+    with pytest.raises(TypeError, match="dx: dtype float32, expected bfloat16"):
+        bwd(x=bf16(16, 384), dy=bf16(16, 384), dx=f32(16, 384))
+    with pytest.raises(ValueError, match=r"dbeta: shape \(16,\), expected \[C\]"):
+        bwd(dbeta=f32(16))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_layer_norm_validation_crosses_the_boundary(fake, impl):
+    """Every output (and the workspace) given: the C++ validation runs, before any launch."""
+    lib = ck.library(impl)
+    f32 = lambda *shape, **kw: fake(shape, **kw)  # noqa: E731
+    x, g, b, mean, rstd = f32(16, 384), f32(384), f32(384), f32(16), f32(16)
+    stats = dict(mean_out=mean, rstd_out=rstd)
+    with pytest.raises(ck.InvalidArgumentError, match=r"\[%s\] layer_norm_forward: argument 'ldx' = 256: must be "
+                                                      ">= C" % impl):
+        ck.layer_norm(f32(16, 384, strides=(1024, 4)), g, b, out=f32(16, 384), impl=impl, **stats)
+    xp = x.__cuda_array_interface__["data"][0]
+    with pytest.raises(ck.InvalidArgumentError, match="layer_norm_forward: argument 'y' = .*overlaps x"):
+        ck.layer_norm(x, g, b, out=x, impl=impl, **stats)
+    with pytest.raises(ck.InvalidArgumentError, match="layer_norm_forward: argument 'y' = .*overlaps x"):
+        ck.layer_norm(x, g, b, out=f32(16, 384, ptr=xp + 64), impl=impl, **stats)
+    with pytest.raises(ck.InvalidArgumentError, match="layer_norm_forward: argument 'mean' = .*overlaps rstd"):
+        ck.layer_norm(x, g, b, out=f32(16, 384), mean_out=mean, rstd_out=mean, impl=impl)
+    with pytest.raises(ck.InvalidArgumentError, match=r"layer_norm_forward: argument 'gamma' = 0x[0-9a-f]+: must be "
+                                                      "aligned to 4 bytes"):
+        ck.layer_norm(x, f32(384, ptr=(1 << 40) + 2), b, out=f32(16, 384), impl=impl, **stats)
+    # Raw ABI: what Python cannot pass (a dtype flag out of range, negative sizes, null pointers).
+    for bad, needle in [({"bf16": 2}, "argument 'bf16' = 2: must be 0"), ({"rows": -1}, "argument 'rows' = -1"),
+                        ({"C": 0}, "argument 'C' = 0"), ({"eps": -1.0}, "argument 'eps' = -1"),
+                        ({"x": None}, "argument 'x' = nullptr"), ({"rstd": None}, "argument 'rstd' = nullptr"),
+                        ({"ldy": 100}, "argument 'ldy' = 100"), ({"step": b"fastest"}, "'step' = \"fastest\"")]:
+        with pytest.raises(ck.InvalidArgumentError, match=needle):
+            _ln_raw_forward(lib, **bad)
+
+    # Backward.
+    dy, dx, dg, db = f32(16, 384), f32(16, 384), f32(384), f32(384)
+    outs = dict(dx=dx, dgamma=dg, dbeta=db)
+    with pytest.raises(ck.InvalidArgumentError, match="layer_norm_backward: argument 'dx' = .*overlaps dy"):
+        ck.layer_norm_backward(x, dy, mean, rstd, g, dx=dy, dgamma=dg, dbeta=db, step="atomic_params", impl=impl)
+    with pytest.raises(ck.InvalidArgumentError, match="layer_norm_backward: argument 'dgamma' = .*overlaps dbeta"):
+        ck.layer_norm_backward(x, dy, mean, rstd, g, dx=dx, dgamma=dg, dbeta=dg, step="atomic_params", impl=impl)
+    with pytest.raises(ck.InvalidArgumentError, match="layer_norm_backward: argument 'dbeta' = .*overlaps gamma"):
+        ck.layer_norm_backward(x, dy, mean, rstd, g, dx=dx, dgamma=dg, dbeta=g, step="atomic_params", impl=impl)
+    need = lib.workspace_bytes("course_layer_norm_backward_workspace_bytes", b"partial_sums", 16, 384)
+    assert need == 2 * 2 * 384 * 4  # 16 rows: 2 blocks of 8 rows, a dgamma and a dbeta partial each
+    with pytest.raises(ck.InvalidArgumentError, match=f"layer_norm_backward: argument 'workspace_bytes' = "
+                                                      f"{need - 4}: must be >= layer_norm_backward_workspace_bytes"):
+        ck.layer_norm_backward(x, dy, mean, rstd, g, workspace=fake((need - 4,), "|u1"), impl=impl, **outs)
+    ws = fake((need,), "|u1", ptr=(1 << 40) + 8)
+    with pytest.raises(ck.InvalidArgumentError, match="layer_norm_backward: argument 'workspace' = .*must be "
+                                                      "aligned to 16 bytes"):
+        ck.layer_norm_backward(x, dy, mean, rstd, g, workspace=ws, impl=impl, **outs)
+    with pytest.raises(ck.InvalidArgumentError, match="layer_norm_backward: argument 'lddy' = 200: must be >= C"):
+        ck.layer_norm_backward(x, f32(16, 384, strides=(800, 4)), mean, rstd, g, step="atomic_params", impl=impl,
+                               **outs)
+    for bad, needle in [({"bf16": -1}, "argument 'bf16' = -1"), ({"dgamma": None}, "argument 'dgamma' = nullptr"),
+                        ({"mean": None}, "argument 'mean' = nullptr"), ({"lddx": 3}, "argument 'lddx' = 3"),
+                        ({"dx": (1 << 40) + 1}, "argument 'dx' = 0x[0-9a-f]+: must be aligned to 2 bytes"),
+                        ({"step": b"partial_sums"}, "argument 'workspace_bytes' = 0: must be >=")]:
+        with pytest.raises(ck.InvalidArgumentError, match=needle):
+            _ln_raw_backward(lib, **bad)
+    # The workspace query: partial_sums keeps at most 256 partials of 2 x C floats; atomic_params none.
+    assert lib.workspace_bytes("course_layer_norm_backward_workspace_bytes", b"partial_sums", 16384, 768) == \
+        256 * 2 * 768 * 4
+    assert lib.workspace_bytes("course_layer_norm_backward_workspace_bytes", b"atomic_params", 16384, 768) == 0
+    with pytest.raises(ck.InvalidArgumentError, match="is not a step of layer_norm_backward"):
+        lib.workspace_bytes("course_layer_norm_backward_workspace_bytes", b"vectorized", 16, 384)
+
+
+def test_layer_norm_without_a_gpu_says_so(fake):
+    """Arguments that pass every check: the first CUDA call says there is no GPU."""
+    from conftest import gpu_reason
+    if gpu_reason() is None:
+        return  # a GPU is here: the fake pointers must not reach a kernel
+    x, g = fake((16, 384), "<V2"), fake((384,))
+    for call in (lambda: ck.layer_norm(x, g, fake((384,)), out=fake((16, 384), "<V2"), mean_out=fake((16,)),
+                                       rstd_out=fake((16,))),
+                 lambda: ck.layer_norm_backward(x, fake((16, 384), "<V2"), fake((16,)), fake((16,)), g,
+                                                dx=fake((16, 384), "<V2"), dgamma=fake((384,)), dbeta=fake((384,)),
+                                                accumulate_dx=True, step="atomic_params")):
+        with pytest.raises(ck.NoGpuError, match="^\\[solution\\] no NVIDIA GPU found"):
+            call()

@@ -647,3 +647,116 @@ def test_linear_layer_products(impl):
     close(dw, want, 1e-4, 1e-3, "dW += dY^T X")
     with pytest.raises(ck.UnsupportedError, match="b_transposed"):
         ck.linear(x, w, step="wmma", impl=impl)
+
+
+# ---- module 4's LayerNorm (ck.layer_norm, ck.layer_norm_backward) ------------------------
+#
+# Reference: float64 autograd of F.layer_norm on the same (rounded) inputs, gamma and beta in
+# float32 (the course keeps them fp32 for bf16 activations too). Tolerances: fp32, a few ulps
+# of each sum (C up to 1030, rows up to 129); bf16 outputs: one rounding of an fp32 result
+# (2^-9 relative, so rtol 8e-3) over the same fp32 error.
+
+def ln_reference(x, gamma, beta, dy, eps=1e-5):
+    """float64 (y, mean, rstd, dx, dgamma, dbeta) of F.layer_norm over the last dim."""
+    xd, gd, bd = (t.double().requires_grad_() for t in (x, gamma, beta))
+    y = torch.nn.functional.layer_norm(xd, (x.shape[1],), gd, bd, eps)
+    dx, dg, db = torch.autograd.grad(y, (xd, gd, bd), dy.double())
+    xd = xd.detach()
+    mean = xd.mean(1)
+    rstd = 1 / torch.sqrt(xd.var(1, unbiased=False) + eps)
+    return y.detach(), mean, rstd, dx, dg, db
+
+
+def ln_inputs(rows, C, dtype, pad=0):
+    """x (rows x C, row stride C + pad, mean ~1 and scale ~3 per row), dy, gamma, beta."""
+    x = (cuda(rows, C + pad) * 3 + 1)[:, :C].to(dtype) if pad else (cuda(rows, C) * 3 + 1).to(dtype)
+    dy = cuda(rows, C).to(dtype)
+    return x, dy, cuda(C), cuda(C)
+
+
+LN_SHAPES = [(1, 1), (37, 384), (129, 768), (8, 1024), (65, 1000), (17, 1030), (3, 7)]
+
+
+def ln_tolerances(dtype):
+    """(y, dx, dparams) (rtol, atol)."""
+    if dtype == torch.float32:
+        return (2e-5, 2e-5), (1e-4, 1e-4), (1e-4, 1e-3)
+    return (8e-3, 1e-3), (8e-3, 2e-3), (1e-4, 1e-3)
+
+
+@pytest.mark.parametrize("step", steps("layer_norm") if "layer_norm" in ck.ops() else [])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_layer_norm_forward(impl, step, dtype):
+    _need("layer_norm", impl)
+    ytol, _, _ = ln_tolerances(dtype)
+    for rows, C in LN_SHAPES:
+        for pad in (0, 8):
+            x, dy, g, b = ln_inputs(rows, C, dtype, pad)
+            ref_y, ref_mean, ref_rstd, *_ = ln_reference(x, g, b, dy)
+            what = f"{rows}x{C} pad {pad}"
+            y, mean, rstd = run(ck.layer_norm, x, g, b, step=step, impl=impl, return_stats=True)
+            assert y.dtype == dtype and y.shape == (rows, C) and mean.shape == (rows,)
+            close(y, ref_y, *ytol, f"y {what}")
+            close(mean, ref_mean, 1e-5, 1e-5, f"mean {what}")
+            close(rstd, ref_rstd, 1e-5, 1e-6, f"rstd {what}")
+    # Into given outputs with a padded row stride, and eps.
+    x, dy, g, b = ln_inputs(40, 768, dtype)
+    out = torch.full((40, 800), float("nan"), device="cuda", dtype=dtype)
+    mean, rstd = torch.empty(40, device="cuda"), torch.empty(40, device="cuda")
+    run(ck.layer_norm, x, g, b, eps=1e-2, step=step, impl=impl, out=out[:, :768], mean_out=mean, rstd_out=rstd)
+    ref_y, _, ref_rstd, *_ = ln_reference(x, g, b, dy, eps=1e-2)
+    close(out[:, :768], ref_y, *ytol, "y into a padded out, eps 1e-2")
+    close(rstd, ref_rstd, 1e-5, 1e-6, "rstd, eps 1e-2")
+    assert torch.isnan(out[:, 768:]).all(), "the padding between rows of out was written"
+
+
+@pytest.mark.parametrize("step", steps("layer_norm_backward") if "layer_norm_backward" in ck.ops() else [])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_layer_norm_backward(impl, step, dtype):
+    _need("layer_norm_backward", impl)
+    _, dxtol, ptol = ln_tolerances(dtype)
+    for rows, C in LN_SHAPES + [(2049, 384)]:
+        x, dy, g, b = ln_inputs(rows, C, dtype, pad=8 if rows % 2 else 0)
+        _, _, _, ref_dx, ref_dg, ref_db = ln_reference(x, g, b, dy)
+        # The statistics the forward writes (the float64 ones would hide a forward/backward mismatch).
+        _, mean, rstd = ck.layer_norm(x, g, b, step="thread_per_row", return_stats=True)
+        what = f"{rows}x{C}"
+        dx, dg, db = run(ck.layer_norm_backward, x, dy, mean, rstd, g, step=step, impl=impl)
+        assert dx.dtype == dtype and dg.dtype == torch.float32 and db.shape == (C,)
+        close(dx, ref_dx, *dxtol, f"dx {what}")
+        close(dg, ref_dg, *ptol, f"dgamma {what}")
+        close(db, ref_db, *ptol, f"dbeta {what}")
+    # Accumulation: dx += (the residual stream's gradient), dgamma += and dbeta += (micro-batches).
+    x, dy, g, b = ln_inputs(100, 768, dtype)
+    _, _, _, ref_dx, ref_dg, ref_db = ln_reference(x, g, b, dy)
+    _, mean, rstd = ck.layer_norm(x, g, b, step="thread_per_row", return_stats=True)
+    dx0, dg0, db0 = cuda(100, 768).to(dtype), cuda(768), cuda(768)
+    dx, dg, db = dx0.clone(), dg0.clone(), db0.clone()
+    run(ck.layer_norm_backward, x, dy, mean, rstd, g, step=step, impl=impl, dx=dx, accumulate_dx=True, dgamma=dg,
+        dbeta=db, accumulate_dparams=True)
+    close(dx, dx0.double() + ref_dx, *dxtol, "dx accumulate")
+    close(dg, dg0.double() + ref_dg, *ptol, "dgamma accumulate")
+    close(db, db0.double() + ref_db, *ptol, "dbeta accumulate")
+    # rows = 0: dgamma, dbeta are sums over no rows (zero), or left alone when accumulating.
+    e = torch.empty(0, 768, device="cuda", dtype=dtype)
+    dg, db = torch.full((768,), float("nan"), device="cuda"), torch.full((768,), float("nan"), device="cuda")
+    run(ck.layer_norm_backward, e, e, torch.empty(0, device="cuda"), torch.empty(0, device="cuda"), g, step=step,
+        impl=impl, dgamma=dg, dbeta=db)
+    assert torch.count_nonzero(dg).item() == 0 and torch.count_nonzero(db).item() == 0
+
+
+def test_layer_norm_partial_sums_is_deterministic_and_matches_torch():
+    """partial_sums gives the same bits twice; both steps agree with PyTorch's fp32 autograd."""
+    _need("layer_norm_backward", "solution")
+    x, dy, g, b = ln_inputs(4096, 768, torch.float32)
+    _, mean, rstd = ck.layer_norm(x, g, b, return_stats=True)
+    first = run(ck.layer_norm_backward, x, dy, mean, rstd, g, step="partial_sums")
+    second = run(ck.layer_norm_backward, x, dy, mean, rstd, g, step="partial_sums")
+    for a, c, name in zip(first, second, ("dx", "dgamma", "dbeta")):
+        assert torch.equal(a, c), f"partial_sums {name} differs between two runs"
+    leaves = [t.detach().clone().requires_grad_() for t in (x, g, b)]
+    y = torch.nn.functional.layer_norm(leaves[0], (768,), leaves[1], leaves[2])
+    close(run(ck.layer_norm, x, g, b), y.detach(), 2e-5, 2e-5, "y vs F.layer_norm")
+    theirs = torch.autograd.grad(y, leaves, dy)
+    for a, t, name in zip(first, theirs, ("dx", "dgamma", "dbeta")):
+        close(a, t, 1e-4, 1e-3, f"{name} vs torch autograd")
