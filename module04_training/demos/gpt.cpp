@@ -774,7 +774,8 @@ void run(const Options& o) {
       if (eval) {
         const double v = validate();
         rows.back().val = v;
-        std::printf("   step %5lld  validation loss %.4f (%lld batches)   [%s elapsed]\n", static_cast<long long>(s + 1),
+        std::printf("   step %5lld  validation loss %.4f (%lld batches)   [%s elapsed]\n",
+                    static_cast<long long>(s + 1),
                     v, static_cast<long long>(o.eval_batches), format_seconds(elapsed).c_str());
       }
       COURSE_CUDA_CHECK(cudaStreamSynchronize(model.stream()));
@@ -822,8 +823,8 @@ void run(const Options& o) {
       const std::vector<std::int32_t> window(ids.end() - T, ids.end());
       model.upload_ids(window);
       model.forward(1, T, nullptr, false);
-      const std::int32_t next =
-          gpt::sample_token(model.logits_row(T - 1), o.temperature, gpt::gpt_uniform(o.seed, static_cast<std::uint64_t>(i)));
+      const double u = gpt::gpt_uniform(o.seed, static_cast<std::uint64_t>(i));
+      const std::int32_t next = gpt::sample_token(model.logits_row(T - 1), o.temperature, u);
       ids.push_back(next);
       text += data.vocab[static_cast<std::size_t>(next)];
     }
@@ -834,7 +835,8 @@ void run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"m04_gpt: a character-level GPT trained on Shakespeare with the course's kernels only (bf16 mixed precision)"};
+  CLI::App app{
+      "m04_gpt: a character-level GPT trained on Shakespeare with the course's kernels only (bf16 mixed precision)"};
   Options o;
   app.add_option("--data", o.data, "folder of train.bin, val.bin, vocab.bin (python3 scripts/gpt_data.py prepare)");
   app.add_option("--steps", o.steps, "training steps in all (a resumed run continues up to this count)")
@@ -856,10 +858,12 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "seed of the initial parameters, the batches and the sampling");
   app.add_option("--eval-every", o.eval_every, "steps between validation losses (0: only at the end)")
       ->check(CLI::Range(0, 10000000));
-  app.add_option("--eval-batches", o.eval_batches, "validation batches per validation loss")->check(CLI::Range(0, 10000));
+  app.add_option("--eval-batches", o.eval_batches, "validation batches per validation loss")
+      ->check(CLI::Range(0, 10000));
   app.add_option("--log-every", o.log_every, "steps between progress lines")->check(CLI::Range(1, 10000000));
   app.add_option("--csv", o.csv, "the loss curve (step, lr, loss, grad_norm, val_loss); empty: none");
-  app.add_option("--sample", o.sample_chars, "characters to sample at the end (0: none)")->check(CLI::Range(0, 1000000));
+  app.add_option("--sample", o.sample_chars, "characters to sample at the end (0: none)")
+      ->check(CLI::Range(0, 1000000));
   app.add_option("--temperature", o.temperature, "sampling temperature (0: greedy)")->check(CLI::NonNegativeNumber);
   app.add_option("--prompt", o.prompt, "text the sample continues (characters outside the vocabulary are dropped)");
   app.add_flag("--deterministic", o.deterministic,
@@ -875,8 +879,8 @@ int main(int argc, char** argv) {
   if (std::string why; !course::cuda_device_available(&why)) {
     // The trainer has no CPU path: everything it runs is a GPU kernel.
     std::fprintf(stderr,
-                 "m04_gpt: no usable NVIDIA GPU (%s).\nm04_gpt trains on the GPU only, there is no CPU fallback: run it "
-                 "on a machine with an NVIDIA GPU (sm_80 or newer; the defaults are sized for an H100).\n",
+                 "m04_gpt: no usable NVIDIA GPU (%s).\nm04_gpt trains on the GPU only, there is no CPU fallback: "
+                 "run it on a machine with an NVIDIA GPU (sm_80 or newer; the defaults are sized for an H100).\n",
                  why.c_str());
     return 2;
   }

@@ -35,7 +35,9 @@ TEST(GptLayout, DefaultModelHasTheIssuesParameterCount) {
 }
 
 TEST(GptLayout, TensorsAreAlignedDisjointAndInOrder) {
-  for (const gpt::GptConfig c : {gpt::GptConfig{}, gpt::GptConfig{65, 17, 3, 2, 128, 5}, gpt::GptConfig{2, 1, 1, 1, 64, 1}}) {
+  const gpt::GptConfig configs[] = {gpt::GptConfig{}, gpt::GptConfig{65, 17, 3, 2, 128, 5},
+                                    gpt::GptConfig{2, 1, 1, 1, 64, 1}};
+  for (const gpt::GptConfig& c : configs) {
     const gpt::ParamLayout L(c);
     EXPECT_EQ(L.count, gpt::gpt_parameter_count(c));
     std::int64_t end = 0, count = 0;

@@ -80,7 +80,9 @@ struct ParamTensor {
   std::vector<std::int64_t> shape;
   std::int64_t offset = 0;   ///< in elements, from the start of the parameter buffer (a multiple of kAlign)
   std::int64_t numel = 0;
-  bool decay() const { return kind == ParamKind::embedding || kind == ParamKind::matrix || kind == ParamKind::residual_out; }
+  bool decay() const {
+    return kind == ParamKind::embedding || kind == ParamKind::matrix || kind == ParamKind::residual_out;
+  }
   /// The GEMMs read a bf16 copy (wte too: it is the weight-tied head's W).
   bool bf16_copy() const { return name == "wte" || kind == ParamKind::matrix || kind == ParamKind::residual_out; }
 };
@@ -188,7 +190,9 @@ inline std::vector<float> gpt_init_parameters(const GptConfig& c, const ParamLay
     for (std::int64_t i = 0; i < T.numel; ++i) {
       switch (T.kind) {
         case ParamKind::embedding:
-        case ParamKind::matrix: out[i] = static_cast<float>(0.02 * gpt_normal(seed, t, static_cast<std::uint64_t>(i))); break;
+        case ParamKind::matrix:
+          out[i] = static_cast<float>(0.02 * gpt_normal(seed, t, static_cast<std::uint64_t>(i)));
+          break;
         case ParamKind::residual_out:
           out[i] = static_cast<float>(resid_std * gpt_normal(seed, t, static_cast<std::uint64_t>(i)));
           break;

@@ -80,7 +80,8 @@ struct GptBatchArgs {
 
 inline void validate_gpt_batch_args(const GptBatchArgs& a, const char* fn = "gpt_make_batch") {
   require_arg(a.context >= 1, fn, "context", a.context, "must be >= 1");
-  require_arg(a.num_tokens > a.context, fn, "num_tokens", a.num_tokens, "must be > context (one sequence and its targets)");
+  require_arg(a.num_tokens > a.context, fn, "num_tokens", a.num_tokens,
+              "must be > context (one sequence and its targets)");
   require_arg(a.token_bytes == 1 || a.token_bytes == 2, fn, "token_bytes", a.token_bytes, "must be 1 or 2");
   require_arg(a.batch >= 1 && a.batch * a.context <= 0x7fffffff, fn, "batch", a.batch,
               "must be >= 1 with batch * context <= 2^31 - 1");
