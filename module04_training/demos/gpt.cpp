@@ -1,0 +1,888 @@
+// m04_gpt: a decoder-only GPT trained on Shakespeare's plays, character by character, with
+// nothing but the course's kernels: module 1's tensor-core GEMM (matmul_tc with its linear-
+// layer options), module 3's tensor-core flash attention, and module 4's LayerNorm, GELU,
+// attention backward, fused cross-entropy and AdamW. No cuBLAS, no cuDNN, no framework.
+//
+// The model (defaults; every size is a flag): 6 pre-LayerNorm blocks of causal self-
+// attention (6 heads of 64, d_model 384) and a 4x MLP with GELU, learned token and position
+// embeddings, context 256, a weight-tied output head over the 84 characters; 10.8 M
+// parameters. Mixed precision: activations, the GEMMs' weight copies and attention are bf16
+// with fp32 accumulation; the master weights, their gradients and AdamW's moments are fp32.
+//
+// One training step (B = 64 sequences of T = 256 tokens, N = B*T rows, C = d_model):
+//
+//   forward  embed (fp32 tables -> bf16 residual stream x0)
+//            per block l:  ln1 -> qkv GEMM (+bias) -> flash attention -> proj GEMM (+bias, +x)
+//                          ln2 -> fc GEMM (+bias, GELU) -> fc_proj GEMM (+bias, +x)
+//            lnf -> logits GEMM (W = wte's bf16 copy) -> fused cross-entropy (dlogits in place)
+//   backward the same phases in reverse, each GEMM's dX = dY W, dW = dY^T X, db = colsum(dY);
+//            the residual stream's gradient dx collects each branch through LayerNorm's
+//            accumulate_dx; wte's gradient = embedding backward + the head's dW (accumulate).
+//   step     AdamW over all tensors in one launch: global-norm clipping, weight decay on the
+//            matrices, bf16 copies of the GEMMs' weights written in the same pass.
+//
+// The residual stream is kept per block (x_{2l} before attention, x_{2l+1} after it): the
+// LayerNorm backward reads its input. Activations for the default size: ~1.3 GB.
+//
+// Files it reads: build/data/shakespeare/{train,val,vocab}.bin from `python3
+// scripts/gpt_data.py prepare` (it says what to run when they are missing). Files it writes:
+// the loss curve (--csv), checkpoints (--save), the initial parameters for the PyTorch twin
+// (--dump-init; scripts/gpt_twin.py). Both binary formats:
+//
+//   header (64 bytes): char magic[8] ("CRSGPTIN" for --dump-init, "CRSGPTCK" for a
+//     checkpoint), then int64 version (1), vocab, context, layers, heads, d_model, step
+//     (the steps already trained; 0 for --dump-init), all little-endian;
+//   then the parameters as fp32, tensor after tensor in ParamLayout order (gpt_model.hpp:
+//     wte, wpe, per block ln1.w, ln1.b, attn.qkv.w, attn.qkv.b, attn.proj.w, attn.proj.b,
+//     ln2.w, ln2.b, mlp.fc.w, mlp.fc.b, mlp.proj.w, mlp.proj.b, then lnf.w, lnf.b), each
+//     row-major in PyTorch's [out, in] shape, no padding; a checkpoint then holds AdamW's m
+//     and v in the same order.
+//
+// Batches come from a stateless hash (gpt_batch_offset: step k's batch is the same in every
+// run with that seed, resumed or not, and in the twin). Deterministic mode (--deterministic)
+// runs the attention backward's deterministic step; every other kernel here is
+// deterministic already (no float atomics): the same seed then gives the same losses bit for
+// bit.
+//
+//   python3 scripts/gpt_data.py prepare && build/module04_training/m04_gpt
+//   m04_gpt --steps 200 --eval-every 50          a short run
+//   m04_gpt --save build/gpt.ckpt                 then: m04_gpt --resume build/gpt.ckpt --steps 0 --sample 1000
+#include "course/compare.hpp"
+#include "course/demo.hpp"
+#include "course/device.hpp"
+#include "course/error.hpp"
+#include "module01/matmul_tc.hpp"
+#include "module03/attention.hpp"
+#include "module04/adamw.hpp"
+#include "module04/attention_backward.hpp"
+#include "module04/cross_entropy.hpp"
+#include "module04/gelu.hpp"
+#include "module04/gpt_model.hpp"
+#include "module04/gpt_support.hpp"
+#include "module04/layer_norm.hpp"
+#include "module04/training_ops.hpp"
+
+#include <CLI/CLI.hpp>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace m01 = course::m01;
+namespace m03 = course::m03;
+namespace m04 = course::m04;
+namespace gpt = course::m04::gpt;
+namespace impl = course::solution;
+using bf16 = __nv_bfloat16;
+using course::DeviceBuffer;
+using course::DType;
+using i64 = std::int64_t;
+
+// =====================================================================================
+// Options
+
+struct Options {
+  gpt::GptConfig model;
+  std::string data = "build/data/shakespeare";
+  i64 steps = 2000;
+  double lr = 1e-3, min_lr = 1e-4;
+  i64 warmup = 100;
+  float beta1 = 0.9f, beta2 = 0.99f, eps = 1e-8f, weight_decay = 0.1f, clip = 1.0f;
+  std::uint64_t seed = 1337;
+  i64 eval_every = 250, eval_batches = 20, log_every = 50;
+  std::string csv = "build/gpt_loss.csv";
+  i64 sample_chars = 500;
+  double temperature = 0.8;
+  std::string prompt = "\n";
+  bool deterministic = false;
+  std::string gemm_step = "mma_sync";
+  std::string dump_init, save, resume;
+  double peak_tflops = 989.0;  ///< H100 SXM dense bf16, for the MFU column
+};
+
+// The course kernels' steps the trainer runs (the top of each ladder that takes its options).
+constexpr auto kLnStep = m04::LayerNormStep::vectorized;
+constexpr auto kLnBackwardStep = m04::LayerNormBackwardStep::partial_sums;
+constexpr auto kAttentionStep = m03::AttentionStep::tc_flash2;
+constexpr auto kGeluStep = m04::GeluStep::vectorized;
+constexpr auto kCrossEntropyStep = m04::CrossEntropyStep::row_on_chip;
+constexpr auto kAdamWStep = m04::AdamWStep::multi_tensor;
+
+m01::TcMatmulStep parse_gemm_step(const std::string& name) {
+  for (const auto& info : m01::kTcMatmulSteps)
+    if (name == info.name && info.step != m01::TcMatmulStep::wmma) return info.step;
+  throw course::InvalidArgument("m04_gpt: --gemm '" + name +
+                                "' is not a matmul_tc step that takes the linear-layer options (mma_sync, wgmma, "
+                                "tma_warp_specialized, persistent, cluster_multicast)");
+}
+
+/// bf16 bits -> float (exact).
+float bf16_bits_to_float(std::uint16_t bits) {
+  const std::uint32_t u = static_cast<std::uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// =====================================================================================
+// The model on the GPU
+
+class Gpt {
+ public:
+  Gpt(const gpt::GptConfig& c, const gpt::ParamLayout& L, const Options& o)
+      : c_(c), L_(L), o_(o), gemm_(parse_gemm_step(o.gemm_step)),
+        att_bwd_(o.deterministic ? m04::AttentionBackwardStep::tc_deterministic
+                                 : m04::AttentionBackwardStep::tc_pipelined),
+        N_(c.tokens()), C_(c.d_model), V_(c.vocab), Vp_(c.vocab_padded()) {
+    const i64 N = N_, C = C_, Ly = c.layers;
+    params_ = DeviceBuffer<float>(static_cast<std::size_t>(L.total));
+    grads_ = DeviceBuffer<float>(static_cast<std::size_t>(L.total));
+    m_ = DeviceBuffer<float>(static_cast<std::size_t>(L.total));
+    v_ = DeviceBuffer<float>(static_cast<std::size_t>(L.total));
+    wbf16_ = DeviceBuffer<bf16>(static_cast<std::size_t>(L.total));
+    for (auto* b : {&grads_, &m_, &v_}) COURSE_CUDA_CHECK(cudaMemset(b->data(), 0, b->bytes()));
+
+    const auto sz = [](i64 x) { return static_cast<std::size_t>(x); };
+    x_ = DeviceBuffer<bf16>(sz((2 * Ly + 1) * N * C));
+    ln1_ = DeviceBuffer<bf16>(sz(Ly * N * C));
+    qkv_ = DeviceBuffer<bf16>(sz(Ly * N * 3 * C));
+    att_ = DeviceBuffer<bf16>(sz(Ly * N * C));
+    ln2_ = DeviceBuffer<bf16>(sz(Ly * N * C));
+    fc_pre_ = DeviceBuffer<bf16>(sz(Ly * N * 4 * C));
+    fc_out_ = DeviceBuffer<bf16>(sz(Ly * N * 4 * C));
+    lnf_ = DeviceBuffer<bf16>(sz(N * C));
+    logits_ = DeviceBuffer<bf16>(sz(N * Vp_));
+    COURSE_CUDA_CHECK(cudaMemset(logits_.data(), 0, logits_.bytes()));  // the padding columns stay 0
+    stats_ = DeviceBuffer<float>(sz((4 * Ly + 2) * N));                  // mean, rstd of every LayerNorm
+    lse_ = DeviceBuffer<float>(sz(Ly * c.batch * c.heads * c.context));
+    embed_ = DeviceBuffer<float>(sz(N * C));
+    dx_ = DeviceBuffer<bf16>(sz(N * C));
+    dc_ = DeviceBuffer<bf16>(sz(N * C));
+    d4_ = DeviceBuffer<bf16>(sz(N * 4 * C));
+    dqkv_ = DeviceBuffer<bf16>(sz(N * 3 * C));
+    losses_ = DeviceBuffer<float>(sz(N));
+    num_valid_ = DeviceBuffer<std::int32_t>(1);
+    ids_ = DeviceBuffer<std::int32_t>(sz(N));
+    targets_ = DeviceBuffer<std::int32_t>(sz(N));
+
+    // Workspaces: the attention backward's (D, lse2, fp32 dQ), LayerNorm backward's partials,
+    // the bias gradient's partials, AdamW's tensor table.
+    const auto tw = m04::tc_backward_workspace(att_bwd_, c.batch, c.heads, c.context, c.head_dim());
+    att_ws_ = DeviceBuffer<float>((tw.bytes + 3) / 4);
+    const std::size_t lnw = std::max(m04::layer_norm_backward_workspace_bytes(kLnBackwardStep, N, C), std::size_t{16});
+    ln_ws_ = DeviceBuffer<float>((lnw + 3) / 4);
+    bias_ws_ = DeviceBuffer<float>((gpt::bias_grad_bf16_workspace_bytes(N, 4 * C) + 3) / 4);
+
+    for (const gpt::ParamTensor& t : L.tensors) {
+      m04::AdamWTensor a;
+      a.params = params_.data() + t.offset;
+      a.grads = grads_.data() + t.offset;
+      a.m = m_.data() + t.offset;
+      a.v = v_.data() + t.offset;
+      a.bf16 = t.bf16_copy() ? wbf16_.data() + t.offset : nullptr;
+      a.n = t.numel;
+      a.decay = t.decay();
+      adam_tensors_.push_back(a);
+    }
+    adam_ws_ = DeviceBuffer<float>(
+        (m04::adamw_workspace_bytes(kAdamWStep, adam_tensors_.data(), static_cast<i64>(adam_tensors_.size())) + 3) / 4);
+    COURSE_CUDA_CHECK(cudaStreamCreate(&stream_));
+  }
+  ~Gpt() { cudaStreamDestroy(stream_); }
+  Gpt(const Gpt&) = delete;
+  Gpt& operator=(const Gpt&) = delete;
+
+  cudaStream_t stream() const { return stream_; }
+
+  /// Uploads fp32 parameters (padded layout) and makes their bf16 copy.
+  void set_parameters(const std::vector<float>& p) {
+    params_.upload(p);
+    gpt::convert_f32_to_bf16(params_.data(), wbf16_.data(), static_cast<i64>(p.size()), stream_);
+    COURSE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  std::vector<float> parameters() const { return params_.download(); }
+  DeviceBuffer<float>& m() { return m_; }
+  DeviceBuffer<float>& v() { return v_; }
+
+  /// The batch of `step` (split 0: training, 1: validation) gathered on the device.
+  void load_batch(const std::uint8_t* tokens, i64 n_tokens, int token_bytes, std::uint64_t split, std::uint64_t step) {
+    gpt::GptBatchArgs a;
+    a.tokens = tokens;
+    a.num_tokens = n_tokens;
+    a.token_bytes = token_bytes;
+    a.seed = o_.seed;
+    a.split = split;
+    a.step = step;
+    a.batch = c_.batch;
+    a.context = c_.context;
+    a.ids = ids_.data();
+    a.targets = targets_.data();
+    a.stream = stream_;
+    gpt::gpt_make_batch(a);
+  }
+  /// Host ids for sampling (B = 1).
+  void upload_ids(const std::vector<std::int32_t>& ids) {
+    COURSE_CUDA_CHECK(cudaMemcpyAsync(ids_.data(), ids.data(), ids.size() * sizeof(std::int32_t),
+                                      cudaMemcpyHostToDevice, stream_));
+  }
+
+  // ---------------------------------------------------------------------------------
+  // forward: B sequences of T tokens (B*T <= the configured batch * context). With
+  // `loss_out`, the fused cross-entropy writes the mean loss there (device float) and,
+  // with `grad`, overwrites the logits with dlogits for backward().
+  void forward(i64 B, i64 T, float* loss_out, bool grad) {
+    B_ = B;
+    T_ = T;
+    const i64 N = B * T, C = C_;
+    // embed: training_ops' embedding_forward (fp32 tables, fp32 out), then bf16 -> x0.
+    m04::EmbeddingArgs e;
+    e.ids = ids_.data();
+    e.token_table = P(L_.wte);
+    e.position_table = P(L_.wpe);
+    e.out = embed_.data();
+    e.batch = B;
+    e.seq = T;
+    e.vocab = V_;
+    e.dim = C;
+    e.stream = stream_;
+    m04::embedding_forward(e);
+    gpt::convert_f32_to_bf16(embed_.data(), x(0), N * C, stream_);
+
+    for (i64 l = 0; l < c_.layers; ++l) {
+      const gpt::BlockParams& p = L_.blocks[static_cast<std::size_t>(l)];
+      // ln1: LayerNorm forward (step vectorized), bf16 x_{2l} -> ln1, fp32 mean/rstd saved.
+      layer_norm(x(2 * l), ln1(l), p.ln1_g, p.ln1_b, ln_stats(l, 0));
+      // qkv: matmul_tc (b_transposed: W [3C, C] as stored; bias; bf16 out) -> [N, 3, H, d].
+      linear(ln1(l), C, p.qkv_w, p.qkv_b, 3 * C, qkv(l));
+      // attention: module 3 tc_flash2, causal; Q, K, V are strided views of the qkv rows;
+      // O [N, H, d] bf16, the fp32 logsumexp saved for the backward.
+      impl::attention(kAttentionStep, attention_args(l));
+      // proj: matmul_tc (b_transposed, bias, residual = x_{2l}) -> x_{2l+1} = x_{2l} + O Wp^T + bp.
+      linear(att(l), C, p.proj_w, p.proj_b, C, x(2 * l + 1), x(2 * l));
+      // ln2: LayerNorm forward, x_{2l+1} -> ln2.
+      layer_norm(x(2 * l + 1), ln2(l), p.ln2_g, p.ln2_b, ln_stats(l, 1));
+      // fc: matmul_tc (b_transposed, bias, GELU epilogue; pre_gelu kept for GELU's backward).
+      linear(ln2(l), C, p.fc_w, p.fc_b, 4 * C, fc_out(l), nullptr, fc_pre(l));
+      // fc_proj: matmul_tc (b_transposed, bias, residual = x_{2l+1}) -> x_{2l+2}.
+      linear(fc_out(l), 4 * C, p.fcproj_w, p.fcproj_b, C, x(2 * l + 2), x(2 * l + 1));
+    }
+    // lnf, then the head: logits = lnf wte^T (matmul_tc, b_transposed on wte's bf16 copy,
+    // no bias), bf16 rows padded to Vp.
+    layer_norm(x(2 * c_.layers), lnf_.data(), L_.lnf_g, L_.lnf_b, lnf_stats());
+    m01::TcMatmulArgs h = gemm_args(lnf_.data(), C, W(L_.wte), C, N, V_, C);
+    h.b_transposed = true;
+    h.c_bf16 = logits_.data();
+    h.ldc = Vp_;
+    impl::matmul_tc(gemm_, h);
+    if (loss_out == nullptr) return;
+    // loss: module 4's fused cross-entropy (step row_on_chip), bf16 logits; dlogits in place.
+    m04::FusedCrossEntropyArgs ce;
+    ce.dtype = DType::bf16;
+    ce.logits = logits_.data();
+    ce.targets = targets_.data();
+    ce.losses = losses_.data();
+    ce.loss_mean = loss_out;
+    ce.num_valid = num_valid_.data();
+    ce.dlogits = grad ? logits_.data() : nullptr;
+    ce.rows = N;
+    ce.vocab = V_;
+    ce.ldl = ce.lddl = Vp_;
+    ce.stream = stream_;
+    impl::cross_entropy(kCrossEntropyStep, ce);
+  }
+
+  /// The logits of row `row` of the last forward (synchronous).
+  std::vector<float> logits_row(i64 row) {
+    std::vector<std::uint16_t> bits(static_cast<std::size_t>(V_));
+    COURSE_CUDA_CHECK(cudaMemcpyAsync(bits.data(), logits_.data() + row * Vp_, bits.size() * 2,
+                                      cudaMemcpyDeviceToHost, stream_));
+    COURSE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::vector<float> out(bits.size());
+    for (std::size_t j = 0; j < bits.size(); ++j) out[j] = bf16_bits_to_float(bits[j]);
+    return out;
+  }
+
+  // ---------------------------------------------------------------------------------
+  // backward: after forward(..., grad = true). Every gradient of grads_ is overwritten
+  // (wte's: the embedding backward, then the head's dW accumulated on top).
+  void backward() {
+    const i64 N = B_ * T_, C = C_;
+    // head dX: dlnf = dlogits wte (matmul_tc plain: A = dlogits [N, V] row stride Vp,
+    // B = wte's bf16 copy [V, C] as stored), bf16.
+    m01::TcMatmulArgs h = gemm_args(logits_.data(), Vp_, W(L_.wte), C, N, C, V_);
+    h.c_bf16 = dc_.data();
+    h.ldc = C;
+    impl::matmul_tc(gemm_, h);
+    // lnf backward: dx (= the residual stream's gradient, overwritten) from dlnf.
+    layer_norm_backward(x(2 * c_.layers), dc_.data(), L_.lnf_g, L_.lnf_b, lnf_stats(), false);
+
+    for (i64 l = c_.layers - 1; l >= 0; --l) {
+      const gpt::BlockParams& p = L_.blocks[static_cast<std::size_t>(l)];
+      // fc_proj: d(fc_out) = dx Wfp (plain), dWfp = dx^T fc_out (a_transposed, fp32),
+      // dbfp = colsum(dx). dx itself flows on unchanged through the residual connection.
+      linear_backward(dx_.data(), fc_out(l), C, 4 * C, p.fcproj_w, p.fcproj_b, d4_.data());
+      // GELU backward (step vectorized, in place): d(pre) = d(fc_out) * gelu'(pre_gelu).
+      m04::GeluBackwardArgs g;
+      g.x = fc_pre(l);
+      g.dy = d4_.data();
+      g.dx = d4_.data();
+      g.n = N * 4 * C;
+      g.dtype = m04::GeluDType::bf16;
+      g.stream = stream_;
+      impl::gelu_backward(kGeluStep, g);
+      // fc: d(ln2) = d(pre) Wfc, dWfc = d(pre)^T ln2, dbfc = colsum(d(pre)).
+      linear_backward(d4_.data(), ln2(l), 4 * C, C, p.fc_w, p.fc_b, dc_.data());
+      // ln2 backward (step partial_sums): dx += LayerNorm'(x_{2l+1}) d(ln2) (accumulate_dx).
+      layer_norm_backward(x(2 * l + 1), dc_.data(), p.ln2_g, p.ln2_b, ln_stats(l, 1), true);
+      // proj: d(O) = dx Wp, dWp = dx^T O, dbp = colsum(dx).
+      linear_backward(dx_.data(), att(l), C, C, p.proj_w, p.proj_b, dc_.data());
+      // attention backward: module 4 tc_pipelined (tc_deterministic with --deterministic):
+      // dQ, dK, dV written as the strided column blocks of one [N, 3C] buffer.
+      m04::AttentionBackwardArgsBf16 ab;
+      const m03::AttentionArgsBf16 fa = attention_args(l);
+      ab.q = fa.q;
+      ab.k = fa.k;
+      ab.v = fa.v;
+      ab.o = fa.o;
+      ab.dout = dc_.data();
+      ab.lse = fa.lse;
+      ab.dq = dqkv_.data();
+      ab.dk = dqkv_.data() + C;
+      ab.dv = dqkv_.data() + 2 * C;
+      ab.batch = fa.batch;
+      ab.heads = ab.kv_heads = fa.heads;
+      ab.seq_q = ab.seq_k = fa.seq_q;
+      ab.head_dim = fa.head_dim;
+      ab.q_strides = fa.q_strides;
+      ab.k_strides = fa.k_strides;
+      ab.v_strides = fa.v_strides;
+      ab.o_strides = fa.o_strides;
+      ab.do_strides = fa.o_strides;
+      ab.dq_strides = ab.dk_strides = ab.dv_strides = fa.q_strides;
+      ab.causal = true;
+      ab.workspace = att_ws_.data();
+      ab.workspace_bytes = att_ws_.bytes();
+      ab.stream = stream_;
+      impl::attention_backward(att_bwd_, ab);
+      // qkv: d(ln1) = dqkv Wqkv, dWqkv = dqkv^T ln1, dbqkv = colsum(dqkv).
+      linear_backward(dqkv_.data(), ln1(l), 3 * C, C, p.qkv_w, p.qkv_b, dc_.data());
+      // ln1 backward: dx += LayerNorm'(x_{2l}) d(ln1): dx is now d(x_{2l}).
+      layer_norm_backward(x(2 * l), dc_.data(), p.ln1_g, p.ln1_b, ln_stats(l, 0), true);
+    }
+    // embed backward: training_ops' embedding_backward on an fp32 copy of dx (wte's and
+    // wpe's gradients overwritten, rows summed in a fixed order).
+    gpt::convert_bf16_to_f32(dx_.data(), embed_.data(), N * C, stream_);
+    m04::EmbeddingBackwardArgs eb;
+    eb.ids = ids_.data();
+    eb.dout = embed_.data();
+    eb.token_grad = G(L_.wte);
+    eb.position_grad = G(L_.wpe);
+    eb.batch = B_;
+    eb.seq = T_;
+    eb.vocab = V_;
+    eb.dim = C;
+    eb.stream = stream_;
+    m04::embedding_backward(eb);
+    // head dW (weight tying): dwte += dlogits^T lnf (matmul_tc a_transposed, fp32 accumulate).
+    m01::TcMatmulArgs hw = gemm_args(logits_.data(), Vp_, lnf_.data(), C, V_, C, N);
+    hw.a_transposed = true;
+    hw.c = G(L_.wte);
+    hw.ldc = C;
+    hw.epilogue.accumulate = true;
+    impl::matmul_tc(gemm_, hw);
+  }
+
+  // ---------------------------------------------------------------------------------
+  // step: module 4's AdamW (step multi_tensor) over every tensor: clip to max_norm, decay
+  // the matrices, write the GEMMs' bf16 copies. The norm goes to `grad_norm` (device).
+  void step(i64 t, double lr, float* grad_norm) {
+    m04::AdamWArgs a;
+    a.tensors = adam_tensors_.data();
+    a.num_tensors = static_cast<i64>(adam_tensors_.size());
+    a.lr = static_cast<float>(lr);
+    a.beta1 = o_.beta1;
+    a.beta2 = o_.beta2;
+    a.eps = o_.eps;
+    a.weight_decay = o_.weight_decay;
+    a.t = t;
+    a.max_norm = o_.clip;
+    a.grad_norm = grad_norm;
+    a.workspace = adam_ws_.data();
+    a.workspace_bytes = adam_ws_.bytes();
+    a.stream = stream_;
+    impl::adamw(kAdamWStep, a);
+  }
+
+ private:
+  float* P(int t) { return params_.data() + L_[t].offset; }
+  float* G(int t) { return grads_.data() + L_[t].offset; }
+  const bf16* W(int t) const { return wbf16_.data() + L_[t].offset; }
+  // Per-layer activations are laid out for the configured N; a smaller forward (sampling)
+  // uses the first rows of each.
+  bf16* x(i64 i) { return x_.data() + i * N_ * C_; }
+  bf16* ln1(i64 l) { return ln1_.data() + l * N_ * C_; }
+  bf16* qkv(i64 l) { return qkv_.data() + l * N_ * 3 * C_; }
+  bf16* att(i64 l) { return att_.data() + l * N_ * C_; }
+  bf16* ln2(i64 l) { return ln2_.data() + l * N_ * C_; }
+  bf16* fc_pre(i64 l) { return fc_pre_.data() + l * N_ * 4 * C_; }
+  bf16* fc_out(i64 l) { return fc_out_.data() + l * N_ * 4 * C_; }
+  float* ln_stats(i64 l, int which) { return stats_.data() + (4 * l + 2 * which) * N_; }  // mean, then rstd
+  float* lnf_stats() { return stats_.data() + 4 * c_.layers * N_; }
+
+  m01::TcMatmulArgs gemm_args(const bf16* a, i64 lda, const bf16* b, i64 ldb, i64 m, i64 n, i64 k) const {
+    m01::TcMatmulArgs g;
+    g.a = a;
+    g.lda = lda;
+    g.b = b;
+    g.ldb = ldb;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.stream = stream_;
+    return g;
+  }
+
+  /// y [N, out] = x [N, in] W^T + b (+ residual) (GELU with pre_gelu), bf16 out.
+  void linear(const bf16* xin, i64 in, int w, int b, i64 out, bf16* y, const bf16* residual = nullptr,
+              bf16* pre_gelu = nullptr) {
+    m01::TcMatmulArgs g = gemm_args(xin, in, W(w), in, B_ * T_, out, in);
+    g.b_transposed = true;
+    g.c_bf16 = y;
+    g.ldc = out;
+    g.epilogue.bias = P(b);
+    if (pre_gelu != nullptr) {
+      g.epilogue.gelu = true;
+      g.epilogue.pre_gelu = pre_gelu;
+    }
+    if (residual != nullptr) {
+      g.epilogue.residual = residual;
+      g.epilogue.ldr = out;
+    }
+    impl::matmul_tc(gemm_, g);
+  }
+
+  /// The backward of y = x W^T + b for dy [N, out]: dx [N, in] = dy W (bf16),
+  /// dW [out, in] = dy^T x (fp32, overwritten), db = colsum(dy) (fp32, overwritten).
+  void linear_backward(const bf16* dy, const bf16* xin, i64 out, i64 in, int w, int b, bf16* dxout) {
+    const i64 N = B_ * T_;
+    m01::TcMatmulArgs d = gemm_args(dy, out, W(w), in, N, in, out);
+    d.c_bf16 = dxout;
+    d.ldc = in;
+    impl::matmul_tc(gemm_, d);
+    m01::TcMatmulArgs dw = gemm_args(dy, out, xin, in, out, in, N);
+    dw.a_transposed = true;
+    dw.c = G(w);
+    dw.ldc = in;
+    impl::matmul_tc(gemm_, dw);
+    gpt::BiasGradBf16Args bg;
+    bg.dy = dy;
+    bg.db = G(b);
+    bg.rows = N;
+    bg.cols = out;
+    bg.ld = out;
+    bg.workspace = bias_ws_.data();
+    bg.workspace_bytes = bias_ws_.bytes();
+    bg.stream = stream_;
+    gpt::bias_grad_bf16(bg);
+  }
+
+  void layer_norm(const bf16* xin, bf16* y, int g, int b, float* stats) {
+    const i64 N = B_ * T_;
+    impl::layer_norm_forward(kLnStep, m04::contiguous_layer_norm_args(DType::bf16, xin, y, P(g), P(b), stats,
+                                                                      stats + N_, N, C_, stream_));
+  }
+
+  /// dx (= or +=) and dgamma, dbeta (=) of one LayerNorm; dy [N, C] bf16.
+  void layer_norm_backward(const bf16* xin, const bf16* dy, int g, int b, const float* stats, bool accumulate) {
+    m04::LayerNormBackwardArgs a = m04::contiguous_layer_norm_backward_args(
+        DType::bf16, xin, dy, dx_.data(), P(g), stats, stats + N_, G(g), G(b), B_ * T_, C_, stream_);
+    a.accumulate_dx = accumulate;
+    a.workspace = ln_ws_.data();
+    a.workspace_bytes = ln_ws_.bytes();
+    impl::layer_norm_backward(kLnBackwardStep, a);
+  }
+
+  m03::AttentionArgsBf16 attention_args(i64 l) {
+    const i64 C = C_, d = c_.head_dim();
+    m03::AttentionArgsBf16 a;
+    a.q = qkv(l);
+    a.k = qkv(l) + C;
+    a.v = qkv(l) + 2 * C;
+    a.o = att(l);
+    a.lse = lse_.data() + l * c_.batch * c_.heads * c_.context;
+    a.batch = B_;
+    a.heads = a.kv_heads = c_.heads;
+    a.seq_q = a.seq_k = T_;
+    a.head_dim = d;
+    a.q_strides = a.k_strides = a.v_strides = {T_ * 3 * C, d, 3 * C};  // [B, T, 3, H, d]
+    a.o_strides = {T_ * C, d, C};                                      // [B, T, H, d]
+    a.causal = true;
+    a.stream = stream_;
+    return a;
+  }
+
+  gpt::GptConfig c_;
+  const gpt::ParamLayout& L_;
+  const Options& o_;
+  m01::TcMatmulStep gemm_;
+  m04::AttentionBackwardStep att_bwd_;
+  i64 N_, C_, V_, Vp_;
+  i64 B_ = 0, T_ = 0;
+  cudaStream_t stream_{};
+  DeviceBuffer<float> params_, grads_, m_, v_;
+  DeviceBuffer<bf16> wbf16_;
+  DeviceBuffer<bf16> x_, ln1_, qkv_, att_, ln2_, fc_pre_, fc_out_, lnf_, logits_;
+  DeviceBuffer<float> stats_, lse_, embed_;
+  DeviceBuffer<bf16> dx_, dc_, d4_, dqkv_;
+  DeviceBuffer<float> losses_;
+  DeviceBuffer<std::int32_t> num_valid_, ids_, targets_;
+  DeviceBuffer<float> att_ws_, ln_ws_, bias_ws_, adam_ws_;
+  std::vector<m04::AdamWTensor> adam_tensors_;
+};
+
+// =====================================================================================
+// Files: --dump-init and checkpoints
+
+constexpr i64 kFileVersion = 1;
+
+void write_header(std::ofstream& f, const char* magic, const gpt::GptConfig& c, i64 step) {
+  f.write(magic, 8);
+  const i64 fields[7] = {kFileVersion, c.vocab, c.context, c.layers, c.heads, c.d_model, step};
+  f.write(reinterpret_cast<const char*>(fields), sizeof fields);
+}
+
+/// The tensors of a padded buffer, back to back.
+void write_tensors(std::ofstream& f, const gpt::ParamLayout& L, const std::vector<float>& padded) {
+  for (const gpt::ParamTensor& t : L.tensors)
+    f.write(reinterpret_cast<const char*>(padded.data() + t.offset), static_cast<std::streamsize>(t.numel * 4));
+}
+
+void read_tensors(std::ifstream& f, const gpt::ParamLayout& L, std::vector<float>& padded) {
+  padded.assign(static_cast<std::size_t>(L.total), 0.f);
+  for (const gpt::ParamTensor& t : L.tensors)
+    f.read(reinterpret_cast<char*>(padded.data() + t.offset), static_cast<std::streamsize>(t.numel * 4));
+}
+
+std::ofstream open_out(const std::string& path, const char* flag) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
+  std::ofstream f(path, std::ios::binary);
+  course::require_arg(static_cast<bool>(f), "m04_gpt", flag, path, "cannot be opened for writing");
+  return f;
+}
+
+void dump_init(const std::string& path, const gpt::GptConfig& c, const gpt::ParamLayout& L,
+               const std::vector<float>& p) {
+  std::ofstream f = open_out(path, "--dump-init");
+  write_header(f, "CRSGPTIN", c, 0);
+  write_tensors(f, L, p);
+  std::printf("   initial parameters (%lld fp32, ParamLayout order) written to %s\n", static_cast<long long>(L.count),
+              path.c_str());
+}
+
+void save_checkpoint(const std::string& path, const gpt::GptConfig& c, const gpt::ParamLayout& L, Gpt& model,
+                     i64 step) {
+  std::ofstream f = open_out(path, "--save");
+  write_header(f, "CRSGPTCK", c, step);
+  write_tensors(f, L, model.parameters());
+  write_tensors(f, L, model.m().download());
+  write_tensors(f, L, model.v().download());
+  if (!f) throw course::Error("writing the checkpoint " + path + " failed");
+  std::printf("   checkpoint after step %lld written to %s\n", static_cast<long long>(step), path.c_str());
+}
+
+/// Loads a checkpoint into `model`; returns the steps it had trained.
+i64 load_checkpoint(const std::string& path, const gpt::GptConfig& c, const gpt::ParamLayout& L, Gpt& model) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw course::Error("--resume " + path + ": cannot be opened");
+  char magic[8];
+  i64 fields[7];
+  f.read(magic, 8);
+  f.read(reinterpret_cast<char*>(fields), sizeof fields);
+  if (!f || std::memcmp(magic, "CRSGPTCK", 8) != 0 || fields[0] != kFileVersion)
+    throw course::Error("--resume " + path + ": not a version-1 m04_gpt checkpoint");
+  const i64 want[5] = {c.vocab, c.context, c.layers, c.heads, c.d_model};
+  const char* names[5] = {"vocab", "context", "layers", "heads", "d_model"};
+  for (int i = 0; i < 5; ++i)
+    if (fields[1 + i] != want[i])
+      throw course::Error(course::demo::format("--resume %s: the checkpoint has %s = %lld, this run %lld", path.c_str(),
+                                               names[i], static_cast<long long>(fields[1 + i]),
+                                               static_cast<long long>(want[i])));
+  std::vector<float> p, m, v;
+  read_tensors(f, L, p);
+  read_tensors(f, L, m);
+  read_tensors(f, L, v);
+  if (!f) throw course::Error("--resume " + path + ": truncated");
+  model.set_parameters(p);
+  model.m().upload(m);
+  model.v().upload(v);
+  return fields[6];
+}
+
+// =====================================================================================
+// The run
+
+struct Data {
+  gpt::TokenFile train, val;
+  std::vector<std::string> vocab;
+  DeviceBuffer<std::uint8_t> train_dev, val_dev;
+};
+
+Data load_data(const std::string& dir) {
+  Data d;
+  d.train = gpt::read_token_file(dir + "/train.bin");
+  d.val = gpt::read_token_file(dir + "/val.bin");
+  d.vocab = gpt::read_vocab_file(dir + "/vocab.bin");
+  if (d.train.vocab_size != d.vocab.size() || d.val.vocab_size != d.vocab.size())
+    throw course::Error(dir + ": train.bin, val.bin and vocab.bin disagree on the vocabulary size: run "
+                              "`python3 scripts/gpt_data.py prepare` again");
+  return d;
+}
+
+/// FLOPs of one training step: 6 per parameter per token (forward 2, backward 4) for the
+/// GEMMs (embeddings excluded, the tied head counted), plus the attention's 4 T d per
+/// head per token forward (causal: half) times 3 for forward + backward.
+double step_flops(const gpt::GptConfig& c) {
+  const double C = static_cast<double>(c.d_model), tokens = static_cast<double>(c.tokens());
+  const double gemm_params = static_cast<double>(c.layers) * 12.0 * C * C + static_cast<double>(c.vocab) * C;
+  const double attention = static_cast<double>(c.layers) * 3.0 * 2.0 * static_cast<double>(c.context) * C;
+  return tokens * (6.0 * gemm_params + attention);
+}
+
+std::string format_seconds(double s) {
+  const long long t = static_cast<long long>(s + 0.5);
+  return t >= 60 ? course::demo::format("%lldm%02llds", t / 60, t % 60) : course::demo::format("%llds", t);
+}
+
+void run(const Options& o) {
+  gpt::GptConfig c = o.model;
+  Data data = load_data(o.data);
+  c.vocab = static_cast<i64>(data.vocab.size());
+  gpt::validate_config(c, "m04_gpt");
+  if (data.train.num_tokens() <= c.context || data.val.num_tokens() <= c.context)
+    throw course::Error(o.data + ": a split has no more tokens than one context of " + std::to_string(c.context));
+  const gpt::ParamLayout L(c);
+
+  course::demo::section("model");
+  std::printf("   %lld layers, %lld heads of %lld, d_model %lld, context %lld, vocabulary %lld (logit rows padded to "
+              "%lld)\n",
+              static_cast<long long>(c.layers), static_cast<long long>(c.heads), static_cast<long long>(c.head_dim()),
+              static_cast<long long>(c.d_model), static_cast<long long>(c.context), static_cast<long long>(c.vocab),
+              static_cast<long long>(c.vocab_padded()));
+  std::printf("   %lld parameters (%.2f M); batch %lld x %lld = %lld tokens per step; data %s: %lld train, %lld val "
+              "tokens\n",
+              static_cast<long long>(L.count), static_cast<double>(L.count) / 1e6, static_cast<long long>(c.batch),
+              static_cast<long long>(c.context), static_cast<long long>(c.tokens()), o.data.c_str(),
+              static_cast<long long>(data.train.num_tokens()), static_cast<long long>(data.val.num_tokens()));
+  std::printf("   kernels: matmul_tc %s, attention %s, attention_backward %s, layer_norm %s / %s, gelu %s,\n"
+              "   cross_entropy %s, adamw %s (bf16 activations, fp32 master weights and moments)\n",
+              o.gemm_step.c_str(), m03::step_name(kAttentionStep),
+              o.deterministic ? "tc_deterministic" : "tc_pipelined", m04::step_name(kLnStep),
+              m04::step_name(kLnBackwardStep), m04::step_name(kGeluStep), m04::step_name(kCrossEntropyStep),
+              m04::step_name(kAdamWStep));
+
+  Gpt model(c, L, o);
+  data.train_dev = DeviceBuffer<std::uint8_t>(data.train.raw);
+  data.val_dev = DeviceBuffer<std::uint8_t>(data.val.raw);
+
+  i64 start = 0;
+  if (!o.resume.empty()) {
+    start = load_checkpoint(o.resume, c, L, model);
+    std::printf("   resumed from %s after step %lld\n", o.resume.c_str(), static_cast<long long>(start));
+  } else {
+    const std::vector<float> init = gpt::gpt_init_parameters(c, L, o.seed);
+    model.set_parameters(init);
+    if (!o.dump_init.empty()) dump_init(o.dump_init, c, L, init);
+  }
+
+  // Per-step loss and gradient norm stay on the device until a log line needs them.
+  const i64 end = std::max(start, o.steps);
+  DeviceBuffer<float> loss_hist(static_cast<std::size_t>(std::max<i64>(end, 1))),
+      norm_hist(static_cast<std::size_t>(std::max<i64>(end, 1))),
+      val_hist(static_cast<std::size_t>(std::max<i64>(o.eval_batches, 1)));
+  const gpt::LrSchedule sched{o.lr, o.min_lr, o.warmup, o.steps};
+  struct Row {
+    i64 step;
+    double lr;
+    double val = std::nan("");
+  };
+  std::vector<Row> rows;
+  std::vector<std::pair<i64, double>> vals;
+
+  const auto validate = [&]() {
+    for (i64 i = 0; i < o.eval_batches; ++i) {
+      model.load_batch(data.val_dev.data(), data.val.num_tokens(), static_cast<int>(data.val.token_bytes), 1,
+                       static_cast<std::uint64_t>(i));
+      model.forward(c.batch, c.context, val_hist.data() + i, false);
+    }
+    const std::vector<float> v = val_hist.download();
+    double s = 0;
+    for (i64 i = 0; i < o.eval_batches; ++i) s += v[static_cast<std::size_t>(i)];
+    return s / static_cast<double>(std::max<i64>(o.eval_batches, 1));
+  };
+
+  if (start < end) {
+    course::demo::section(course::demo::format(
+        "training: steps %lld..%lld, AdamW lr %g (warm-up %lld, cosine to %g), betas (%g, %g), weight decay %g, "
+        "clip %g, seed %llu%s",
+        static_cast<long long>(start + 1), static_cast<long long>(end), o.lr, static_cast<long long>(o.warmup),
+        o.min_lr, static_cast<double>(o.beta1), static_cast<double>(o.beta2), static_cast<double>(o.weight_decay),
+        static_cast<double>(o.clip), static_cast<unsigned long long>(o.seed),
+        o.deterministic ? ", deterministic" : ""));
+  }
+  const double flops = step_flops(c);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto t_last = t0;
+  i64 last_logged = start;
+  for (i64 s = start; s < end; ++s) {
+    model.load_batch(data.train_dev.data(), data.train.num_tokens(), static_cast<int>(data.train.token_bytes), 0,
+                     static_cast<std::uint64_t>(s));
+    model.forward(c.batch, c.context, loss_hist.data() + s, true);
+    model.backward();
+    const double lr = sched.at(s);
+    model.step(s + 1, lr, norm_hist.data() + s);
+    rows.push_back({s + 1, lr});
+    const bool last = s + 1 == end;
+    const bool eval = o.eval_batches > 0 && o.eval_every > 0 && ((s + 1) % o.eval_every == 0 || last);
+    if ((s + 1) % o.log_every == 0 || last || eval) {
+      COURSE_CUDA_CHECK(cudaStreamSynchronize(model.stream()));
+      const auto now = std::chrono::steady_clock::now();
+      const double dt = std::chrono::duration<double>(now - t_last).count();
+      const double elapsed = std::chrono::duration<double>(now - t0).count();
+      const i64 done = s + 1 - last_logged;
+      float loss = 0.f, norm = 0.f;
+      COURSE_CUDA_CHECK(cudaMemcpy(&loss, loss_hist.data() + s, 4, cudaMemcpyDeviceToHost));
+      COURSE_CUDA_CHECK(cudaMemcpy(&norm, norm_hist.data() + s, 4, cudaMemcpyDeviceToHost));
+      const double step_s = dt / static_cast<double>(done);
+      const double eta = step_s * static_cast<double>(end - s - 1);
+      std::printf("   step %5lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %.2f ms/step  %.0f tok/s  MFU %.1f%%  ETA %s\n",
+                  static_cast<long long>(s + 1), static_cast<long long>(end), static_cast<double>(loss), lr,
+                  static_cast<double>(norm), 1e3 * step_s, static_cast<double>(c.tokens()) / step_s,
+                  100.0 * flops / step_s / (o.peak_tflops * 1e12), format_seconds(eta).c_str());
+      if (!std::isfinite(loss)) throw course::Error("the loss is not finite: training diverged");
+      if (eval) {
+        const double v = validate();
+        rows.back().val = v;
+        std::printf("   step %5lld  validation loss %.4f (%lld batches)   [%s elapsed]\n",
+                    static_cast<long long>(s + 1),
+                    v, static_cast<long long>(o.eval_batches), format_seconds(elapsed).c_str());
+      }
+      COURSE_CUDA_CHECK(cudaStreamSynchronize(model.stream()));
+      t_last = std::chrono::steady_clock::now();  // validation time is not charged to the steps
+      last_logged = s + 1;
+    }
+  }
+  if (start < end) {
+    const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("   %lld steps in %s (validation included)\n", static_cast<long long>(end - start),
+                format_seconds(total).c_str());
+    if (!o.csv.empty()) {
+      const std::vector<float> losses = loss_hist.download(), norms = norm_hist.download();
+      std::ofstream f = open_out(o.csv, "--csv");
+      f << "step,lr,loss,grad_norm,val_loss\n";
+      for (const Row& r : rows) {
+        const auto i = static_cast<std::size_t>(r.step - 1);
+        f << course::demo::format("%lld,%.6g,%.6f,%.4f,", static_cast<long long>(r.step), r.lr,
+                                  static_cast<double>(losses[i]), static_cast<double>(norms[i]));
+        if (std::isfinite(r.val)) f << course::demo::format("%.6f", r.val);
+        f << "\n";
+      }
+      std::printf("   loss curve written to %s\n", o.csv.c_str());
+    }
+    if (!o.save.empty()) save_checkpoint(o.save, c, L, model, end);
+  } else if (o.eval_batches > 0) {
+    std::printf("   validation loss %.4f\n", validate());
+  }
+
+  // Sampling: a full-context forward per character (B = 1, the last <= T tokens).
+  if (o.sample_chars > 0) {
+    course::demo::section(course::demo::format("%lld sampled characters (temperature %g, seed %llu)",
+                                               static_cast<long long>(o.sample_chars), o.temperature,
+                                               static_cast<unsigned long long>(o.seed)));
+    std::vector<std::int32_t> ids;
+    for (const char ch : o.prompt) {
+      const auto it = std::find(data.vocab.begin(), data.vocab.end(), std::string(1, ch));
+      if (it != data.vocab.end()) ids.push_back(static_cast<std::int32_t>(it - data.vocab.begin()));
+    }
+    if (ids.empty()) ids.push_back(0);
+    std::string text;
+    for (const std::int32_t id : ids) text += data.vocab[static_cast<std::size_t>(id)];
+    for (i64 i = 0; i < o.sample_chars; ++i) {
+      const i64 T = std::min<i64>(static_cast<i64>(ids.size()), c.context);
+      const std::vector<std::int32_t> window(ids.end() - T, ids.end());
+      model.upload_ids(window);
+      model.forward(1, T, nullptr, false);
+      const double u = gpt::gpt_uniform(o.seed, static_cast<std::uint64_t>(i));
+      const std::int32_t next = gpt::sample_token(model.logits_row(T - 1), o.temperature, u);
+      ids.push_back(next);
+      text += data.vocab[static_cast<std::size_t>(next)];
+    }
+    std::printf("%s\n", text.c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "m04_gpt: a character-level GPT trained on Shakespeare with the course's kernels only (bf16 mixed precision)"};
+  Options o;
+  app.add_option("--data", o.data, "folder of train.bin, val.bin, vocab.bin (python3 scripts/gpt_data.py prepare)");
+  app.add_option("--steps", o.steps, "training steps in all (a resumed run continues up to this count)")
+      ->check(CLI::Range(0, 10000000));
+  app.add_option("--layers", o.model.layers, "transformer blocks")->check(CLI::Range(1, 256));
+  app.add_option("--heads", o.model.heads, "attention heads per block")->check(CLI::Range(1, 256));
+  app.add_option("--d-model", o.model.d_model, "model width C (head_dim = C / heads must be 64 or 128)")
+      ->check(CLI::Range(64, 8192));
+  app.add_option("--context", o.model.context, "tokens per sequence T")->check(CLI::Range(2, 65536));
+  app.add_option("--batch", o.model.batch, "sequences per step B")->check(CLI::Range(1, 65535));
+  app.add_option("--lr", o.lr, "peak learning rate")->check(CLI::PositiveNumber);
+  app.add_option("--min-lr", o.min_lr, "learning rate at the end of the cosine decay")->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup", o.warmup, "linear warm-up steps")->check(CLI::Range(0, 10000000));
+  app.add_option("--beta1", o.beta1, "AdamW beta1")->check(CLI::Range(0.0, 0.9999));
+  app.add_option("--beta2", o.beta2, "AdamW beta2")->check(CLI::Range(0.0, 0.99999));
+  app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay (matrices and embeddings only)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--clip", o.clip, "global gradient-norm clipping (0: none)")->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", o.seed, "seed of the initial parameters, the batches and the sampling");
+  app.add_option("--eval-every", o.eval_every, "steps between validation losses (0: only at the end)")
+      ->check(CLI::Range(0, 10000000));
+  app.add_option("--eval-batches", o.eval_batches, "validation batches per validation loss")
+      ->check(CLI::Range(0, 10000));
+  app.add_option("--log-every", o.log_every, "steps between progress lines")->check(CLI::Range(1, 10000000));
+  app.add_option("--csv", o.csv, "the loss curve (step, lr, loss, grad_norm, val_loss); empty: none");
+  app.add_option("--sample", o.sample_chars, "characters to sample at the end (0: none)")
+      ->check(CLI::Range(0, 1000000));
+  app.add_option("--temperature", o.temperature, "sampling temperature (0: greedy)")->check(CLI::NonNegativeNumber);
+  app.add_option("--prompt", o.prompt, "text the sample continues (characters outside the vocabulary are dropped)");
+  app.add_flag("--deterministic", o.deterministic,
+               "the attention backward's deterministic step: the same seed gives the same losses bit for bit");
+  app.add_option("--gemm", o.gemm_step, "matmul_tc step of every GEMM (mma_sync, or a Hopper step)");
+  app.add_option("--dump-init", o.dump_init, "write the initial parameters here (for scripts/gpt_twin.py)");
+  app.add_option("--save", o.save, "write a checkpoint (parameters and AdamW moments) here at the end");
+  app.add_option("--resume", o.resume, "continue from this checkpoint (--steps 0 only samples from it)");
+  app.add_option("--peak-tflops", o.peak_tflops, "the GPU's dense bf16 peak, for the MFU column")
+      ->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+  if (o.eval_every == 0) o.eval_every = std::max<i64>(o.steps, 1);
+  if (std::string why; !course::cuda_device_available(&why)) {
+    // The trainer has no CPU path: everything it runs is a GPU kernel.
+    std::fprintf(stderr,
+                 "m04_gpt: no usable NVIDIA GPU (%s).\nm04_gpt trains on the GPU only, there is no CPU fallback: "
+                 "run it on a machine with an NVIDIA GPU (sm_80 or newer; the defaults are sized for an H100).\n",
+                 why.c_str());
+    return 2;
+  }
+  return course::demo::run([&](bool) { run(o); });
+}

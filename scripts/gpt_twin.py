@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""The PyTorch twin of module 4's GPT trainer (m04_gpt): the same model, the same initial
+parameters, the same batches, the same optimizer -- and the first losses compared.
+
+GPU machine only (PyTorch with CUDA). Usage:
+
+    python3 scripts/gpt_data.py prepare
+    build/module04_training/m04_gpt --steps 20 --dump-init build/gpt_init.bin --csv build/gpt_loss.csv --sample 0
+    python3 scripts/gpt_twin.py --init build/gpt_init.bin --course-csv build/gpt_loss.csv
+
+What is shared with m04_gpt (demos/gpt.cpp, module04/gpt_model.hpp):
+  - the initial parameters: --init is m04_gpt's --dump-init file, a 64-byte header (char
+    magic[8] = "CRSGPTIN", int64 version = 1, vocab, context, layers, heads, d_model, step)
+    then the fp32 tensors back to back in ParamLayout order (wte, wpe, per block ln1.w, ln1.b,
+    attn.qkv.w, attn.qkv.b, attn.proj.w, attn.proj.b, ln2.w, ln2.b, mlp.fc.w, mlp.fc.b,
+    mlp.proj.w, mlp.proj.b, then lnf.w, lnf.b), PyTorch's [out, in] shapes;
+  - the batches: gpt_batch_offset(seed, split, step, b) = splitmix64 chain mod (n - T),
+    ported below (the CPU test pins splitmix64(0) = 0xE220A8397B1DCDAF);
+  - the optimizer: AdamW, decay on 2-D tensors only, warm-up + cosine (LrSchedule), global
+    norm clipping; the defaults below are m04_gpt's.
+Mixed precision: torch.autocast(bfloat16) around the forward (the course: bf16 activations,
+fp32 accumulation, fp32 master weights). The loss of step k is the loss of the forward
+before update k, as m04_gpt's CSV.
+
+Tolerance (bf16 mode): the step-1 loss (identical weights, one bf16 forward each) within
+--tol-first (0.02); each of the first --steps losses within --tol (0.05): the two runs round
+differently (bf16 GEMM outputs, attention's P, the residual stream in bf16 on the course's
+side, fp32 on PyTorch's under autocast) and AdamW amplifies those differences a little each
+step. With --fp32 the twin runs without autocast (the course is always bf16: expect the
+same tolerances). Exit 1 on a disagreement.
+"""
+import argparse
+import csv
+import math
+import struct
+import sys
+from pathlib import Path
+
+MASK = (1 << 64) - 1
+
+
+def splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK
+    return x ^ (x >> 31)
+
+
+def batch_offset(seed: int, split: int, step: int, b: int, n_tokens: int, context: int) -> int:
+    h = splitmix64(splitmix64(splitmix64(splitmix64(seed) ^ split) ^ step) ^ b)
+    return h % (n_tokens - context)
+
+
+def lr_at(step: int, lr: float, min_lr: float, warmup: int, steps: int) -> float:
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if step >= steps - 1:
+        return min_lr if steps - 1 > warmup else lr
+    progress = (step - warmup) / (steps - 1 - warmup)
+    return min_lr + (lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def read_tokens(path: Path):
+    import numpy as np
+    data = path.read_bytes()
+    magic, version, vocab, token_bytes, _, n = struct.unpack_from("<8sIIIIQ", data, 0)
+    if magic != b"CRSTOKEN" or version != 1:
+        sys.exit(f"[gpt_twin] {path}: not a CRSTOKEN file (python3 scripts/gpt_data.py prepare)")
+    dtype = np.uint8 if token_bytes == 1 else np.dtype("<u2")
+    return np.frombuffer(data, dtype=dtype, count=n, offset=32).astype(np.int64), vocab
+
+
+def read_init(path: Path):
+    import numpy as np
+    data = path.read_bytes()
+    magic = data[:8]
+    if magic != b"CRSGPTIN":
+        sys.exit(f"[gpt_twin] {path}: not an m04_gpt --dump-init file")
+    version, vocab, context, layers, heads, d_model, _ = struct.unpack_from("<7q", data, 8)
+    if version != 1:
+        sys.exit(f"[gpt_twin] {path}: version {version}, expected 1")
+    flat = np.frombuffer(data, dtype="<f4", offset=64)
+    return dict(vocab=vocab, context=context, layers=layers, heads=heads, d_model=d_model), flat
+
+
+def build_model(cfg):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    C, H, V, T = cfg["d_model"], cfg["heads"], cfg["vocab"], cfg["context"]
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(C, eps=1e-5)
+            self.qkv = nn.Linear(C, 3 * C)
+            self.proj = nn.Linear(C, C)
+            self.ln2 = nn.LayerNorm(C, eps=1e-5)
+            self.fc = nn.Linear(C, 4 * C)
+            self.fcproj = nn.Linear(4 * C, C)
+
+        def forward(self, x):
+            B, Tn, _ = x.shape
+            qkv = self.qkv(self.ln1(x)).view(B, Tn, 3, H, C // H)
+            q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))          # [B, H, T, d]
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(o.transpose(1, 2).reshape(B, Tn, C))
+            return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+    class Gpt(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Parameter(torch.empty(V, C))
+            self.wpe = nn.Parameter(torch.empty(T, C))
+            self.blocks = nn.ModuleList(Block() for _ in range(cfg["layers"]))
+            self.lnf = nn.LayerNorm(C, eps=1e-5)
+
+        def ordered(self):
+            """The parameters in m04_gpt's ParamLayout order."""
+            out = [self.wte, self.wpe]
+            for b in self.blocks:
+                out += [b.ln1.weight, b.ln1.bias, b.qkv.weight, b.qkv.bias, b.proj.weight, b.proj.bias,
+                        b.ln2.weight, b.ln2.bias, b.fc.weight, b.fc.bias, b.fcproj.weight, b.fcproj.bias]
+            return out + [self.lnf.weight, self.lnf.bias]
+
+        def forward(self, ids, targets):
+            Tn = ids.shape[1]
+            x = self.wte[ids] + self.wpe[:Tn]
+            for b in self.blocks:
+                x = b(x)
+            logits = self.lnf(x) @ self.wte.t()                              # weight-tied head
+            return F.cross_entropy(logits.float().view(-1, V), targets.view(-1))
+
+    return Gpt()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--init", required=True, type=Path, help="m04_gpt --dump-init file")
+    ap.add_argument("--course-csv", type=Path, help="m04_gpt --csv of the same run (compared when given)")
+    ap.add_argument("--data", type=Path, default=Path("build/data/shakespeare"))
+    ap.add_argument("--steps", type=int, default=20, help="steps to train and compare")
+    ap.add_argument("--schedule-steps", type=int, default=2000, help="m04_gpt's --steps (the cosine's length)")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--min-lr", type=float, default=1e-4)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--beta1", type=float, default=0.9)
+    ap.add_argument("--beta2", type=float, default=0.99)
+    ap.add_argument("--weight-decay", type=float, default=0.1)
+    ap.add_argument("--clip", type=float, default=1.0)
+    ap.add_argument("--fp32", action="store_true", help="no autocast")
+    ap.add_argument("--tol-first", type=float, default=0.02)
+    ap.add_argument("--tol", type=float, default=0.05)
+    args = ap.parse_args()
+
+    import numpy as np
+    import torch
+
+    if not torch.cuda.is_available():
+        sys.exit("[gpt_twin] needs PyTorch with a CUDA GPU")
+    cfg, flat = read_init(args.init)
+    tokens, vocab = read_tokens(args.data / "train.bin")
+    if vocab != cfg["vocab"]:
+        sys.exit(f"[gpt_twin] the data's vocabulary ({vocab}) is not the init file's ({cfg['vocab']})")
+    dev = torch.device("cuda")
+    model = build_model(cfg).to(dev)
+    params = model.ordered()
+    need = sum(p.numel() for p in params)
+    if flat.size != need:
+        sys.exit(f"[gpt_twin] {args.init} holds {flat.size} floats, the model has {need}")
+    with torch.no_grad():
+        at = 0
+        for p in params:
+            p.copy_(torch.from_numpy(flat[at:at + p.numel()].copy()).view_as(p))
+            at += p.numel()
+
+    decay = [p for p in params if p.dim() == 2]
+    no_decay = [p for p in params if p.dim() != 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(args.beta1, args.beta2), eps=1e-8, fused=True)
+    T, B, n = cfg["context"], args.batch, len(tokens)
+    tok = torch.from_numpy(tokens).to(dev)
+    ar = torch.arange(T + 1, device=dev)
+    losses = []
+    for step in range(args.steps):
+        offs = torch.tensor([batch_offset(args.seed, 0, step, b, n, T) for b in range(B)], device=dev)
+        seq = tok[offs[:, None] + ar[None, :]]
+        ids, targets = seq[:, :-1], seq[:, 1:]
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, args.lr, args.min_lr, args.warmup, args.schedule_steps)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=not args.fp32):
+            loss = model(ids, targets)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, args.clip)
+        opt.step()
+        losses.append(loss.item())
+
+    course = None
+    if args.course_csv:
+        with open(args.course_csv) as f:
+            course = [float(r["loss"]) for r in csv.DictReader(f)][:args.steps]
+        if len(course) < args.steps:
+            sys.exit(f"[gpt_twin] {args.course_csv} has {len(course)} steps, fewer than --steps {args.steps}")
+    print(f"[gpt_twin] {'fp32' if args.fp32 else 'bf16 autocast'}, {args.steps} steps, batch {B} x {T}")
+    print("   step   twin loss   course loss   |diff|")
+    worst, ok = 0.0, True
+    for i, l in enumerate(losses):
+        if course is None:
+            print(f"   {i + 1:4d}   {l:9.4f}")
+            continue
+        d = abs(l - course[i])
+        tol = args.tol_first if i == 0 else args.tol
+        ok &= d <= tol
+        worst = max(worst, d)
+        print(f"   {i + 1:4d}   {l:9.4f}   {course[i]:11.4f}   {d:.4f}{'' if d <= tol else '  > ' + str(tol)}")
+    if course is not None:
+        print(f"[gpt_twin] largest difference {worst:.4f}: {'agree' if ok else 'DISAGREE'} "
+              f"(tolerance {args.tol_first} at step 1, {args.tol} after)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
