@@ -497,7 +497,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         cc::wgmma_wait<0>();
         release(ring.stage);
       }
-      store_warp_rows(acc, patch, epilogue, tile_m * kBM + 64 * cw, tile_n * kBN);
+      // Plain fp32 C: straight from the registers, the store steps 4-6 were measured with
+      // (the patch round trip cost up to ~15% at K = 1024 in one H100 run); with options:
+      // through the patch and Epilogue::store4.
+      if (epilogue.plain)
+        store_warpgroup_tile(acc, epilogue.c, epilogue.m, epilogue.n, epilogue.ldc, epilogue.pairs_ok,
+                             tile_m * kBM + 64 * cw, tile_n * kBN);
+      else
+        store_warp_rows(acc, patch, epilogue, tile_m * kBM + 64 * cw, tile_n * kBN);
     }
   }
   // A block must not exit while its cluster peer may still arrive on its barriers.

@@ -89,6 +89,8 @@ struct Epilogue {
   int m = 0, n = 0;
   bool gelu = false, accumulate = false;
   bool quads_ok = false;  // four in-range values may be loaded and stored as one 16- or 8-byte access
+  bool plain = false;     // fp32 C = A * B, no option: a kernel may store straight from registers
+  bool pairs_ok = false;  // ... with float2 stores (even ldc, 8-byte aligned C)
 
   static Epilogue from(const m01::TcMatmulArgs& a) {
     Epilogue e;
@@ -107,6 +109,8 @@ struct Epilogue {
     // quad's size and every leading dimension is a multiple of 4.
     const auto aligned = [](const void* p, unsigned bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; };
     const unsigned out_quad = a.c ? 16u : 8u;
+    e.plain = a.c != nullptr && !m01::uses_options(a);
+    e.pairs_ok = a.ldc % 2 == 0 && aligned(a.c, 8);
     e.quads_ok = a.ldc % 4 == 0 && aligned(a.c, 16) && aligned(a.c_bf16, 8) && aligned(e.pre_gelu, 8) &&
                  aligned(e.bias, 16) && (e.residual == nullptr || (e.ldr % 4 == 0 && aligned(e.residual, out_quad)));
     return e;
