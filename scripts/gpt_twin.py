@@ -130,7 +130,7 @@ def build_model(cfg):
             for b in self.blocks:
                 x = b(x)
             logits = self.lnf(x) @ self.wte.t()                              # weight-tied head
-            return F.cross_entropy(logits.float().view(-1, V), targets.view(-1))
+            return F.cross_entropy(logits.float().reshape(-1, V), targets.reshape(-1).long())
 
     return Gpt()
 
@@ -154,6 +154,8 @@ def main() -> int:
     ap.add_argument("--fp32", action="store_true", help="no autocast")
     ap.add_argument("--tol-first", type=float, default=0.02)
     ap.add_argument("--tol", type=float, default=0.05)
+    ap.add_argument("--time", action="store_true",
+                    help="after the comparison, time training steps of the twin, eager and torch.compile'd")
     args = ap.parse_args()
 
     import numpy as np
@@ -183,7 +185,7 @@ def main() -> int:
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(args.beta1, args.beta2), eps=1e-8, fused=True)
     T, B, n = cfg["context"], args.batch, len(tokens)
-    tok = torch.from_numpy(tokens).to(dev)
+    tok = torch.from_numpy(tokens.astype(np.int64)).to(dev)
     ar = torch.arange(T + 1, device=dev)
     losses = []
     for step in range(args.steps):
@@ -221,6 +223,29 @@ def main() -> int:
     if course is not None:
         print(f"[gpt_twin] largest difference {worst:.4f}: {'agree' if ok else 'DISAGREE'} "
               f"(tolerance {args.tol_first} at step 1, {args.tol} after)")
+    if args.time:
+        # One training step as the loop above runs it (same batch each time: only speed is
+        # measured), eager and compiled; CUDA events around 20 steps after 5 warm-up steps
+        # (torch.compile compiles during the warm-up).
+        def train_step(m):
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=not args.fp32):
+                loss = m(ids, targets)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, args.clip)
+            opt.step()
+        for name, m in (("eager", model), ("torch.compile", torch.compile(model))):
+            for _ in range(5):
+                train_step(m)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            start.record()
+            for _ in range(20):
+                train_step(m)
+            end.record()
+            torch.cuda.synchronize()
+            ms = start.elapsed_time(end) / 20
+            print(f"[gpt_twin] PyTorch {name}: {ms:.2f} ms/step, {B * T / ms * 1e3:,.0f} tokens/s")
     return 0 if ok else 1
 
 

@@ -138,8 +138,15 @@ struct Epilogue {
     }
     const std::int64_t r_at = static_cast<std::int64_t>(row) * ldr + col;
     if (c) {
+      if (accumulate && !residual) {
+        // C += v as a reduction the SM sends off without waiting (no value comes back): a
+        // read-modify-write would stall the rolled epilogue loop on every load of C. One
+        // thread adds to each element, and split-K's splits add one after another (their
+        // turns), so the sums are the same bit for bit on every run.
+        add_to(c + at, v);
+        return;
+      }
       if (residual) add(v, *reinterpret_cast<const float4*>(static_cast<const float*>(residual) + r_at));
-      if (accumulate) add(v, *reinterpret_cast<const float4*>(c + at));
       *reinterpret_cast<float4*>(c + at) = v;
     } else {
       if (residual) add(v, unpack_bf16x4(*reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(residual) + r_at)));
@@ -164,6 +171,14 @@ struct Epilogue {
     }
   }
   __device__ __forceinline__ static void add(float4& v, float4 w) { v.x += w.x, v.y += w.y, v.z += w.z, v.w += w.w; }
+  /// *p += v with one 16-byte reduction on sm_90 (atomicAdd on float4), four elsewhere.
+  __device__ __forceinline__ static void add_to(float* p, float4 v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float4*>(p), v);
+#else
+    atomicAdd(p, v.x), atomicAdd(p + 1, v.y), atomicAdd(p + 2, v.z), atomicAdd(p + 3, v.w);
+#endif
+  }
   __device__ __forceinline__ static uint2 pack_bf16x4(float4 v) {
     const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
     return make_uint2(*reinterpret_cast<const unsigned*>(&lo), *reinterpret_cast<const unsigned*>(&hi));
