@@ -65,7 +65,7 @@ __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) {
 // enough to stream at ~90% on Hopper, the tanhf's ~20 instructions hide under the memory
 // time); bf16 ~0.6-0.7 (2-byte loads: 4x the load instructions per byte of fp32's 4-byte
 // ones, half the bytes per element for the same math).
-// Measured: pending (GPU run)
+// Measured (results: gelu/solution/scalar/{16384x1536_f32,16384x1536_bf16}): 1691.1 / 1219.0 GB/s = 0.63 / 0.51 of d2d_copy
 // ============================================================================
 // @end
 
@@ -108,7 +108,7 @@ struct TanhForm {
 // Bytes: as step 1. Registers: ~40 (4 x 16 B of each array + the math).
 // Prediction (16384 x 1536): ~0.9-0.95 of the copy for both dtypes, forward and backward
 // (the copy itself uses 16-byte accesses; the math hides under the memory time).
-// Measured: pending (GPU run)
+// Measured (results: gelu/solution/vectorized/{16384x1536_f32,16384x1536_bf16}): 2697.3 / 2374.6 GB/s = 1.00 / 0.99 of d2d_copy
 // ============================================================================
 // @end
 
