@@ -171,9 +171,10 @@ TEST(AttentionBackwardBf16, CloseToTheDoubleReferenceAndBf16Valued) {
       EXPECT_GT(err, 0.0) << name << ": bf16 roundings should leave some error";
       EXPECT_LT(err, 0x1p-5 * scale) << name << ": error " << err << " against max |grad| " << scale;
     }
-    if (causal)  // the first N_q - N_k = 15 rows see no key
+    if (causal) {  // the first N_q - N_k = 15 rows see no key
       for (std::int64_t i = 0; i < 15; ++i)
         for (std::int64_t c = 0; c < 64; ++c) EXPECT_EQ(got.dq({1, 3, i, c}), 0.f);
+    }
   }
 }
 

@@ -35,8 +35,15 @@ struct DeviceProduct {
   DeviceProduct(const std::vector<float>& ha, const std::vector<float>& hb, std::int64_t m, std::int64_t n,
                 std::int64_t k)
       : a(upload_padded(ha, m, k)), b(upload_padded(hb, k, n)), c(static_cast<std::size_t>(m * n)) {
-    args = TcMatmulArgs{a.data(), b.data(), c.data(), m, n, k,
-                        course::m01::tc_leading_dim(k), course::m01::tc_leading_dim(n), n};
+    args.a = a.data();
+    args.b = b.data();
+    args.c = c.data();
+    args.m = m;
+    args.n = n;
+    args.k = k;
+    args.lda = course::m01::tc_leading_dim(k);
+    args.ldb = course::m01::tc_leading_dim(n);
+    args.ldc = n;
   }
   /// Host values to device bf16 with row stride tc_leading_dim(cols); the padding is NaN,
   /// so a kernel that reads it poisons its result.

@@ -1,7 +1,7 @@
 #pragma once
 /// @file layer_norm_backward.hpp
 /// @brief Module 4 API: the LayerNorm backward pass (the forward is in layer_norm.hpp), as
-/// a ladder of steps of its own (the course tool lists it as layer_norm_backward/<step>).
+/// a ladder of steps of its own (the course tool lists it as `layer_norm_backward/<step>`).
 ///
 /// With xhat = (x - mean) * rstd (recomputed from the forward's saved statistics) and
 /// g = dy * gamma, per row r:
