@@ -73,7 +73,7 @@ void zero_params_unless_accumulating(const LayerNormBackwardArgs& a) {
 // 3 matrices from DRAM; plus 2 * rows * C atomics.
 // Prediction: the atomics bound it: 2 x 12.6 M reductions on 1536 addresses at 16384 x
 // 768: ~0.1-0.3 of the copy, fp32 and bf16.
-// Measured: pending (GPU run)
+// Measured (results: layer_norm_backward/solution/atomic_params/{16384x384_bf16,16384x768_bf16,16384x768_f32}): 159.7 / 315.0 / 424.8 GB/s = 0.10 / 0.15 / 0.17 of d2d_copy
 // ============================================================================
 template <class T>
 __global__ void __launch_bounds__(kRowThreads)
@@ -126,7 +126,7 @@ void launch_atomic_params(const LayerNormBackwardArgs& a) {
 // Prediction: 16384 x 768 and 16384 x 384, fp32 and bf16: 0.7-0.85 of the copy (8 warps
 // per SM are few for latency; the partial reduction is a few microseconds); >= 1.0x
 // PyTorch's layer_norm backward (which also reduces dgamma, dbeta in a second kernel).
-// Measured: pending (GPU run)
+// Measured (results: layer_norm_backward/solution/partial_sums/{16384x384_bf16,16384x768_bf16,16384x768_f32}): 860.7 / 1148.2 / 1619.1 GB/s = 0.53 / 0.54 / 0.66 of d2d_copy
 // ============================================================================
 template <class T, int kChunks, int kFixedC>
 __global__ void __launch_bounds__(kRowThreads)
