@@ -11,6 +11,8 @@
 
 #include "module04/gelu.hpp"
 
+#include "course/cuda/elem16.cuh"
+
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -30,18 +32,9 @@ constexpr float kK = static_cast<float>(m04::kGeluSqrt2OverPi);
 constexpr float kC = static_cast<float>(m04::kGeluCubic);
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float to_f(float v) { return v; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <class T>
-__device__ __forceinline__ T from_f(float v);
-template <>
-__device__ __forceinline__ float from_f<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
+// Element conversions (fp32 arithmetic on fp32 or bf16 data): course/cuda/elem16.cuh.
+using ::course::cuda::from_float;
+using ::course::cuda::to_float;
 
 // @step scalar
 // ----------------------------------------------------------------------------
@@ -49,7 +42,7 @@ __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) {
 //   (a) TanhForm::forward and TanhForm::slope: gelu(x) and gelu'(x) with tanhf (gelu.hpp).
 //   (b) elementwise_forward_kernel / elementwise_backward_kernel: a grid-stride loop, one
 //       element per thread per iteration, through Math:: (step 2 reuses these kernels
-//       with its own Math for unaligned pointers). Convert with to_f / from_f<T>.
+//       with its own Math for unaligned pointers). Convert with to_f / from_float<T>.
 //   (c) forward_for / backward_for: the launches of step 1.
 // Hints, one at a time: bash scripts/course.sh hint gelu/scalar
 // ----------------------------------------------------------------------------

@@ -27,6 +27,7 @@
 
 #include "module04/cross_entropy.hpp"
 
+#include "course/cuda/elem16.cuh"
 #include "course/cuda/warp_reduce.cuh"
 
 #include <cuda_bf16.h>
@@ -48,19 +49,9 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // ------------------------------------------------------------------ elements ----
 
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
-
-template <class T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ bf16 from_float<bf16>(float x) {
-  return __float2bfloat16_rn(x);
-}
+// Element conversions: course/cuda/elem16.cuh.
+using ::course::cuda::from_float;
+using ::course::cuda::to_float;
 
 /// kN consecutive logits of one row: one 16-byte vector (kN = 16 / sizeof(T): 4 fp32 or
 /// 8 bf16) or one scalar (kN = 1, when the rows are not 16-byte aligned), kept as raw

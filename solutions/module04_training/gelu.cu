@@ -19,6 +19,8 @@
 
 #include "module04/gelu.hpp"
 
+#include "course/cuda/elem16.cuh"
+
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -38,18 +40,9 @@ constexpr float kK = static_cast<float>(m04::kGeluSqrt2OverPi);
 constexpr float kC = static_cast<float>(m04::kGeluCubic);
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float to_f(float v) { return v; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <class T>
-__device__ __forceinline__ T from_f(float v);
-template <>
-__device__ __forceinline__ float from_f<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
+// Element conversions (fp32 arithmetic on fp32 or bf16 data): course/cuda/elem16.cuh.
+using ::course::cuda::from_float;
+using ::course::cuda::to_float;
 
 // @step scalar
 // ============================================================================
@@ -144,7 +137,7 @@ __global__ void __launch_bounds__(kThreads) elementwise_forward_kernel(const T* 
   // @step scalar
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * kThreads;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride)
-    y[i] = from_f<T>(Math::forward(to_f(x[i])));
+    y[i] = from_float<T>(Math::forward(to_float(x[i])));
   // @end
 }
 
@@ -154,9 +147,9 @@ __global__ void __launch_bounds__(kThreads)
   // @step scalar
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * kThreads;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
-    float g = to_f(dy[i]) * Math::slope(to_f(x[i]));  // dy read before dx is written: in place is safe
-    if (accumulate) g += to_f(dx[i]);
-    dx[i] = from_f<T>(g);
+    float g = to_float(dy[i]) * Math::slope(to_float(x[i]));  // dy read before dx is written: in place is safe
+    if (accumulate) g += to_float(dx[i]);
+    dx[i] = from_float<T>(g);
   }
   // @end
 }
@@ -203,14 +196,14 @@ __global__ void __launch_bounds__(kThreads) vector_forward_kernel(const T* x, T*
     const std::int64_t k = first + u * kThreads;
     if (k >= packs) continue;
 #pragma unroll
-    for (int j = 0; j < kN; ++j) v[u].e[j] = from_f<T>(SigmoidForm::forward(to_f(v[u].e[j])));
+    for (int j = 0; j < kN; ++j) v[u].e[j] = from_float<T>(SigmoidForm::forward(to_float(v[u].e[j])));
     yp[k] = v[u];
   }
   // The last n % kN elements: the first threads of the grid, one each.
   const std::int64_t tail = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (tail < n - packs * kN) {
     const std::int64_t i = packs * kN + tail;
-    y[i] = from_f<T>(SigmoidForm::forward(to_f(x[i])));
+    y[i] = from_float<T>(SigmoidForm::forward(to_float(x[i])));
   }
   // @end
 }
@@ -241,18 +234,18 @@ __global__ void __launch_bounds__(kThreads)
     if (k >= packs) continue;
 #pragma unroll
     for (int j = 0; j < kN; ++j) {
-      float g = to_f(gv[u].e[j]) * SigmoidForm::slope(to_f(xv[u].e[j]));
-      if (accumulate) g += to_f(dv[u].e[j]);
-      gv[u].e[j] = from_f<T>(g);
+      float g = to_float(gv[u].e[j]) * SigmoidForm::slope(to_float(xv[u].e[j]));
+      if (accumulate) g += to_float(dv[u].e[j]);
+      gv[u].e[j] = from_float<T>(g);
     }
     dp[k] = gv[u];
   }
   const std::int64_t tail = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (tail < n - packs * kN) {
     const std::int64_t i = packs * kN + tail;
-    float g = to_f(dy[i]) * SigmoidForm::slope(to_f(x[i]));
-    if (accumulate) g += to_f(dx[i]);
-    dx[i] = from_f<T>(g);
+    float g = to_float(dy[i]) * SigmoidForm::slope(to_float(x[i]));
+    if (accumulate) g += to_float(dx[i]);
+    dx[i] = from_float<T>(g);
   }
   // @end
 }

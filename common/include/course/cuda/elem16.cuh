@@ -2,7 +2,8 @@
 /// @file elem16.cuh
 /// @brief Element and 16-byte vector access for kernels that read fp32 or bf16 activations
 /// (one template over the element type T = float or __nv_bfloat16) and compute in fp32.
-/// Used by: module 4's layer_norm.cu and layer_norm_backward.cu (solutions and exercises).
+/// Used by: module 4's layer_norm.cu, layer_norm_backward.cu, gelu.cu and cross_entropy.cu
+/// (solutions and exercises).
 ///
 ///   to_float / from_float<T>   one element, widened to / rounded from fp32 (bf16: nearest even)
 ///   Vec16<T>::kN               elements in 16 bytes: 4 floats or 8 bf16
