@@ -41,8 +41,9 @@
 // Batches come from a stateless hash (gpt_batch_offset: step k's batch is the same in every
 // run with that seed, resumed or not, and in the twin). Deterministic mode (--deterministic)
 // runs the attention backward's deterministic step; every other kernel here is
-// deterministic already (no float atomics): the same seed then gives the same losses bit for
-// bit.
+// deterministic already (the dW GEMMs add into their fp32 gradients with atomic reductions,
+// but each element gets one addition per K split, the splits in a fixed order): the same
+// seed then gives the same losses bit for bit.
 //
 //   python3 scripts/gpt_data.py prepare && build/module04_training/m04_gpt
 //   m04_gpt --steps 200 --eval-every 50          a short run
