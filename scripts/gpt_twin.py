@@ -5,8 +5,9 @@ parameters, the same batches, the same optimizer -- and the first losses compare
 GPU machine only (PyTorch with CUDA). Usage:
 
     python3 scripts/gpt_data.py prepare
-    build/module04_training/m04_gpt --steps 20 --dump-init build/gpt_init.bin --csv build/gpt_loss.csv --sample 0
-    python3 scripts/gpt_twin.py --init build/gpt_init.bin --course-csv build/gpt_loss.csv
+    build/module04_training/m04_gpt --steps 20 --dump-init build/gpt_init.bin --csv build/gpt_loss.csv --sample 0 \
+        --dump-grads build/gpt_grads.bin
+    python3 scripts/gpt_twin.py --init build/gpt_init.bin --course-csv build/gpt_loss.csv --grads build/gpt_grads.bin
 
 What is shared with m04_gpt (demos/gpt.cpp, module04/gpt_model.hpp):
   - the initial parameters: --init is m04_gpt's --dump-init file, a 64-byte header (char
@@ -27,7 +28,14 @@ Tolerance (bf16 mode): the step-1 loss (identical weights, one bf16 forward each
 differently (bf16 GEMM outputs, attention's P, the residual stream in bf16 on the course's
 side, fp32 on PyTorch's under autocast) and AdamW amplifies those differences a little each
 step. With --fp32 the twin runs without autocast (the course is always bf16: expect the
-same tolerances). Exit 1 on a disagreement.
+same tolerances).
+
+Gradients (--grads, m04_gpt's --dump-grads: step 1's fp32 gradients before clipping, the
+--dump-init format with magic "CRSGPTGR"): for every parameter, the course's relative L2
+error against the twin's fp32 gradient (no autocast) must be at most --grad-factor (3, the
+FlashAttention rule for a backward pass) times the twin's own bf16-autocast error, plus
+--grad-floor (1e-3). --time: the twin's training step, eager and under torch.compile.
+Exit 1 on a disagreement.
 """
 import argparse
 import csv
@@ -70,12 +78,12 @@ def read_tokens(path: Path):
     return np.frombuffer(data, dtype=dtype, count=n, offset=32).astype(np.int64), vocab
 
 
-def read_init(path: Path):
+def read_init(path: Path, magic_expected: bytes = b"CRSGPTIN", flag: str = "--dump-init"):
     import numpy as np
     data = path.read_bytes()
     magic = data[:8]
-    if magic != b"CRSGPTIN":
-        sys.exit(f"[gpt_twin] {path}: not an m04_gpt --dump-init file")
+    if magic != magic_expected:
+        sys.exit(f"[gpt_twin] {path}: not an m04_gpt {flag} file")
     version, vocab, context, layers, heads, d_model, _ = struct.unpack_from("<7q", data, 8)
     if version != 1:
         sys.exit(f"[gpt_twin] {path}: version {version}, expected 1")
@@ -116,6 +124,14 @@ def build_model(cfg):
             self.blocks = nn.ModuleList(Block() for _ in range(cfg["layers"]))
             self.lnf = nn.LayerNorm(C, eps=1e-5)
 
+        def names(self):
+            """Names of ordered()'s tensors, for reports."""
+            out = ["wte", "wpe"]
+            for i in range(len(self.blocks)):
+                out += [f"h{i}.{n}" for n in ("ln1.w", "ln1.b", "qkv.w", "qkv.b", "proj.w", "proj.b", "ln2.w", "ln2.b",
+                                              "fc.w", "fc.b", "fcproj.w", "fcproj.b")]
+            return out + ["lnf.w", "lnf.b"]
+
         def ordered(self):
             """The parameters in m04_gpt's ParamLayout order."""
             out = [self.wte, self.wpe]
@@ -154,6 +170,10 @@ def main() -> int:
     ap.add_argument("--fp32", action="store_true", help="no autocast")
     ap.add_argument("--tol-first", type=float, default=0.02)
     ap.add_argument("--tol", type=float, default=0.05)
+    ap.add_argument("--grads", type=Path,
+                    help="m04_gpt --dump-grads file of the same run: check every parameter's step-1 gradient")
+    ap.add_argument("--grad-factor", type=float, default=3.0)
+    ap.add_argument("--grad-floor", type=float, default=1e-3)
     ap.add_argument("--time", action="store_true",
                     help="after the comparison, time training steps of the twin, eager and torch.compile'd")
     args = ap.parse_args()
@@ -187,11 +207,51 @@ def main() -> int:
     T, B, n = cfg["context"], args.batch, len(tokens)
     tok = torch.from_numpy(tokens.astype(np.int64)).to(dev)
     ar = torch.arange(T + 1, device=dev)
-    losses = []
-    for step in range(args.steps):
+
+    def batch(step):
         offs = torch.tensor([batch_offset(args.seed, 0, step, b, n, T) for b in range(B)], device=dev)
         seq = tok[offs[:, None] + ar[None, :]]
-        ids, targets = seq[:, :-1], seq[:, 1:]
+        return seq[:, :-1], seq[:, 1:]
+
+    grads_ok = True
+    if args.grads:
+        # Step 1's gradients, parameter by parameter, under the FlashAttention rule for a
+        # backward pass: with g the twin's fp32 gradient (no autocast) as the reference, the
+        # course's relative error ||g_course - g|| / ||g|| must be at most factor x that of
+        # the twin's own bf16-autocast gradient, plus a floor.
+        gcfg, gflat = read_init(args.grads, b"CRSGPTGR", "--dump-grads")
+        if gcfg != cfg or gflat.size != need:
+            sys.exit(f"[gpt_twin] {args.grads} is not a gradient file of this model")
+        ids0, targets0 = batch(0)
+
+        def grads_of(autocast):
+            model.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+                model(ids0, targets0).backward()
+            return [p.grad.detach().float().clone() for p in params]
+
+        g32, g16 = grads_of(False), grads_of(True)
+        model.zero_grad(set_to_none=True)
+        at, worst = 0, 0.0
+        print(f"[gpt_twin] step 1 gradients: course vs fp32 twin <= {args.grad_factor} x (bf16 twin vs fp32 twin)"
+              f" + {args.grad_floor}, relative L2 per parameter")
+        for name, p, ref, t16 in zip(model.names(), params, g32, g16):
+            c = torch.from_numpy(gflat[at:at + p.numel()].copy()).to(dev).view_as(p)
+            at += p.numel()
+            scale = ref.norm().item() or 1.0
+            err_c, err_t = (c - ref).norm().item() / scale, (t16 - ref).norm().item() / scale
+            bound = args.grad_factor * err_t + args.grad_floor
+            ok_p = err_c <= bound
+            grads_ok &= ok_p
+            worst = max(worst, err_c / bound)
+            if not ok_p or name in ("wte", "wpe", "lnf.w") or name.startswith("h0."):
+                print(f"   {name:12s} course {err_c:.2e}  bf16 twin {err_t:.2e}  bound {bound:.2e}"
+                      f"{'' if ok_p else '  FAILS'}")
+        print(f"[gpt_twin] gradients: worst error / bound {worst:.3f} over {len(params)} parameters: "
+              f"{'agree' if grads_ok else 'DISAGREE'}")
+    losses = []
+    for step in range(args.steps):
+        ids, targets = batch(step)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args.lr, args.min_lr, args.warmup, args.schedule_steps)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=not args.fp32):
@@ -246,7 +306,7 @@ def main() -> int:
             torch.cuda.synchronize()
             ms = start.elapsed_time(end) / 20
             print(f"[gpt_twin] PyTorch {name}: {ms:.2f} ms/step, {B * T / ms * 1e3:,.0f} tokens/s")
-    return 0 if ok else 1
+    return 0 if ok and grads_ok else 1
 
 
 if __name__ == "__main__":

@@ -231,10 +231,10 @@ if ((run_demo)); then
     else note "m04_gpt --deterministic: the two runs DIFFER"; fi
     if python3 -c 'import torch' 2>/dev/null; then
       timeout 120 "$gpt" --data "$data" --steps 20 --eval-every 0 --sample 0 --dump-init "$tmp/init.bin" \
-        --csv "$tmp/twin_course.csv" >/dev/null 2>&1
+        --dump-grads "$tmp/grads.bin" --csv "$tmp/twin_course.csv" >/dev/null 2>&1
       timeout 600 python3 "$root/scripts/gpt_twin.py" --data "$data" --init "$tmp/init.bin" \
-        --course-csv "$tmp/twin_course.csv" --time >>"$out/gpt.txt" 2>&1
-      note "gpt_twin: rc=$?: $(grep -E 'largest difference' "$out/gpt.txt" | sed 's/^\[gpt_twin\] //')"
+        --grads "$tmp/grads.bin" --course-csv "$tmp/twin_course.csv" --time >>"$out/gpt.txt" 2>&1
+      note "gpt_twin: rc=$?: $(grep -E 'largest difference|gradients: worst' "$out/gpt.txt" | sed 's/^\[gpt_twin\] //' | tr '\n' ' ')"
       grep -E 'PyTorch (eager|torch.compile)' "$out/gpt.txt" | sed 's/^/  /' | tee -a "$summary"
     fi
     rm -rf "$tmp"

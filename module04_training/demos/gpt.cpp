@@ -108,7 +108,7 @@ struct Options {
   std::string prompt = "\n";
   bool deterministic = false;
   std::string gemm_step = "mma_sync";
-  std::string dump_init, save, resume;
+  std::string dump_init, dump_grads, save, resume;
   double peak_tflops = 989.0;  ///< H100 SXM dense bf16, for the MFU column
 };
 
@@ -214,6 +214,7 @@ class Gpt {
   }
   std::vector<float> parameters() const { return params_.download(); }
   DeviceBuffer<float>& m() { return m_; }
+  DeviceBuffer<float>& grads() { return grads_; }
   DeviceBuffer<float>& v() { return v_; }
 
   /// The batch of `step` (split 0: training, 1: validation) gathered on the device.
@@ -592,6 +593,17 @@ void dump_init(const std::string& path, const gpt::GptConfig& c, const gpt::Para
               path.c_str());
 }
 
+/// The fp32 gradients of the first step (before clipping and AdamW), for scripts/gpt_twin.py
+/// --grads: the --dump-init format with magic "CRSGPTGR".
+void dump_grads(const std::string& path, const gpt::GptConfig& c, const gpt::ParamLayout& L, Gpt& model) {
+  COURSE_CUDA_CHECK(cudaStreamSynchronize(model.stream()));  // the backward pass runs on the model's stream
+  std::ofstream f = open_out(path, "--dump-grads");
+  write_header(f, "CRSGPTGR", c, 0);
+  write_tensors(f, L, model.grads().download());
+  if (!f) throw course::Error("writing the gradients " + path + " failed");
+  std::printf("   step 1's gradients (fp32, ParamLayout order) written to %s\n", path.c_str());
+}
+
 void save_checkpoint(const std::string& path, const gpt::GptConfig& c, const gpt::ParamLayout& L, Gpt& model,
                      i64 step) {
   std::ofstream f = open_out(path, "--save");
@@ -751,6 +763,7 @@ void run(const Options& o) {
                      static_cast<std::uint64_t>(s));
     model.forward(c.batch, c.context, loss_hist.data() + s, true);
     model.backward();
+    if (s == 0 && !o.dump_grads.empty()) dump_grads(o.dump_grads, c, L, model);
     const double lr = sched.at(s);
     model.step(s + 1, lr, norm_hist.data() + s);
     rows.push_back({s + 1, lr});
@@ -871,6 +884,7 @@ int main(int argc, char** argv) {
                "the attention backward's deterministic step: the same seed gives the same losses bit for bit");
   app.add_option("--gemm", o.gemm_step, "matmul_tc step of every GEMM (mma_sync, or a Hopper step)");
   app.add_option("--dump-init", o.dump_init, "write the initial parameters here (for scripts/gpt_twin.py)");
+  app.add_option("--dump-grads", o.dump_grads, "write step 1's gradients here (for scripts/gpt_twin.py --grads)");
   app.add_option("--save", o.save, "write a checkpoint (parameters and AdamW moments) here at the end");
   app.add_option("--resume", o.resume, "continue from this checkpoint (--steps 0 only samples from it)");
   app.add_option("--peak-tflops", o.peak_tflops, "the GPU's dense bf16 peak, for the MFU column")
