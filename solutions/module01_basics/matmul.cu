@@ -61,6 +61,7 @@ dim3 tile_grid(std::int64_t tiles_x, std::int64_t tiles_y, const char* step, con
   return dim3(static_cast<unsigned>(tiles_x), static_cast<unsigned>(tiles_y));
 }
 
+// @step naive  (step 1: the section's comment)
 // ============================================================================
 // Step 1: naive -- one thread per element of C, threadIdx.x along M.
 //
@@ -76,9 +77,11 @@ dim3 tile_grid(std::int64_t tiles_x, std::int64_t tiles_y, const char* step, con
 // Measured (results: sgemm/solution/naive/4096x4096x4096): 0.5 TFLOP/s = 0.01 of cublas_sgemm.
 // Registers: 32, no spills.
 // ============================================================================
+// @end
 __global__ void sgemm_naive_kernel(int M, int N, int K, float alpha, const float* __restrict__ A,
                                    std::int64_t lda, const float* __restrict__ B, std::int64_t ldb,
                                    float beta, float* __restrict__ C, std::int64_t ldc) {
+  // @step naive
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // along M
   const std::int64_t col = static_cast<std::int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;  // along N
   if (row >= M || col >= N) return;
@@ -86,17 +89,21 @@ __global__ void sgemm_naive_kernel(int M, int N, int K, float alpha, const float
   for (int p = 0; p < K; ++p) acc = fmaf(A[row * lda + p], B[p * ldb + col], acc);
   float* c = C + row * ldc + col;
   *c = blend(acc, alpha, beta, c);
+  // @end
 }
 
 void launch_naive(const MatmulArgs& a) {
+  // @step naive
   const dim3 block(32, 32);
   const dim3 grid = tile_grid(ceil_div(a.m, 32), ceil_div(a.n, 32), "matmul naive", "n", a.n);
   sgemm_naive_kernel<<<grid, block, 0, a.stream>>>(static_cast<int>(a.m), static_cast<int>(a.n),
                                                    static_cast<int>(a.k), a.alpha, a.a, a.lda, a.b,
                                                    a.ldb, a.beta, a.c, a.ldc);
   COURSE_CHECK_LAUNCH("sgemm_naive_kernel");
+  // @end
 }
 
+// @step coalesced  (step 2: the section's comment)
 // ============================================================================
 // Step 2: coalesced -- same work per thread, threadIdx.x along N.
 //
@@ -110,9 +117,11 @@ void launch_naive(const MatmulArgs& a) {
 // Measured (results: sgemm/solution/coalesced/4096x4096x4096): 6.4 TFLOP/s = 0.13 of cublas_sgemm.
 // Registers: 32.
 // ============================================================================
+// @end
 __global__ void sgemm_coalesced_kernel(int M, int N, int K, float alpha, const float* __restrict__ A,
                                        std::int64_t lda, const float* __restrict__ B, std::int64_t ldb,
                                        float beta, float* __restrict__ C, std::int64_t ldc) {
+  // @step coalesced
   const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // along N
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;  // along M
   if (row >= M || col >= N) return;
@@ -120,17 +129,21 @@ __global__ void sgemm_coalesced_kernel(int M, int N, int K, float alpha, const f
   for (int p = 0; p < K; ++p) acc = fmaf(A[row * lda + p], B[p * ldb + col], acc);
   float* c = C + row * ldc + col;
   *c = blend(acc, alpha, beta, c);
+  // @end
 }
 
 void launch_coalesced(const MatmulArgs& a) {
+  // @step coalesced
   const dim3 block(32, 32);
   const dim3 grid = tile_grid(ceil_div(a.n, 32), ceil_div(a.m, 32), "matmul coalesced", "m", a.m);
   sgemm_coalesced_kernel<<<grid, block, 0, a.stream>>>(static_cast<int>(a.m), static_cast<int>(a.n),
                                                        static_cast<int>(a.k), a.alpha, a.a, a.lda, a.b,
                                                        a.ldb, a.beta, a.c, a.ldc);
   COURSE_CHECK_LAUNCH("sgemm_coalesced_kernel");
+  // @end
 }
 
+// @step smem_tiled  (step 3: the section's comment)
 // ============================================================================
 // Step 3: smem_tiled -- 32x32 tiles of A and B staged in shared memory.
 //
@@ -147,6 +160,7 @@ void launch_coalesced(const MatmulArgs& a) {
 // Measured (results: sgemm/solution/smem_tiled/4096x4096x4096): 8.5 TFLOP/s = 0.17 of cublas_sgemm.
 // Registers: 31, 8 KB smem.
 // ============================================================================
+// @end
 constexpr int kSmemTile = 32;
 
 __global__ void sgemm_smem_tiled_kernel(int M, int N, int K, float alpha, const float* __restrict__ A,
@@ -154,6 +168,7 @@ __global__ void sgemm_smem_tiled_kernel(int M, int N, int K, float alpha, const 
                                         float beta, float* __restrict__ C, std::int64_t ldc) {
   __shared__ float As[kSmemTile][kSmemTile];
   __shared__ float Bs[kSmemTile][kSmemTile];
+  // @step smem_tiled
   const int tx = threadIdx.x;  // column in the tile (along N)
   const int ty = threadIdx.y;  // row in the tile (along M)
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.y) * kSmemTile + ty;
@@ -173,9 +188,11 @@ __global__ void sgemm_smem_tiled_kernel(int M, int N, int K, float alpha, const 
     float* c = C + row * ldc + col;
     *c = blend(acc, alpha, beta, c);
   }
+  // @end
 }
 
 void launch_smem_tiled(const MatmulArgs& a) {
+  // @step smem_tiled
   const dim3 block(kSmemTile, kSmemTile);
   const dim3 grid =
       tile_grid(ceil_div(a.n, kSmemTile), ceil_div(a.m, kSmemTile), "matmul smem_tiled", "m", a.m);
@@ -183,8 +200,10 @@ void launch_smem_tiled(const MatmulArgs& a) {
                                                         static_cast<int>(a.k), a.alpha, a.a, a.lda, a.b,
                                                         a.ldb, a.beta, a.c, a.ldc);
   COURSE_CHECK_LAUNCH("sgemm_smem_tiled_kernel");
+  // @end
 }
 
+// @step register_1d  (step 4: the section's comment)
 // ============================================================================
 // Step 4: register_1d -- each thread computes TM = 8 outputs of one column.
 //
@@ -198,16 +217,20 @@ void launch_smem_tiled(const MatmulArgs& a) {
 // Measured (results: sgemm/solution/register_1d/4096x4096x4096): 15.6 TFLOP/s = 0.31 of cublas_sgemm.
 // Registers: 51 (so 2 blocks, 32 warps per SM), 4 KB smem.
 // ============================================================================
+// @end
 template <int BM, int BN, int BK, int TM>
 __global__ void __launch_bounds__(BM * BN / TM)
     sgemm_register_1d_kernel(int M, int N, int K, float alpha, const float* __restrict__ A,
                              std::int64_t lda, const float* __restrict__ B, std::int64_t ldb, float beta,
                              float* __restrict__ C, std::int64_t ldc) {
+  // @step register_1d  (the solution's thread count check)
   constexpr int kThreads = BM * BN / TM;
   static_assert(BM * BK == kThreads && BK * BN == kThreads, "one A and one B element per thread per tile");
+  // @end
   __shared__ float As[BM * BK];  // [BM][BK]
   __shared__ float Bs[BK * BN];  // [BK][BN]
 
+  // @step register_1d
   const int tid = threadIdx.x;
   const int thread_col = tid % BN;  // this thread's output column in the tile
   const int thread_row = tid / BN;  // this thread's group of TM rows
@@ -241,17 +264,21 @@ __global__ void __launch_bounds__(BM * BN / TM)
       *c = blend(acc[i], alpha, beta, c);
     }
   }
+  // @end
 }
 
 void launch_register_1d(const MatmulArgs& a) {
   constexpr int BM = 64, BN = 64, BK = 8, TM = 8;
+  // @step register_1d
   const dim3 grid = tile_grid(ceil_div(a.n, BN), ceil_div(a.m, BM), "matmul register_1d", "m", a.m);
   sgemm_register_1d_kernel<BM, BN, BK, TM><<<grid, BM * BN / TM, 0, a.stream>>>(
       static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), a.alpha, a.a, a.lda, a.b, a.ldb,
       a.beta, a.c, a.ldc);
   COURSE_CHECK_LAUNCH("sgemm_register_1d_kernel");
+  // @end
 }
 
+// @step register_2d  (step 5: the section's comment)
 // ============================================================================
 // Step 5: register_2d -- each thread computes a TM x TN = 8x8 block of outputs.
 //
@@ -270,18 +297,22 @@ void launch_register_1d(const MatmulArgs& a) {
 // Measured (results: sgemm/solution/register_2d/1024x1024x1024): 9.5 TFLOP/s.
 // Registers: 126, no spills.
 // ============================================================================
+// @end
 template <int BM, int BN, int BK, int TM, int TN>
 __global__ void __launch_bounds__(BM * BN / (TM * TN))
     sgemm_register_2d_kernel(int M, int N, int K, float alpha, const float* __restrict__ A,
                              std::int64_t lda, const float* __restrict__ B, std::int64_t ldb, float beta,
                              float* __restrict__ C, std::int64_t ldc) {
+  // @step register_2d  (the solution's load strides)
   constexpr int kThreads = BM * BN / (TM * TN);
   static_assert(kThreads % BK == 0 && kThreads % BN == 0, "tile loads must divide evenly");
   constexpr int kARowStride = kThreads / BK;  // rows of the A tile loaded per pass
   constexpr int kBRowStride = kThreads / BN;  // rows of the B tile loaded per pass
+  // @end
   __shared__ float As[BM * BK];  // [BM][BK]
   __shared__ float Bs[BK * BN];  // [BK][BN]
 
+  // @step register_2d
   const int tid = threadIdx.x;
   const int thread_col = tid % (BN / TN);
   const int thread_row = tid / (BN / TN);
@@ -331,15 +362,18 @@ __global__ void __launch_bounds__(BM * BN / (TM * TN))
       }
     }
   }
+  // @end
 }
 
 void launch_register_2d(const MatmulArgs& a) {
   constexpr int BM = 128, BN = 128, BK = 8, TM = 8, TN = 8;
+  // @step register_2d
   const dim3 grid = tile_grid(ceil_div(a.n, BN), ceil_div(a.m, BM), "matmul register_2d", "m", a.m);
   sgemm_register_2d_kernel<BM, BN, BK, TM, TN><<<grid, BM * BN / (TM * TN), 0, a.stream>>>(
       static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), a.alpha, a.a, a.lda, a.b, a.ldb,
       a.beta, a.c, a.ldc);
   COURSE_CHECK_LAUNCH("sgemm_register_2d_kernel");
+  // @end
 }
 
 // ----------------------------------------------------------------------------
@@ -351,6 +385,7 @@ void launch_register_2d(const MatmulArgs& a) {
 // loaded one by one with bounds checks.
 // ----------------------------------------------------------------------------
 
+// @step vectorized  (step 6: load4)
 /// Elements row[col .. col+3] of a row with `ncols` valid columns; zeros where out of
 /// range, all zeros when !row_ok.
 template <bool kVec>
@@ -365,6 +400,7 @@ __device__ __forceinline__ float4 load4(const float* row, int col, int ncols, bo
   return v;
 }
 
+// @end
 /// row[col .. col+3] = alpha * acc + beta * row[...], for the columns < ncols.
 template <bool kVec>
 __device__ __forceinline__ void store4(float* row, int col, int ncols, float4 acc, float alpha, float beta) {
@@ -387,6 +423,7 @@ __device__ __forceinline__ void store4(float* row, int col, int ncols, float4 ac
     if (col + q < ncols) row[col + q] = blend(v[q], alpha, beta, row + col + q);
 }
 
+// @step vectorized  (step 6: the section's comment)
 // ============================================================================
 // Step 6: vectorized -- float4 global loads, A transposed in shared memory,
 // float4 shared loads.
@@ -405,6 +442,8 @@ __device__ __forceinline__ void store4(float* row, int col, int ncols, float4 ac
 // Measured (results: sgemm/solution/vectorized/4096x4096x4096): 34.6 TFLOP/s = 0.68 of cublas_sgemm.
 // Registers: 110 (float4 path) / 117 (scalar path), no spills, 8.3 KB smem.
 // ============================================================================
+// @end
+// @step vectorized  (step 6: the kernel)
 template <int BM, int BN, int BK, int TM, int TN, bool kVec>
 __global__ void __launch_bounds__(BM * BN / (TM * TN))
     sgemm_vectorized_kernel(int M, int N, int K, float alpha, const float* __restrict__ A,
@@ -471,7 +510,9 @@ __global__ void __launch_bounds__(BM * BN / (TM * TN))
   }
 }
 
+// @end
 void launch_vectorized(const MatmulArgs& a) {
+  // @step vectorized  (step 6: the launch)
   constexpr int BM = 128, BN = 128, BK = 8, TM = 8, TN = 8;
   const dim3 grid = tile_grid(ceil_div(a.n, BN), ceil_div(a.m, BM), "matmul vectorized", "m", a.m);
   const int threads = BM * BN / (TM * TN);
@@ -480,6 +521,7 @@ void launch_vectorized(const MatmulArgs& a) {
   kernel<<<grid, threads, 0, a.stream>>>(static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k),
                                          a.alpha, a.a, a.lda, a.b, a.ldb, a.beta, a.c, a.ldc);
   COURSE_CHECK_LAUNCH("sgemm_vectorized_kernel");
+  // @end
 }
 
 // cp.async for warp_tiled (sm_80+), from common/include/course/cuda/mma_ptx.cuh. It copies
@@ -500,6 +542,7 @@ __device__ __forceinline__ void cp_async_16(float* smem_dst, const float* gmem_s
   ::course::cuda::cp_async_16_zfill<0, kGenericSrc>(::course::cuda::smem_u32(smem_dst), gmem_src, src_bytes);
 }
 
+// @step warp_tiled  (step 7: the section's comment)
 // ============================================================================
 // Step 7: warp_tiled -- warp tiles with conflict-free fragments, fed by a
 // cp.async pipeline (double-buffered) with 32-deep K tiles.
@@ -537,6 +580,7 @@ __device__ __forceinline__ void cp_async_16(float* smem_dst, const float* gmem_s
 // Measured (results: sgemm/solution/warp_tiled/4096x4096x1024): 44.9 TFLOP/s = 0.91 of cublas_sgemm.
 // Registers: 128 (128x128 tiles, 125 on the scalar path) and 128 (64x128), no spills, on sm_90.
 // ============================================================================
+// @end
 template <int BM, int BN, int BK, int WM, int WN, int STAGES>
 struct WarpTiledConfig {
   static constexpr int kWarpsM = BM / WM, kWarpsN = BN / WN;
@@ -571,9 +615,11 @@ __global__ void __launch_bounds__(WarpTiledConfig<BM, BN, BK, WM, WN, STAGES>::k
   const int tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32;
   const int warp_m = warp / Cfg::kWarpsN, warp_n = warp % Cfg::kWarpsN;
+  // @step warp_tiled  (step 7a: m_frag, n_frag)
   const int lane_m = lane / Cfg::kLanesN, lane_n = lane % Cfg::kLanesN;
   const int m_frag = warp_m * WM + lane_m * 4;  // first row of this thread's outputs in the tile
   const int n_frag = warp_n * WN + lane_n * 4;  // first column
+  // @end
 
   const std::int64_t row0 = static_cast<std::int64_t>(blockIdx.y) * BM;
   const std::int64_t col0 = static_cast<std::int64_t>(blockIdx.x) * BN;
@@ -673,6 +719,7 @@ __global__ void __launch_bounds__(WarpTiledConfig<BM, BN, BK, WM, WN, STAGES>::k
     const int next = t + STAGES - 1;
     if (next < num_tiles) issue(next, stage == 0 ? STAGES - 1 : stage - 1);
     cp_async_commit();
+    // @step warp_tiled  (step 7b: the fragment loop)
 #pragma unroll
     for (int p = 0; p < BK; ++p) {
       float am[8], bn[8];
@@ -685,6 +732,7 @@ __global__ void __launch_bounds__(WarpTiledConfig<BM, BN, BK, WM, WN, STAGES>::k
 #pragma unroll
         for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(am[i], bn[j], acc[i][j]);
     }
+    // @end
     stage = stage == STAGES - 1 ? 0 : stage + 1;
   }
   cp_async_wait<0>();  // no copy may still target shared memory when the block exits
@@ -722,7 +770,11 @@ void launch_warp_tiled_config(const MatmulArgs& a) {
   COURSE_CHECK_LAUNCH("sgemm_warp_tiled_kernel");
 }
 
+// @step warp_tiled  (step 7c: the stub's "written" flag)
+// @end
 void launch_warp_tiled(const MatmulArgs& a) {
+  // @step warp_tiled  (step 7c)
+  // @end
   // Wave quantization: 128x128 tiles of a 1024x1024 C are only 64 blocks for 132
   // SMs -- half the GPU idles. When the big tiles cannot give every SM a block, use
   // 64x128 tiles (4 warps, 4 blocks per SM): twice the blocks, same per-thread work.

@@ -75,6 +75,7 @@ unsigned blocks_for(std::int64_t work, int per_block, const char* step) {
   return static_cast<unsigned>(blocks);
 }
 
+// @step naive_three_pass  (step 1: the section's comment)
 // ============================================================================
 // Step 1: naive_three_pass.
 // Three kernels, one thread per slice: (1) max of the slice, (2) sum of
@@ -93,16 +94,20 @@ unsigned blocks_for(std::int64_t work, int per_block, const char* step) {
 // Measured (results: softmax/solution/naive_three_pass/4096x32768): 57.5 GB/s = 0.01 of copy
 // (dim = 1).
 // ============================================================================
+// @end
 __global__ void naive_slice_max_kernel(const float* x, Slices sl, float* slice_max) {
+  // @step naive_three_pass
   const std::int64_t s = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (s >= sl.count) return;
   const float* xs = x + s * sl.x_slice;
   float m = -INFINITY;
   for (std::int64_t i = 0; i < sl.length; ++i) m = fmaxf(m, xs[i * sl.x_elem]);
   slice_max[s] = m;
+  // @end
 }
 
 __global__ void naive_slice_sum_kernel(const float* x, Slices sl, const float* slice_max, float* slice_sum) {
+  // @step naive_three_pass
   const std::int64_t s = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (s >= sl.count) return;
   const float* xs = x + s * sl.x_slice;
@@ -112,10 +117,12 @@ __global__ void naive_slice_sum_kernel(const float* x, Slices sl, const float* s
   cc::CompensatedSum sum;
   for (std::int64_t i = 0; i < sl.length; ++i) sum.add(expf(xs[i * sl.x_elem] - m));
   slice_sum[s] = sum.sum;
+  // @end
 }
 
 __global__ void naive_normalize_kernel(const float* x, float* y, Slices sl, const float* slice_max,
                                        const float* slice_sum) {
+  // @step naive_three_pass
   const std::int64_t s = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (s >= sl.count) return;
   const float* xs = x + s * sl.x_slice;
@@ -124,9 +131,11 @@ __global__ void naive_normalize_kernel(const float* x, float* y, Slices sl, cons
   const float inv = 1.f / slice_sum[s];
   // Reading x[i] before writing y[i] in the same thread keeps the in-place case correct.
   for (std::int64_t i = 0; i < sl.length; ++i) ys[i * sl.y_elem] = expf(xs[i * sl.x_elem] - m) * inv;
+  // @end
 }
 
 void launch_naive_three_pass(const SoftmaxArgs& a) {
+  // @step naive_three_pass
   constexpr int kThreads = 256;
   const Slices sl = slices_of(a);
   const unsigned blocks = blocks_for(sl.count, kThreads, "naive_three_pass");
@@ -138,8 +147,10 @@ void launch_naive_three_pass(const SoftmaxArgs& a) {
   COURSE_CHECK_LAUNCH("naive_slice_sum_kernel");
   naive_normalize_kernel<<<blocks, kThreads, 0, a.stream>>>(a.x, a.y, sl, slice_max, slice_sum);
   COURSE_CHECK_LAUNCH("naive_normalize_kernel");
+  // @end
 }
 
+// @step block_per_row  (steps 2a and 2b: the section's comment)
 // ============================================================================
 // Step 2: block_per_row.
 // One block of 256 threads per row. Neighbouring threads read neighbouring
@@ -165,11 +176,13 @@ void launch_naive_three_pass(const SoftmaxArgs& a) {
 // and the kStripRows partial results of a column meet in shared memory. Same three
 // passes (max, sum, normalize). warp_per_row reuses this kernel for dim = 0.
 // ============================================================================
+// @end
 constexpr int kRowThreads = 256;
 
 __global__ void __launch_bounds__(kRowThreads)
     block_row_softmax_kernel(const float* x, std::int64_t ldx, float* y, std::int64_t ldy, int cols) {
   __shared__ float scratch[cc::kWarpSize];
+  // @step block_per_row  (step 2a)
   const float* xr = x + static_cast<std::int64_t>(blockIdx.x) * ldx;
   float* yr = y + static_cast<std::int64_t>(blockIdx.x) * ldy;
 
@@ -185,17 +198,21 @@ __global__ void __launch_bounds__(kRowThreads)
   // below each thread writes only the elements it reads: in place is safe.
   const float inv = 1.f / s;
   for (std::int64_t j = threadIdx.x; j < cols; j += kRowThreads) yr[j] = expf(xr[j] - m) * inv;
+  // @end
 }
 
 void launch_block_row(const SoftmaxArgs& a) {
+  // @step block_per_row  (step 2a)
   block_row_softmax_kernel<<<blocks_for(a.rows, 1, "block_per_row"), kRowThreads, 0, a.stream>>>(
       a.x, a.ldx, a.y, a.ldy, static_cast<int>(a.cols));
   COURSE_CHECK_LAUNCH("block_row_softmax_kernel");
+  // @end
 }
 
 constexpr int kStripCols = 32;  // = warp size: one warp reads one 128-byte row segment
 constexpr int kStripRows = 16;  // row phases per block: 32 x 16 = 512 threads
 
+// @step block_per_row  (step 2b: the strip's reduction is the learner's)
 /// Combine the kStripRows partial values of each column of the strip; every thread
 /// gets its column's result. All threads of the block must call it.
 template <class Op>
@@ -209,9 +226,11 @@ __device__ __forceinline__ float strip_all_reduce(float v, Op op, float (*red)[k
   return r;
 }
 
+// @end
 __global__ void __launch_bounds__(kStripCols* kStripRows)
     column_strip_softmax_kernel(const float* x, std::int64_t ldx, float* y, std::int64_t ldy, int rows, int cols) {
   __shared__ float red[kStripRows][kStripCols];
+  // @step block_per_row  (step 2b)
   const int c = blockIdx.x * kStripCols + threadIdx.x;
   const bool active = c < cols;  // inactive threads still join the barriers
 
@@ -229,13 +248,16 @@ __global__ void __launch_bounds__(kStripCols* kStripRows)
   if (!active) return;
   const float inv = 1.f / s;
   for (std::int64_t r = threadIdx.y; r < rows; r += kStripRows) y[r * ldy + c] = expf(x[r * ldx + c] - m) * inv;
+  // @end
 }
 
 void launch_column_strip(const SoftmaxArgs& a) {
+  // @step block_per_row  (step 2b)
   const dim3 block(kStripCols, kStripRows);
   column_strip_softmax_kernel<<<blocks_for(a.cols, kStripCols, "column_strip"), block, 0, a.stream>>>(
       a.x, a.ldx, a.y, a.ldy, static_cast<int>(a.rows), static_cast<int>(a.cols));
   COURSE_CHECK_LAUNCH("column_strip_softmax_kernel");
+  // @end
 }
 
 void launch_block_per_row(const SoftmaxArgs& a) {
@@ -243,6 +265,7 @@ void launch_block_per_row(const SoftmaxArgs& a) {
   else launch_column_strip(a);
 }
 
+// @step warp_per_row  (step 3: the section's comment)
 // ============================================================================
 // Step 3: warp_per_row.
 // One warp per row, and the row lives in registers: lane l holds elements
@@ -264,11 +287,13 @@ void launch_block_per_row(const SoftmaxArgs& a) {
 // Measured (results: softmax/solution/warp_per_row/4096x32768): 1764.4 GB/s = 0.42 of copy
 // Rows longer than 1024 use block_per_row's kernels, hence its numbers there (within noise).
 // ============================================================================
+// @end
 constexpr int kWarpsPerBlock = 8;
 
 template <int kPerLane>
 __global__ void __launch_bounds__(kWarpsPerBlock* cc::kWarpSize)
     warp_row_softmax_kernel(const float* x, std::int64_t ldx, float* y, std::int64_t ldy, std::int64_t rows, int cols) {
+  // @step warp_per_row
   const int lane = threadIdx.x % cc::kWarpSize;
   const std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / cc::kWarpSize;
   if (r >= rows) return;  // uniform per warp: the shuffles below see full warps
@@ -299,14 +324,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock* cc::kWarpSize)
     const int j = k * cc::kWarpSize + lane;
     if (j < cols) yr[j] = v[k] * inv;
   }
+  // @end
 }
 
 template <int kPerLane>
 void launch_warp_row(const SoftmaxArgs& a) {
+  // @step warp_per_row
   warp_row_softmax_kernel<kPerLane><<<blocks_for(a.rows, kWarpsPerBlock, "warp_per_row"),
                                       kWarpsPerBlock * cc::kWarpSize, 0, a.stream>>>(
       a.x, a.ldx, a.y, a.ldy, a.rows, static_cast<int>(a.cols));
   COURSE_CHECK_LAUNCH("warp_row_softmax_kernel");
+  // @end
 }
 
 void launch_warp_per_row(const SoftmaxArgs& a) {
@@ -320,6 +348,7 @@ void launch_warp_per_row(const SoftmaxArgs& a) {
   launch_block_row(a);  // too long for registers
 }
 
+// @step online_vectorized  (steps 4a and 4b: the section's comment)
 // ============================================================================
 // Step 4: online_vectorized.
 //
@@ -369,6 +398,7 @@ void launch_warp_per_row(const SoftmaxArgs& a) {
 // (target 0.85); dim = 0 is not a target here (it is cluster_columns'):
 // Measured (results: softmax/solution/online_vectorized/16384x4096_dim0): 1727.7 GB/s = 0.41 of copy
 // ============================================================================
+// @end
 
 /// A running softmax state: the max so far and the sum of exp(x_i - m) so far.
 struct MaxSum {
@@ -378,6 +408,7 @@ struct MaxSum {
 
 __device__ __forceinline__ MaxSum empty_max_sum() { return {-FLT_MAX, 0.f}; }
 
+// @step online_vectorized  (step 4a: the online update and the merge)
 /// Fold one value into the running pair (rescale the old sum BEFORE replacing m).
 __device__ __forceinline__ MaxSum online_update(MaxSum a, float x) {
   const float m_new = fmaxf(a.m, x);
@@ -400,6 +431,7 @@ __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
   const float m = fmaxf(a.m, b.m);
   return {m, a.s * fast_exp(a.m - m) + b.s * fast_exp(b.m - m)};
 }
+// @end
 
 /// merge() as a functor, and the shuffle of a pair: with them the common warp and block
 /// reductions (course/cuda/warp_reduce.cuh) combine MaxSum pairs like plain floats.
@@ -418,6 +450,7 @@ __device__ __forceinline__ MaxSum block_merge(MaxSum v, MaxSum* scratch /* >= 32
   return cc::block_all_reduce(v, Merge{}, empty_max_sum(), scratch);
 }
 
+// @step online_vectorized  (step 4b: the kernels)
 /// The kElems values of one thread in registers; kVec consecutive floats per chunk,
 /// chunk c of thread t covers elements [(c * kThreads + t) * kVec, ... + kVec).
 template <int kThreads, int kElems, int kVec>
@@ -609,6 +642,7 @@ void launch_online_rows(const SoftmaxArgs& a) {
       a.x, a.ldx, a.y, a.ldy, static_cast<int>(a.cols));
   COURSE_CHECK_LAUNCH("online_stream_kernel");
 }
+// @end
 
 /// float4 loads and stores are legal: x and y 16-byte aligned, row strides multiples of 4.
 bool float4_ok(const SoftmaxArgs& a) {
@@ -617,6 +651,7 @@ bool float4_ok(const SoftmaxArgs& a) {
 }
 
 void launch_online_vectorized(const SoftmaxArgs& a) {
+  // @step online_vectorized  (step 4b: the launch)
   if (a.dim == 0) {
     online_column_strip_kernel<<<blocks_for(a.cols, kOnlineStripCols, "online_vectorized"),
                                  kOnlineStripCols * kOnlineStripRows, 0, a.stream>>>(
@@ -626,9 +661,11 @@ void launch_online_vectorized(const SoftmaxArgs& a) {
   }
   if (float4_ok(a)) launch_online_rows<4>(a);
   else launch_online_rows<1>(a);
+  // @end
 }
 
 
+// @step cluster_columns  (step 5: the section's comment)
 // ============================================================================
 // Step 5: cluster_columns.
 // dim = 1 runs online_vectorized's kernels unchanged (they reach ~0.95 of the copy).
@@ -714,6 +751,7 @@ void launch_online_vectorized(const SoftmaxArgs& a) {
 // What is left inside this mapping is the cluster-barrier wait of 16-block clusters (16384
 // rows); the step is not tuned further.
 // ============================================================================
+// @end
 namespace cg = ::cooperative_groups;
 
 constexpr int kClusterCols = m01::kClusterStripCols;           // W = 32: one 128-byte line per row
@@ -781,6 +819,7 @@ __device__ __forceinline__ float4 load_held_chunk(const float* src, std::int64_t
   return make_float4(e[0], e[1], e[2], e[3]);
 }
 
+// @step cluster_columns  (step 5c: the store of phase 4)
 /// Phase 4 for one chunk: row `dst` of y, columns c0..c0+3 that are < cols.
 template <bool kVec>
 __device__ __forceinline__ void store_strip_chunk(float* dst, std::int64_t c0, int cols, float4 v) {
@@ -794,6 +833,7 @@ __device__ __forceinline__ void store_strip_chunk(float* dst, std::int64_t c0, i
     if (c0 + u < cols) dst[c0 + u] = e[u];
 }
 
+// @end
 /// Thread t handles chunk column tx = t % 8 (columns 4 tx .. 4 tx + 3 of the strip) of
 /// rows ty, ty + 64, ty + 128, ... (ty = t / 8) of its block's rows, in every phase: it
 /// reads back only what it loaded itself, so phases 1-2 need no block barrier. Its
@@ -833,6 +873,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2)
   for (int k = 0; k < kClusterHeldChunks; ++k)
     held[k] = k < iters ? load_held_chunk<kVec>(x + row_of(k) * ldx, c0, cols) : make_float4(0.f, 0.f, 0.f, 0.f);
 
+  // @step cluster_columns  (steps 5a, 5b, 5c: phases 2-4)
   // ---- 2. partial: fold each cp.async group as it lands, then the held chunks; then
   // the block's pair per column.
   MaxSum acc[4] = {empty_max_sum(), empty_max_sum(), empty_max_sum(), empty_max_sum()};
@@ -911,6 +952,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2)
   for (int k = 0; k < kClusterHeldChunks; ++k)
     if (k < iters) store_strip_chunk<kVec>(y + row_of(k) * ldy, c0, cols, normalized(held[k]));
   cluster.barrier_wait(std::move(arrived));  // no block exits while a peer may still read its partial[]
+  // @end
 #else
   (void)x, (void)ldx, (void)y, (void)ldy, (void)rows, (void)cols, (void)block_rows;
   __trap();  // never launched: the host checks cluster_columns_fits() first
@@ -993,6 +1035,8 @@ void launch_cluster_columns_kernel(const SoftmaxArgs& a, int blocks) {
 
 void launch_cluster_columns(const SoftmaxArgs& a) {
   if (a.dim == 1) return launch_online_vectorized(a);
+  // @step cluster_columns  (the stub's NotImplemented until phases 2-4 are written)
+  // @end
   const int blocks = m01::cluster_columns_blocks(a.rows);  // 0: columns too tall to hold
   const bool vec4 = float4_ok(a);
   if (blocks > 0 && vec4 && cluster_columns_fits<true>(blocks))
