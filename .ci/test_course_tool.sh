@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI test of the learner's tool (scripts/course.py), on this clone, without a GPU:
+# CI test of the learner's tool (scripts/course/), on this clone, without a GPU:
 #   0. the state rule on recorded GPU results (scripts/tests/test_course_states.py): there an
 #      unwritten step is "not started" although its argument checks pass;
 #   1. the hint store matches the step tables, the stubs and the exercise tests;
@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PRESET=${PRESET:-ci}
 start=$SECONDS
-tool=(python3 scripts/course.py)
+tool=(python3 scripts/course)
 stub=exercises/module03_attention/attention.cu
 solution=module03_attention/include/module03/attention_indexing.cuh
 step=attention/row_offset

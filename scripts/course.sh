@@ -3,7 +3,7 @@
 #   bash scripts/course.sh demo   install what is missing, build, run every module's demos
 #   bash scripts/course.sh test   install what is missing, build, run the test suite
 #   bash scripts/course.sh bench  build and run the benchmarks (needs a GPU)
-# The loop, one step at a time (scripts/course.py; `bash scripts/course.sh --help`):
+# The loop, one step at a time (scripts/course/, a Python package; `bash scripts/course.sh --help`):
 #   list, check STEP, next, watch, hint STEP, bench STEP
 # Environment: PRESET (default: "default"; CI uses "ci"), COURSE_SKIP_INSTALL=1 to skip apt-get.
 set -euo pipefail
@@ -159,8 +159,8 @@ no_gpu_note() {
   echo "[course]   ($raw)"
 }
 
-# `<command> --help`: the command's own help (scripts/course.py has one for each).
-if [[ "${2:-}" == -h || "${2:-}" == --help ]]; then exec python3 scripts/course.py "$cmd" --help; fi
+# `<command> --help`: the command's own help (scripts/course/cli.py has one for each).
+if [[ "${2:-}" == -h || "${2:-}" == --help ]]; then exec python3 scripts/course "$cmd" --help; fi
 
 case "$cmd" in
   demo)
@@ -194,19 +194,19 @@ case "$cmd" in
   test)
     install_packages; check_cuda; build
     # ctest with short output, then a summary: passed, skipped (no GPU), not implemented, failed.
-    python3 scripts/course.py test --preset "$preset" "${@:2}"
+    python3 scripts/course test --preset "$preset" "${@:2}"
     ;;
   list|progress|check|next|watch)
     install_packages; check_cuda
-    exec python3 scripts/course.py "$@"
+    exec python3 scripts/course "$@"
     ;;
   hint)
-    exec python3 scripts/course.py "$@"
+    exec python3 scripts/course "$@"
     ;;
   bench)
     if [[ $# -ge 2 && $2 != -* ]]; then  # bench STEP: that step's rows only
       install_packages; check_cuda
-      exec python3 scripts/course.py "$@"
+      exec python3 scripts/course "$@"
     fi
     if ! have_gpu; then
       no_gpu_note "the benchmarks of $(ls -d module0*/bench 2>/dev/null | cut -d/ -f1 | paste -sd, | sed 's/,/, /g') need one; nothing to run"
@@ -220,5 +220,5 @@ case "$cmd" in
     done
     ;;
   *)  # no command, --help, or an unknown one: the usage (exit 2 for an unknown command)
-    exec python3 scripts/course.py "$@" ;;
+    exec python3 scripts/course "$@" ;;
 esac

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The state rule of scripts/course.py, checked without a GPU on recorded GPU results.
+"""The state rule of scripts/course/ (states.py), checked without a GPU on recorded GPU results.
 
 data/gpu_atomic_naive_only.junit.xml: every exercise test on an H100 with only
 reductions/atomic_naive written. There an unwritten step's argument checks pass (they run
@@ -15,15 +15,15 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-TOOL = HERE.parent / "course.py"
+TOOL = HERE.parent / "course"  # the package: python3 scripts/course ...
 RECORDED = HERE / "data" / "gpu_atomic_naive_only.junit.xml"
 sys.dont_write_bytecode = True
 sys.path.insert(0, str(HERE.parent))
-import course  # noqa: E402
+import course.states as course  # noqa: E402  (TestResult, state_of)
 
 
 def list_states(junit: Path, build: Path) -> dict:
-    """`course.py list --results junit --json`: step id -> (state, tests, passed)."""
+    """`python3 scripts/course list --results junit --json`: step id -> (state, tests, passed)."""
     out = subprocess.run([sys.executable, str(TOOL), "list", "--json", "--results", str(junit), "--build-dir",
                           str(build)], check=True, stdout=subprocess.PIPE, text=True).stdout
     return {s["id"]: (s["state"], s["tests"], s["passed"]) for s in json.loads(out) if s["tests"]}
