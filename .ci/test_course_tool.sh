@@ -6,9 +6,9 @@
 #   2. `list` on the fresh clone: every step is "not started" or "needs a GPU"; `next` passes
 #      over the steps that need a GPU and stops at one it can check here;
 #   3. a stub with a syntax error: `check` stops with the compiler's error and runs no test;
-#   4. module 3's row_offset (its tests run on the host) given the solution's body:
+#   4. module 3's row_offset (its tests run on the host; attention_device.cuh) given the solution's body:
 #      `check` reports it done, and so does `list`.
-# The stub is restored on exit. Reuses the CI build folder: only module 3's exercise test
+# The stubs are restored on exit. Reuses the CI build folder: only module 3's exercise test
 # binaries are rebuilt.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -16,11 +16,13 @@ export PRESET=${PRESET:-ci}
 start=$SECONDS
 tool=(python3 scripts/course)
 stub=exercises/module03_attention/attention.cu
+row_stub=exercises/module03_attention/attention_device.cuh  # the stub's row_offset
 solution=module03_attention/include/module03/attention_indexing.cuh
 step=attention/row_offset
 work=$(mktemp -d)
 cp "$stub" "$work/stub.cu"
-restore() { cp "$work/stub.cu" "$stub"; rm -rf "$work"; }
+cp "$row_stub" "$work/row_stub.cuh"
+restore() { cp "$work/stub.cu" "$stub"; cp "$work/row_stub.cuh" "$row_stub"; rm -rf "$work"; }
 trap restore EXIT
 fail() { echo "[ci:course-tool] FAILED: $*" >&2; exit 1; }
 
@@ -64,7 +66,7 @@ if echo "$out" | grep -qE "^[0-9]+ tests?: "; then fail "check ran tests after a
 cp "$work/stub.cu" "$stub"
 
 # 4. The solution's body in the stub's row_offset: the step is done.
-python3 - "$stub" "$solution" <<'EOF'
+python3 - "$row_stub" "$solution" <<'EOF'
 import re, sys
 def body(text):
     """(start, end) of the body of the first row_offset(const AttentionStrides& ...) definition."""

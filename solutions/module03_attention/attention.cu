@@ -43,6 +43,7 @@ unsigned grid_stride_blocks(long long work, int threads) {
   return static_cast<unsigned>(std::max(1LL, std::min(blocks, 1LL << 20)));
 }
 
+// @step naive
 // ============================================================================
 // Step 1: naive -- S materialized, three library calls and two small kernels.
 //
@@ -88,8 +89,10 @@ __global__ void zero_dead_rows_kernel(float* o, AttentionStrides os, int heads, 
     o[row_offset(os, bh / heads, bh % heads, i) + c] = 0.f;
   }
 }
+// @end
 
 void launch_naive(const AttentionArgs& a) {
+  // @step naive
   float* s = a.workspace;
   const std::int64_t B = a.batch, H = a.heads, Nq = a.seq_q, Nk = a.seq_k, d = a.head_dim;
 
@@ -157,8 +160,10 @@ void launch_naive(const AttentionArgs& a) {
                                                                                 n_dead, static_cast<int>(d), total);
     COURSE_CHECK_LAUNCH("zero_dead_rows_kernel");
   }
+  // @end
 }
 
+// @step tiled_online
 // ============================================================================
 // Step 2: tiled_online -- one kernel, S and P never leave the chip.
 //
@@ -187,9 +192,11 @@ void launch_naive(const AttentionArgs& a) {
 // per SM; __launch_bounds__(128, 3) (<= 170 registers, 3 blocks) made it slower (19.3
 // TFLOP/s in a development run).
 // ============================================================================
+// @end
 constexpr int kTiledRows = 128;  // threads per block = query rows per block
 constexpr int kTiledKV = 32;     // keys per shared-memory tile
 
+// @step causal
 // ============================================================================
 // Step 3: causal -- the same kernel with kCausal = true.
 //
@@ -209,11 +216,13 @@ constexpr int kTiledKV = 32;     // keys per shared-memory tile
 // heavy tiles of the last heads started late and ran nearly alone at the end, which the
 // ordering across all heads (block_coordinates) fixed.
 // ============================================================================
+// @end
 template <int D, bool kCausal>
 __global__ void __launch_bounds__(kTiledRows) tiled_online_kernel(const Params p) {
   constexpr int kC4 = D / 4;  // float4 chunks per row
   __shared__ float4 k_tile[kTiledKV][kC4];
   __shared__ float4 v_tile[kTiledKV][kC4];
+  // @step tiled_online  (the whole kernel body: steps tiled_online and causal)
 
   int q_tile, bh;
   block_coordinates(kCausal, q_tile, bh);
@@ -303,6 +312,7 @@ __global__ void __launch_bounds__(kTiledRows) tiled_online_kernel(const Params p
 #pragma unroll
   for (int c = 0; c < kC4; ++c) o_row[c] = make_float4(acc[c].x * inv, acc[c].y * inv, acc[c].z * inv, acc[c].w * inv);
   if (p.lse != nullptr) p.lse[static_cast<long long>(bh) * p.seq_q + i] = l > 0.f ? m + logf(l) : -INFINITY;
+  // @end
 }
 
 template <int D>
@@ -322,6 +332,8 @@ void launch_tiled(const AttentionArgs& a, bool causal) {
     launch_tiled_d<decltype(d)::value>(p, bh, causal, a.stream);
   });
 }
+// @step tiled_online  (the exercise's entry points of steps tiled_online, causal, fused_options)
+// @end
 
 // ============================================================================
 // The online update on its own, for the unit tests: one thread folds num_blocks blocks
@@ -354,20 +366,26 @@ void attention(m03::AttentionStep step, const m03::AttentionArgs& args) {
   m03::validate_attention_args(args, step, "attention");
   switch (step) {
     case AttentionStep::naive: return launch_naive(args);
+    // @step fused_options  (the exercise runs ALiBi on its tiled kernel)
     case AttentionStep::tiled_online: return launch_tiled(args, false);
     case AttentionStep::causal: return launch_tiled(args, args.causal);
     case AttentionStep::fused:
     case AttentionStep::fused_options: return attn::launch_fused(args);
+    // @end
     default: break;  // bf16 steps: validate_attention_args rejected them (attention_tc.cu runs them)
   }
 }
 
 std::int64_t attention_row_offset(const m03::AttentionStrides& s, std::int64_t b, std::int64_t h, std::int64_t n) {
+  // @step row_offset
   return m03::row_offset(s, b, h, n);
+  // @end
 }
 
 void online_softmax_update_test(const m03::OnlineUpdateTestArgs& args) {
   m03::validate_online_update_test_args(args, "online_softmax_update_test");
+  // @step online_softmax_rescale  (the exercise checks that the update is written)
+  // @end
   online_update_test_kernel<<<1, 1, 0, args.stream>>>(args.scores, args.values, args.block_len, args.num_blocks,
                                                       args.out);
   COURSE_CHECK_LAUNCH("online_update_test_kernel");

@@ -10,7 +10,9 @@
 #include "course/cuda/mma_ptx.cuh"
 #include "course/cuda/warp_reduce.cuh"
 #include "module03/attention.hpp"
+// @step row_offset  (the exercise writes its own row_offset, so it cannot include this header)
 #include "module03/attention_indexing.cuh"
+// @end
 
 #include <cuda_runtime.h>
 
@@ -22,10 +24,13 @@ namespace course::solution::attn {
 
 using m03::AttentionArgs;
 using m03::AttentionStrides;
+// @step row_offset
 using m03::block_coordinates;
 using m03::fill_attention_params;
 using m03::row_offset;
+// @end
 
+// @step online_softmax_rescale
 /// The online-softmax update for one row and one new block of scores whose max is
 /// `block_max`. In this order:
 ///     m_new = max(m, block_max)
@@ -42,6 +47,7 @@ __device__ __forceinline__ float online_softmax_rescale(float& m, float& l, floa
   m = m_new;
   return alpha;
 }
+// @end
 
 /// The max to subtract in exp(s - m): m itself, or 0 while the row is still all masked
 /// (every s is then -inf too, and exp(-inf - 0) = 0 instead of NaN).

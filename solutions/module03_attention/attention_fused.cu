@@ -15,6 +15,7 @@
 namespace course::solution::attn {
 namespace {
 
+// @step fused
 // ============================================================================
 // Step 4: fused -- the same algorithm as step 2, reorganized so that every value read
 // from shared memory feeds several FMAs, for any head dimension.
@@ -83,6 +84,7 @@ namespace {
 // The options cost a quarter to a third more time, more than predicted -- the per-score
 // bias and the extra barrier per tile weigh more than the count of operations suggests.
 // ============================================================================
+// @end
 
 template <int D>
 struct FusedTile {
@@ -195,6 +197,7 @@ __global__ void __launch_bounds__(FusedTile<D>::kThreads, FusedTile<D>::kMinBloc
       for (int ii = 0; ii < kRows; ++ii)
 #pragma unroll
         for (int jj = 0; jj < kCols; ++jj) s[ii][jj] = 0.f;
+      // @step fused  (4a)
 #pragma unroll 4
       for (int c = 0; c < D; c += 4) {
         float4 qv[kRows], kv[kCols];
@@ -209,11 +212,13 @@ __global__ void __launch_bounds__(FusedTile<D>::kThreads, FusedTile<D>::kMinBloc
             s[ii][jj] = fmaf(qv[ii].w, kv[jj].w,
                              fmaf(qv[ii].z, kv[jj].z, fmaf(qv[ii].y, kv[jj].y, fmaf(qv[ii].x, kv[jj].x, s[ii][jj]))));
       }
+      // @end
       __syncthreads();  // all reads of k_tile are done: prefetch K_{t+1} into it
       if (t + 1 < num_tiles)
         load_tile_async<D, kBlockKV, T::kThreads>(k_tile, kLd, k_head, p.ks.seq, kv0 + kBlockKV, p.seq_k);
       cp_async_commit();  // (possibly empty) group K_{t+1}
 
+      // @step fused  (4b)
       // ---- scale, bias, mask; online softmax per row.
       const bool need_mask = static_cast<long long>(kv0) + kBlockKV > p.seq_k ||
                              (kCausal && static_cast<long long>(kv0) + kBlockKV - 1 > static_cast<long long>(q0) + off);
@@ -242,6 +247,7 @@ __global__ void __launch_bounds__(FusedTile<D>::kThreads, FusedTile<D>::kMinBloc
 #pragma unroll
         for (int c = 0; c < kOutCols; ++c) acc[ii][c] *= alpha;
       }
+      // @end
       // P^T into shared memory: key-major, the thread's two groups of 4 rows as float4.
 #pragma unroll
       for (int jj = 0; jj < kCols; ++jj) {
@@ -252,6 +258,7 @@ __global__ void __launch_bounds__(FusedTile<D>::kThreads, FusedTile<D>::kMinBloc
       cp_async_wait<1>();  // V_t has landed (K_{t+1} may still be in flight)
       __syncthreads();     // ... for every thread, and P_t is complete
 
+      // @step fused  (4c)
       // ---- O += P_t V_t: 8 rows x kOutCols columns per thread.
 #pragma unroll 4
       for (int kk = 0; kk < kBlockKV; ++kk) {
@@ -268,6 +275,7 @@ __global__ void __launch_bounds__(FusedTile<D>::kThreads, FusedTile<D>::kMinBloc
             for (int e = 0; e < kVec; ++e) acc[ii][u * kVec + e] = fmaf(pr[ii], vv[e], acc[ii][u * kVec + e]);
         }
       }
+      // @end
       __syncthreads();  // all reads of v_tile and p_tile are done: prefetch V_{t+1}
       if (t + 1 < num_tiles)
         load_tile_async<D, kBlockKV, T::kThreads>(v_tile, kLd, v_head, p.vs.seq, kv0 + kBlockKV, p.seq_k);
@@ -315,6 +323,8 @@ void launch_fused_d(const Params& p, std::int64_t batch_heads, bool causal, cuda
 }  // namespace
 
 void launch_fused(const AttentionArgs& a) {
+  // @step fused  (the exercise checks that steps 4a-4d are written)
+  // @end
   const Params p = make_params(a);
   const std::int64_t bh = a.batch * a.heads;
   cuda::dispatch_value<m03::kHeadDims>(a.head_dim, "head_dim", [&](auto d) {

@@ -6,8 +6,9 @@
 /// attention_tc_device.cuh), module 4's backward steps
 /// (solutions/module04_training/attention_backward_device.cuh) and the exercises' given
 /// code include it, so that every attention kernel of the course computes a row's address
-/// in one place. (Step row_offset of exercises/module03_attention/attention.cu asks you to
-/// write that function yourself: that file does not include this one.)
+/// in one place. (Step row_offset asks you to write that function yourself, in
+/// exercises/module03_attention/attention_device.cuh: that file does not include this one,
+/// and copies block_coordinates and fill_attention_params instead.)
 
 #include "module03/attention.hpp"
 

@@ -11,7 +11,7 @@
 ///   ldmatrix, mma.sync, swizzle); matmul_tc_hopper.cu (cp.async, wgmma);
 ///   softmax.cu (cp.async in cluster_columns); tests/planted/matmul_tc_planted.cu
 /// - module 2: batched_gemm_fp32.cu (cp.async); batched_gemm_tensor_core.cu (mma.sync, wgmma)
-/// - module 3: attention_device.cuh, attention_fused.cu, exercise attention.cu (cp.async);
+/// - module 3: attention_device.cuh, attention_fused.cu, solution and exercise (cp.async);
 ///   attention_tc_device.cuh, attention_tc.cu, attention_tc_flash.cu (the
 ///   tensor-core steps, ex2 too); tests/planted/attention_tc_planted.cu
 /// - module 4: attention_backward_flash.cu (cp.async)

@@ -6,7 +6,7 @@
 /// The pointer must be aligned to kVec floats. Used by:
 /// - module 1: solutions/ and exercises/ softmax.cu (cluster_columns' stores),
 ///   bench/bench_softmax_order.cu (the column_order_* rows)
-/// - module 3: solutions/ attention_fused.cu (O epilogue, V reads), exercises/ attention.cu
+/// - module 3: solutions/ and exercises/ attention_fused.cu (O epilogue, V reads)
 /// - module 4: solutions/ attention_backward_flash.cu (dK, dV, dQ), softmax_backward.cu
 ///
 /// The stores go through store_global4 / store_global2: one explicit st.global.v4 / .v2

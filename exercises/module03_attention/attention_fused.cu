@@ -1,0 +1,250 @@
+/// @file attention_fused.cu
+/// @brief YOUR step 4 of the attention ladder (module 3), fp32: the loops of the
+/// register-blocked fused kernel. The tiles, the cp.async pipeline, the P^T store and the
+/// epilogue are given (so are RoPE and grouped-query K/V heads, which your step
+/// fused_options does not use: it runs ALiBi on your tiled kernel, in attention.cu).
+/// The steps in order: attention.cu's banner.
+
+#include "attention_device.cuh"
+
+#include "course/cuda/launch.cuh"
+#include "course/cuda/vec.cuh"
+#include "module03/attention.hpp"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace course::exercise::attn {
+namespace {
+
+// @step fused
+// ----------------------------------------------------------------------------
+// Step 4: fused -- the algorithm of steps 2-3, reorganized so that every value read
+// from shared memory feeds several FMAs; any head dim up to 128, lse, causal.
+// (The lesson: module03_attention/README.md, step 4; the solution's banner in
+// solutions/module03_attention/attention_fused.cu has the predictions.)
+//
+// A block of 128 threads owns 64 query rows and walks the keys in tiles of kBlockKV.
+// Each thread computes an 8 x kCols micro-tile of S = Q K^T and an 8 x kOutCols
+// micro-tile of O; the 16 threads of a half-warp (same ty) share the same 8 rows.
+// Thread map (tx = threadIdx.x % 16, ty = threadIdx.x / 16, 0..7):
+//   query rows   tile_row(ty, ii), ii < 8   (ty*4 + {0..3} and 32 + ty*4 + {0..3})
+//   score keys   tx + 16*jj, jj < kCols      (16 consecutive K rows per load)
+//   out columns  u*16*kVec + tx*kVec + e     (u < kOutChunks, e < kVec)
+// Tiles in shared memory: q_tile, k_tile, v_tile row-major with row stride kLd;
+// p_tile holds P^T (key-major: p_tile[key * kLdP + row]).
+//
+// Given: the tile shapes, the cp.async tile loads (zero-filled past the last row), the
+// pipeline (K_{t+1} lands while P_t V_t is computed, V_{t+1} while S_{t+1} is), the P^T
+// store, and the epilogue (the 16 partial row sums added, O = acc / l, lse = m + log l).
+// TODO(step 4a): S = Q K_t^T: s[ii][jj] = q row tile_row(ty, ii) . k row tx + 16*jj,
+//                over d in float4 steps (8 + kCols float4 loads feed 8 * kCols * 4 FMAs).
+// TODO(step 4b): per row ii: scale the scores, mask them (keys >= N_k; causal: key j >
+//                i + p.causal_offset) -- only in tiles that need it --, the row max over
+//                the 16 lanes that share the row (cuda::warp_max<kRowLanes>), YOUR
+//                online_softmax_rescale on this thread's m[ii], l[ii], then
+//                s[ii][jj] = exp(s - m_ref), l[ii] += it, acc[ii][:] *= alpha.
+// TODO(step 4c): O += P_t V_t: for every key kk of the tile, this thread's 8 P values
+//                (two float4 of p_tile's row kk) times its kOutCols values of V row kk.
+// TODO(step 4d): set kFusedWritten to true.
+// Hints, one at a time: bash scripts/course.sh hint attention/fused
+// ----------------------------------------------------------------------------
+// TODO(step 4d): set to true once steps 4a-4c are written.
+constexpr bool kFusedWritten = false;
+// @end
+
+template <int D>
+struct FusedTile {
+  static constexpr int kThreads = 128;
+  static constexpr int kBlockQ = 64;
+  static constexpr int kBlockKV = D <= 64 ? 64 : 32;
+  static constexpr int kRows = 8;                  // query rows per thread
+  static constexpr int kCols = kBlockKV / 16;      // keys per thread in a tile
+  static constexpr int kOutCols = D / 16;          // output columns per thread
+  static constexpr int kVec = kOutCols % 4 == 0 ? 4 : (kOutCols % 2 == 0 ? 2 : 1);
+  static constexpr int kOutChunks = kOutCols / kVec;
+  static constexpr int kLd = D + 4;                // padded row stride of the Q, K, V tiles
+  static constexpr int kLdP = kBlockQ + 4;         // padded row stride of P^T
+  static constexpr int kQFloats = kBlockQ * kLd;
+  static constexpr int kKVFloats = kBlockKV * kLd;
+  static constexpr int kPFloats = kBlockKV * kLdP;
+  static constexpr std::size_t kSmemBytes =
+      (D / 2) * sizeof(double) + static_cast<std::size_t>(kQFloats + 2 * kKVFloats + kPFloats) * sizeof(float);
+  static constexpr int kMinBlocks = D <= 64 ? 3 : 2;
+  static_assert(kBlockQ == 8 * kRows, "8 row groups of 8 rows");
+  static_assert(kThreads == 16 * (kBlockQ / kRows), "16 threads share each row group");
+  static_assert(kOutChunks * kVec == kOutCols, "output columns split into chunks");
+};
+
+/// Row (within the tile) of a thread's ii-th query row.
+__device__ __forceinline__ int tile_row(int ty, int ii) { return ii < 4 ? ty * 4 + ii : 32 + ty * 4 + (ii - 4); }
+
+/// Lanes sharing a query row: the 16 of a half-warp (same ty). Row max and row sum reduce
+/// over them with cuda::warp_max<kRowLanes> / warp_sum<kRowLanes> (course/cuda/warp_reduce.cuh).
+constexpr int kRowLanes = 16;
+
+/// Issue cp.async copies of rows [row0, row0 + kRowsT) of one head (rows >= valid_rows
+/// zero-filled) into a [kRowsT x D] tile with row stride ld.
+template <int D, int kRowsT, int kThreads>
+__device__ __forceinline__ void load_tile_async(float* tile, int ld, const float* head, std::int64_t seq_stride,
+                                                int row0, int valid_rows) {
+  constexpr int kChunksPerRow = D / 4;
+  for (int idx = threadIdx.x; idx < kRowsT * kChunksPerRow; idx += kThreads) {
+    const int r = idx / kChunksPerRow, c4 = idx % kChunksPerRow;
+    const long long row = static_cast<long long>(row0) + r;
+    const bool valid = row < valid_rows;
+    const float* src = valid ? head + row * seq_stride + c4 * 4 : head;
+    cuda::cp_async_16_zfill<0, cuda::SrcAddress::generic>(cuda::smem_u32(tile + r * ld + c4 * 4), src,
+                                                          valid ? 16 : 0);
+  }
+}
+
+template <int D, bool kCausal>
+__global__ void __launch_bounds__(FusedTile<D>::kThreads, FusedTile<D>::kMinBlocks)
+    fused_attention_kernel(const Params p) {
+  using T = FusedTile<D>;
+  constexpr int kRows = T::kRows, kCols = T::kCols, kVec = T::kVec;
+  constexpr int kOutCols = T::kOutCols, kOutChunks = T::kOutChunks;
+  constexpr int kLd = T::kLd, kLdP = T::kLdP, kBlockQ = T::kBlockQ, kBlockKV = T::kBlockKV;
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  double* inv_freq = reinterpret_cast<double*>(smem);                  // D/2 doubles (RoPE)
+  float* q_tile = reinterpret_cast<float*>(smem + (D / 2) * sizeof(double));
+  float* k_tile = q_tile + T::kQFloats;
+  float* v_tile = k_tile + T::kKVFloats;
+  float* p_tile = v_tile + T::kKVFloats;                               // P^T: [key][row]
+
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  int q_block, bh;
+  block_coordinates(kCausal, q_block, bh);  // causal: heaviest tiles of all heads first
+  const int b = bh / p.heads, h = bh % p.heads, hk = h / p.group;
+  const int q0 = q_block * kBlockQ;
+  const float* q_head = p.q + row_offset(p.qs, b, h, 0);
+  const float* k_head = p.k + row_offset(p.ks, b, hk, 0);
+  const float* v_head = p.v + row_offset(p.vs, b, hk, 0);
+  const long long off = p.causal_offset;
+
+  const int kv_end = kCausal ? causal_kv_end(p, q0, kBlockQ) : p.seq_k;
+  const int num_tiles = (kv_end + kBlockKV - 1) / kBlockKV;
+
+  float acc[kRows][kOutCols];
+  float m[kRows], l[kRows];
+#pragma unroll
+  for (int ii = 0; ii < kRows; ++ii) {
+    m[ii] = -INFINITY;
+    l[ii] = 0.f;
+#pragma unroll
+    for (int c = 0; c < kOutCols; ++c) acc[ii][c] = 0.f;
+  }
+
+  if (num_tiles > 0) {
+    if (p.rope) rope_inv_freq<D>(inv_freq, p.rope_theta);
+    const float slope = p.alibi ? alibi_slope(h, p.heads) : 0.f;
+
+    // Prologue: groups [Q + K_0], [V_0].
+    load_tile_async<D, kBlockQ, T::kThreads>(q_tile, kLd, q_head, p.qs.seq, q0, p.seq_q);
+    load_tile_async<D, kBlockKV, T::kThreads>(k_tile, kLd, k_head, p.ks.seq, 0, p.seq_k);
+    cp_async_commit();
+    load_tile_async<D, kBlockKV, T::kThreads>(v_tile, kLd, v_head, p.vs.seq, 0, p.seq_k);
+    cp_async_commit();
+
+    for (int t = 0; t < num_tiles; ++t) {
+      const int kv0 = t * kBlockKV;
+      cp_async_wait<1>();  // everything but the newest group (V_t) has landed: Q, K_t
+      __syncthreads();
+      if (p.rope) {
+        if (t == 0) rope_tile<D, T::kThreads>(q_tile, kBlockQ, kLd, static_cast<long long>(q0) + off, inv_freq);
+        rope_tile<D, T::kThreads>(k_tile, kBlockKV, kLd, kv0, inv_freq);
+        __syncthreads();
+      }
+
+      // ---- S = Q K_t^T: an 8 x kCols micro-tile per thread.
+      float s[kRows][kCols];
+#pragma unroll
+      for (int ii = 0; ii < kRows; ++ii)
+#pragma unroll
+        for (int jj = 0; jj < kCols; ++jj) s[ii][jj] = 0.f;
+      // @step fused  (4a)
+      // TODO(step 4a): S = Q K_t^T into s, from q_tile and k_tile.
+      // @end
+      __syncthreads();  // all reads of k_tile are done: prefetch K_{t+1} into it
+      if (t + 1 < num_tiles)
+        load_tile_async<D, kBlockKV, T::kThreads>(k_tile, kLd, k_head, p.ks.seq, kv0 + kBlockKV, p.seq_k);
+      cp_async_commit();  // (possibly empty) group K_{t+1}
+
+      // @step fused  (4b)
+      // TODO(step 4b): scale, mask, online softmax per row; s[ii][jj] becomes p.
+      // (slope: ALiBi, not part of this step: p.alibi is false here.)
+      // @end
+      // P^T into shared memory: key-major, the thread's two groups of 4 rows as float4.
+#pragma unroll
+      for (int jj = 0; jj < kCols; ++jj) {
+        float* prow = p_tile + (tx + 16 * jj) * kLdP;
+        *reinterpret_cast<float4*>(prow + ty * 4) = make_float4(s[0][jj], s[1][jj], s[2][jj], s[3][jj]);
+        *reinterpret_cast<float4*>(prow + 32 + ty * 4) = make_float4(s[4][jj], s[5][jj], s[6][jj], s[7][jj]);
+      }
+      cp_async_wait<1>();  // V_t has landed (K_{t+1} may still be in flight)
+      __syncthreads();     // ... for every thread, and P_t is complete
+
+      // @step fused  (4c)
+      // TODO(step 4c): O += P_t V_t into acc, from p_tile and v_tile.
+      // @end
+      __syncthreads();  // all reads of v_tile and p_tile are done: prefetch V_{t+1}
+      if (t + 1 < num_tiles)
+        load_tile_async<D, kBlockKV, T::kThreads>(v_tile, kLd, v_head, p.vs.seq, kv0 + kBlockKV, p.seq_k);
+      cp_async_commit();  // (possibly empty) group V_{t+1}
+    }
+    cp_async_wait<0>();
+  }
+
+  // ---- epilogue: O = acc / l, lse = m + log l (rows past N_q are not stored).
+#pragma unroll
+  for (int ii = 0; ii < kRows; ++ii) {
+    const float l_row = cuda::warp_sum<kRowLanes>(l[ii]);
+    const long long i = static_cast<long long>(q0) + tile_row(ty, ii);
+    if (i < p.seq_q) {
+      const float inv = l_row > 0.f ? 1.f / l_row : 0.f;  // a row that sees no key: O = 0
+      float* o_row = p.o + row_offset(p.os, b, h, i);
+#pragma unroll
+      for (int u = 0; u < kOutChunks; ++u)
+        cuda::store_vec<kVec>(o_row + u * 16 * kVec + tx * kVec, &acc[ii][u * kVec], inv);
+      if (p.lse != nullptr && tx == 0)
+        p.lse[static_cast<long long>(bh) * p.seq_q + i] = l_row > 0.f ? m[ii] + logf(l_row) : -INFINITY;
+    }
+  }
+}
+
+template <int D, bool kCausal>
+void launch_fused_cfg(const Params& p, std::int64_t batch_heads, cudaStream_t stream) {
+  using T = FusedTile<D>;
+  constexpr auto kernel = fused_attention_kernel<D, kCausal>;
+  // > 48 KB of dynamic shared memory must be opted into; the largest carveout lets
+  // kMinBlocks blocks fit on an SM.
+  cuda::opt_in_dynamic_smem<kernel>(static_cast<int>(T::kSmemBytes));
+  const dim3 grid(static_cast<unsigned>((static_cast<long long>(p.seq_q) + T::kBlockQ - 1) / T::kBlockQ),
+                  static_cast<unsigned>(batch_heads));
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
+  COURSE_CHECK_LAUNCH("fused_attention_kernel");
+}
+
+template <int D>
+void launch_fused_d(const Params& p, std::int64_t batch_heads, bool causal, cudaStream_t stream) {
+  if (causal) launch_fused_cfg<D, true>(p, batch_heads, stream);
+  else launch_fused_cfg<D, false>(p, batch_heads, stream);
+}
+
+}  // namespace
+
+void launch_fused(const AttentionArgs& a) {
+  // @step fused  (step 4d: your flag)
+  if (!kFusedWritten || !kOnlineUpdateWritten) throw NotImplemented("attention step fused", __FILE__);
+  // @end
+  const Params p = make_params(a);
+  const std::int64_t bh = a.batch * a.heads;
+  cuda::dispatch_value<m03::kHeadDims>(a.head_dim, "head_dim", [&](auto d) {
+    launch_fused_d<decltype(d)::value>(p, bh, a.causal, a.stream);
+  });
+}
+
+}  // namespace course::exercise::attn
