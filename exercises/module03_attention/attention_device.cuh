@@ -13,6 +13,7 @@
 #include "course/cuda/mma_ptx.cuh"
 #include "course/cuda/warp_reduce.cuh"
 #include "module03/attention.hpp"
+#include "module03/attention_blocks.cuh"
 // @step row_offset  (module03/attention_indexing.cuh has the answer to row_offset: not included here)
 // @end
 
@@ -26,6 +27,8 @@ namespace course::exercise::attn {
 
 using m03::AttentionArgs;
 using m03::AttentionStrides;
+using m03::block_coordinates;
+using m03::fill_attention_params;
 // @step row_offset
 /// This file, named by the NotImplemented of steps row_offset and online_softmax_rescale.
 constexpr const char* kDeviceFile = __FILE__;
@@ -45,39 +48,6 @@ __host__ __device__ __forceinline__ std::int64_t row_offset(const AttentionStrid
   (void)h;
   (void)n;
   return -1;
-}
-
-/// (query tile, batch*head pair) of this block; causal: heaviest tiles of all heads first
-/// (step causal, hint 3). (Given: a copy of module03/attention_indexing.cuh's, which this
-/// file does not include because it also holds the answer to row_offset.)
-__device__ __forceinline__ void block_coordinates(bool causal, int& q_tile, int& bh) {
-  if (!causal) {
-    q_tile = static_cast<int>(blockIdx.x);
-    bh = static_cast<int>(blockIdx.y);
-    return;
-  }
-  const long long linear = static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x;
-  q_tile = static_cast<int>(gridDim.x - 1 - linear / gridDim.y);
-  bh = static_cast<int>(linear % gridDim.y);
-}
-
-/// The pointers, strides and shape every attention parameter block takes from its
-/// arguments. (Given: a copy of module03/attention_indexing.cuh's, as above.)
-template <class Params, class Args>
-inline void fill_attention_params(Params& p, const Args& a) {
-  p.q = a.q;
-  p.k = a.k;
-  p.v = a.v;
-  p.o = a.o;
-  p.lse = a.lse;
-  p.qs = a.q_strides;
-  p.ks = a.k_strides;
-  p.vs = a.v_strides;
-  p.os = a.o_strides;
-  p.heads = static_cast<int>(a.heads);
-  p.group = static_cast<int>(a.heads / a.kv_heads);
-  p.seq_q = static_cast<int>(a.seq_q);
-  p.seq_k = static_cast<int>(a.seq_k);
 }
 // @end
 

@@ -10,7 +10,8 @@
 #include "course/cuda/mma_ptx.cuh"
 #include "course/cuda/warp_reduce.cuh"
 #include "module03/attention.hpp"
-// @step row_offset  (the exercise writes its own row_offset, so it cannot include this header)
+#include "module03/attention_blocks.cuh"
+// @step row_offset  (the exercise writes its own row_offset: it includes attention_blocks.cuh only)
 #include "module03/attention_indexing.cuh"
 // @end
 
@@ -24,9 +25,9 @@ namespace course::solution::attn {
 
 using m03::AttentionArgs;
 using m03::AttentionStrides;
-// @step row_offset
 using m03::block_coordinates;
 using m03::fill_attention_params;
+// @step row_offset
 using m03::row_offset;
 // @end
 

@@ -1,0 +1,74 @@
+#pragma once
+/// @file attention_blocks.cuh
+/// @brief Which tile a block of an attention kernel computes, and the fields every
+/// attention parameter block fills the same way (device code: include it from .cu files
+/// only). Part of module03/attention_indexing.cuh, which includes it; on its own for the
+/// exercise of step row_offset (exercises/module03_attention/attention_device.cuh), which
+/// writes its own row_offset and so must not see module 3's.
+
+#include "module03/attention.hpp"
+
+#include <cuda_runtime.h>
+
+namespace course::m03 {
+
+/// Which (query tile, batch*head pair) this block computes, for a grid of
+/// (num_q_tiles, batch*heads). The hardware hands out blocks roughly in linear order
+/// L = blockIdx.y * gridDim.x + blockIdx.x.
+///  - No mask: every block costs the same; q tile = blockIdx.x, pair = blockIdx.y, so the
+///    blocks running together share one head's K and V in L2.
+///  - Causal: a block's cost grows with its q tile (the last tile sees every key, the first
+///    almost none). Make the q tile the SLOW index of L, counted down: the heaviest tiles of
+///    ALL heads start first and the light ones fill the last wave (longest job first). Only
+///    reversing the tiles within each head still leaves the heavy tiles of the last heads
+///    starting late, and a heavy block that runs nearly alone at the end is slow twice over.
+__device__ __forceinline__ void block_coordinates(bool causal, int& q_tile, int& bh) {
+  if (!causal) {
+    q_tile = static_cast<int>(blockIdx.x);
+    bh = static_cast<int>(blockIdx.y);
+    return;
+  }
+  const long long linear = static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x;
+  q_tile = static_cast<int>(gridDim.x - 1 - linear / gridDim.y);
+  bh = static_cast<int>(linear % gridDim.y);
+}
+
+/// Which (key tile, batch * kv head) this block computes, for a grid of (num_kv_tiles,
+/// B * H_kv). No mask: key tile = blockIdx.x, so the blocks running together share one
+/// head's Q and dO in L2. Causal: the key tile is the SLOW index of the linear block
+/// number, counted up: the first key tiles (seen by the most query tiles) of all heads
+/// start first. Either way block (kv_tile - 1, bhk) has a lower linear number than block
+/// (kv_tile, bhk): the deterministic backward's blocks wait for their left neighbour only.
+__device__ __forceinline__ void kv_block_coordinates(bool causal, int& kv_tile, int& bhk) {
+  if (!causal) {
+    kv_tile = static_cast<int>(blockIdx.x);
+    bhk = static_cast<int>(blockIdx.y);
+    return;
+  }
+  const long long linear = static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x;
+  kv_tile = static_cast<int>(linear / gridDim.y);
+  bhk = static_cast<int>(linear % gridDim.y);
+}
+
+/// The fields of a kernel parameter block that every attention step fills the same way:
+/// the Q, K, V, O and lse pointers, their strides and the shape (H, H / H_kv, N_q, N_k).
+/// `Params` is the step's own block (fp32 or bf16, forward or backward), `Args` its
+/// argument struct; the caller sets the rest (scale, causal offset, options).
+template <class Params, class Args>
+inline void fill_attention_params(Params& p, const Args& a) {
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.o = a.o;
+  p.lse = a.lse;
+  p.qs = a.q_strides;
+  p.ks = a.k_strides;
+  p.vs = a.v_strides;
+  p.os = a.o_strides;
+  p.heads = static_cast<int>(a.heads);
+  p.group = static_cast<int>(a.heads / a.kv_heads);
+  p.seq_q = static_cast<int>(a.seq_q);
+  p.seq_k = static_cast<int>(a.seq_k);
+}
+
+}  // namespace course::m03
