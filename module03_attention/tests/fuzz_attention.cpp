@@ -152,14 +152,14 @@ std::vector<StepInfo<AttentionStep>> bf16_steps() {
   return course::m03::attention_steps(course::m03::AttentionDType::bf16);
 }
 
-/// The tensor-core contract: head dims 32..128, strides in multiples of 8 elements (padding
+/// The tensor-core contract: head dims 32..128 (64 and 128 for the Hopper steps), strides in multiples of 8 elements (padding
 /// 8..32), grouped-query heads in every step, causal, lse on or off; sizes, layouts,
 /// broadcasts and data ranges as for the fp32 steps. Checked by FlashAttention's rule
 /// (attention_tc_check.hpp).
 TcCase draw_attention_tc(Rng& rng, AttentionStep step, bool large) {
   const auto sup = course::m03::step_support(step);
   TcCase c;
-  c.d = rng.pick({32, 64, 96, 128});
+  c.d = sup.hopper ? rng.pick({64, 128}) : rng.pick({32, 64, 96, 128});
   if (large) {
     switch (rng.uniform(0, 2)) {
       case 0:
@@ -175,7 +175,7 @@ TcCase draw_attention_tc(Rng& rng, AttentionStep step, bool large) {
   } else if (rng.chance(0.04)) {
     c.B = rng.uniform(20, 60), c.H = rng.uniform(20, 60);
     c.N_q = rng.size(1, 20), c.N_k = rng.size(1, 20);
-    c.d = 32;
+    c.d = sup.hopper ? 64 : 32;
   } else {
     c.N_q = rng.size(1, 300, {16, 32, 64, 128});
     c.N_k = rng.chance(0.33) ? c.N_q : rng.size(1, 300, {16, 32, 64, 128});

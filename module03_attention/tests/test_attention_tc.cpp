@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -188,11 +189,12 @@ class AttentionTcTest : public GpuTest, public ::testing::WithParamInterface<Ste
 
 std::string step_name(const ::testing::TestParamInfo<StepInfo<AttentionStep>>& info) { return info.param.name; }
 
-/// "The cat sat" of the fp32 tests in d = 32 (zero columns change no dot product), scale 1:
+/// "The cat sat" of the fp32 tests in d = 32 (64 for the Hopper steps; zero columns change no
+/// dot product), scale 1:
 /// q = [1,0], [0,2], [1,1]; k = v = [1,0], [0,1], [1,1]. Scores [1,0,1], [0,2,2], [1,1,2].
 /// O is bf16: P and O each rounded to 8 significant bits, so within 2 x 2^-8 (< 1e-2).
 TEST_P(AttentionTcTest, WorkedExampleThreeTokens) {
-  const std::int64_t n = 3, d = 32;
+  const std::int64_t n = 3, d = course::m03::step_support(GetParam().step).hopper ? 64 : 32;
   std::vector<float> q(n * d, 0.f), k(n * d, 0.f), v(n * d, 0.f);
   const float qs[3][2] = {{1, 0}, {0, 2}, {1, 1}}, ks[3][2] = {{1, 0}, {0, 1}, {1, 1}};
   for (int i = 0; i < 3; ++i)
@@ -264,6 +266,7 @@ std::vector<Case> causality_cases() {
 TEST_P(AttentionTcTest, CausalMaskHidesFutureKeysBitForBit) {
   const AttentionStep step = GetParam().step;
   for (const Case& c : causality_cases()) {
+    if (!course::m03::step_takes_head_dim(step, c.d)) continue;
     SCOPED_TRACE(c.name());
     course::attention_testing::expect_causal(c, {c.N_q / 3, c.N_q / 2 + 7, c.N_q - 2},
                                              [&](std::int64_t i0, std::int64_t* later) {
@@ -307,7 +310,15 @@ TEST(AttentionTcSteps, DtypeSplitsTheLadder) {
     const bool tc = std::string(info.name).rfind("tc_", 0) == 0;
     EXPECT_EQ(course::m03::step_dtype(info.step) == AttentionDType::bf16, tc) << info.name;
   }
-  EXPECT_EQ(bf16_steps().size(), 4u);
+  EXPECT_EQ(bf16_steps().size(), std::size(course::m03::kAttentionSteps) - 5);  // five fp32 steps
+}
+
+TEST(AttentionTcSteps, HopperStepsTakeHeadDims64And128) {
+  for (const auto& info : bf16_steps())
+    for (const std::int64_t d : {32, 64, 96, 128})
+      EXPECT_EQ(course::m03::step_takes_head_dim(info.step, d),
+                !course::m03::step_support(info.step).hopper || d == 64 || d == 128)
+          << info.name << " d = " << d;
 }
 
 /// Valid host-side arguments (never dereferenced: validation throws first), broken one at a time.
@@ -373,6 +384,21 @@ TEST(AttentionTcArgsTest, HeadDimIsNamed) {
           a.q_strides.seq = a.k_strides.seq = a.v_strides.seq = a.o_strides.seq = 256;
         },
         "'head_dim' = " + std::to_string(d));
+}
+
+TEST(AttentionTcArgsTest, HopperHeadDimIsNamed) {
+  for (const auto& info : bf16_steps()) {
+    if (!course::m03::step_support(info.step).hopper) continue;
+    for (const std::int64_t d : {32, 96}) {
+      SCOPED_TRACE(std::string(info.name) + " d = " + std::to_string(d));
+      HostArgs h;
+      AttentionArgsBf16 a = h.args();
+      a.head_dim = d;
+      a.q_strides.seq = a.k_strides.seq = a.v_strides.seq = a.o_strides.seq = 128;
+      course::testing::expect_invalid_argument([&] { impl::attention(info.step, a); },
+                                               "'head_dim' = " + std::to_string(d));
+    }
+  }
 }
 
 TEST(AttentionTcArgsTest, PointersAreNamed) {

@@ -88,6 +88,8 @@ enum class AttentionStep {
   tc_swizzled_pipelined,  ///< + XOR-swizzled tiles, 2-stage cp.async K/V ring, Q fragments in registers
   tc_register_softmax,    ///< + softmax on the accumulator fragments, P reused as the A operand, exp2
   tc_flash2,              ///< the same kernel with FlashAttention-2's tile shapes (32 query rows per warp)
+  // Hopper steps (sm_90a only, head_dim 64 or 128; elsewhere they throw course::Unsupported).
+  tc_wgmma,  ///< warpgroup MMA: S from shared-memory Q and K, O += P V with P from registers
 };
 
 inline constexpr StepInfo<AttentionStep> kAttentionSteps[] = {
@@ -109,6 +111,8 @@ inline constexpr StepInfo<AttentionStep> kAttentionSteps[] = {
      "bf16; online softmax on the S accumulators, P re-packed as the A operand of P*V, exp2, O via smem"},
     {AttentionStep::tc_flash2, "tc_flash2",
      "bf16; FlashAttention-2's tile shapes: 128-row Q tiles, 32 rows per warp, 64/128-key K/V tiles"},
+    {AttentionStep::tc_wgmma, "tc_wgmma",
+     "bf16, Hopper; wgmma for S = Q K^T (Q, K from swizzled smem) and O += P V (P from registers)"},
 };
 static_assert(steps_in_enum_order(kAttentionSteps), "kAttentionSteps must list AttentionStep in enum order");
 
@@ -123,6 +127,7 @@ struct StepSupport {
   bool lse;          ///< args.lse may be non-null
   bool options;      ///< rope, alibi and kv_heads < heads
   bool workspace;    ///< needs attention_workspace_bytes() of scratch
+  bool hopper = false;  ///< sm_90a only (wgmma, TMA), head_dim in kHopperHeadDims
 };
 
 /// The columns of the step table that only attention has: row i describes the step of
@@ -145,6 +150,7 @@ inline constexpr AttentionStepColumns kAttentionStepColumns[] = {
     {AttentionStep::tc_swizzled_pipelined, AttentionDType::bf16, {128, true, true, false, false}},
     {AttentionStep::tc_register_softmax, AttentionDType::bf16, {128, true, true, false, false}},
     {AttentionStep::tc_flash2, AttentionDType::bf16, {128, true, true, false, false}},
+    {AttentionStep::tc_wgmma, AttentionDType::bf16, {128, true, true, false, false, true}},
 };
 static_assert(columns_match_steps(kAttentionSteps, kAttentionStepColumns),
               "kAttentionStepColumns must have one row per row of kAttentionSteps, in the same order");
@@ -493,13 +499,26 @@ inline void validate_attention_args(const AttentionArgs& a, AttentionStep step, 
 // scores, the softmax statistics and the P*V accumulation are fp32, P is rounded to bf16
 // (it is the A operand of a bf16 mma) and O is rounded to bf16 once, at the end; lse is
 // fp32. Contract (validate_attention_args below) as for AttentionArgs, except:
-//  - head_dim in {32, 64, 96, 128} (kTcHeadDims);
+//  - head_dim in {32, 64, 96, 128} (kTcHeadDims); the Hopper steps 64 or 128 (kHopperHeadDims);
 //  - every stride a multiple of 8 elements, so each row starts 16-byte aligned (one
 //    cp.async copies 16 bytes = 8 bf16), pointers 16-byte aligned;
 //  - grouped-query attention (kv_heads < heads) in every tc step; no RoPE, ALiBi or workspace.
 
 /// Head dimensions the tensor-core kernels are instantiated for.
 inline constexpr int kTcHeadDims[] = {32, 64, 96, 128};
+/// Those of the Hopper steps (StepSupport::hopper): whole 64-column blocks of the
+/// 128-byte-swizzle layout that wgmma and the TMA share.
+inline constexpr int kHopperHeadDims[] = {64, 128};
+
+/// Does bf16 step `step` take head dimension `d`? (Tests and fuzzers draw only those.)
+constexpr bool step_takes_head_dim(AttentionStep step, std::int64_t d) {
+  bool known = false;
+  for (const int x : kTcHeadDims) known = known || x == d;
+  if (!step_support(step).hopper) return known;
+  bool hopper = false;
+  for (const int x : kHopperHeadDims) hopper = hopper || x == d;
+  return known && hopper;
+}
 
 /// Device-side arguments of the bf16 attention(). All pointers are DEVICE pointers.
 struct AttentionArgsBf16 {
@@ -564,6 +583,10 @@ inline void validate_attention_args(const AttentionArgsBf16& a, AttentionStep st
   require_arg(known_d, fn, "head_dim", a.head_dim,
               msg("must be 32, 64, 96 or 128 for step ", sname,
                   " (the tensor-core kernels are templated on it; d is a whole number of 16-deep mma k steps)")
+                  .c_str());
+  require_arg(step_takes_head_dim(step, a.head_dim), fn, "head_dim", a.head_dim,
+              msg("must be 64 or 128 for step ", sname,
+                  " (a Hopper step: its tiles are whole 64-column blocks of the 128-byte-swizzle layout)")
                   .c_str());
   require_arg(std::isfinite(a.scale) && a.scale >= 0.f, fn, "scale", a.scale,
               "must be finite and >= 0 (0 selects 1/sqrt(head_dim))");

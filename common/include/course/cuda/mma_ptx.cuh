@@ -13,7 +13,8 @@
 /// - module 2: batched_gemm_fp32.cu (cp.async); batched_gemm_tensor_core.cu (mma.sync, wgmma)
 /// - module 3: attention_device.cuh, attention_fused.cu, solution and exercise (cp.async);
 ///   attention_tc_device.cuh, attention_tc.cu, attention_tc_flash.cu (the
-///   tensor-core steps, ex2 too); tests/planted/attention_tc_planted.cu
+///   tensor-core steps, ex2 too); attention_tc_hopper.cu (wgmma, P from registers);
+///   tests/planted/attention_tc_planted.cu
 /// - module 4: attention_backward_flash.cu (cp.async)
 /// - common: course/cuda/tile.cuh (smem_u32, swizzle_chunk)
 ///
@@ -434,6 +435,78 @@ __device__ __forceinline__ void wgmma_m64n256k16_bf16_f32(float (&d)[128], std::
       : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kBMnMajor ? 1 : 0), "n"(kAMnMajor ? 1 : 0));
 #else
   (void)d, (void)desc_a, (void)desc_b, (void)accumulate;
+  __trap();  // wgmma needs an sm_90a build
+#endif
+}
+
+/// `wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16` with A from REGISTERS and B from
+/// shared memory: d (64 x 64, fp32) += A (64 x 16) * B (16 x 64). Each warp w of the group holds
+/// rows 16 w .. 16 w + 15 of A in mma.sync m16n8k16's A-fragment order: a[0] = (row g,
+/// k 2t, 2t+1), a[1] = (row g+8, same k), a[2] = (row g, k 2t+8, 2t+9), a[3] = (row g+8,
+/// same k), bf16 pairs -- the order of two neighbouring n8 tiles of an m64nN accumulator,
+/// packed, which is how attention feeds P = softmax(S) to P * V without shared memory.
+/// kBMnMajor as for wgmma_m64n128k16_bf16_f32 (only B can be transposed when A is in
+/// registers). 32 accumulator registers per thread.
+template <bool kBMnMajor>
+__device__ __forceinline__ void wgmma_m64n64k16_rs_bf16_f32(float (&d)[32], const std::uint32_t (&a)[4],
+                                                            std::uint64_t desc_b, int accumulate = 1) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kBMnMajor ? 1 : 0));
+#else
+  (void)d, (void)a, (void)desc_b, (void)accumulate;
+  __trap();  // wgmma needs an sm_90a build
+#endif
+}
+
+/// `wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16` with A from REGISTERS and B from
+/// shared memory: d (64 x 128, fp32) += A (64 x 16) * B (16 x 128). Each warp w of the group holds
+/// rows 16 w .. 16 w + 15 of A in mma.sync m16n8k16's A-fragment order: a[0] = (row g,
+/// k 2t, 2t+1), a[1] = (row g+8, same k), a[2] = (row g, k 2t+8, 2t+9), a[3] = (row g+8,
+/// same k), bf16 pairs -- the order of two neighbouring n8 tiles of an m64nN accumulator,
+/// packed, which is how attention feeds P = softmax(S) to P * V without shared memory.
+/// kBMnMajor as for wgmma_m64n128k16_bf16_f32 (only B can be transposed when A is in
+/// registers). 64 accumulator registers per thread.
+template <bool kBMnMajor>
+__device__ __forceinline__ void wgmma_m64n128k16_rs_bf16_f32(float (&d)[64], const std::uint32_t (&a)[4],
+                                                            std::uint64_t desc_b, int accumulate = 1) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kBMnMajor ? 1 : 0));
+#else
+  (void)d, (void)a, (void)desc_b, (void)accumulate;
   __trap();  // wgmma needs an sm_90a build
 #endif
 }
