@@ -9,6 +9,18 @@
 // parameters. Mixed precision: activations, the GEMMs' weight copies and attention are bf16
 // with fp32 accumulation; the master weights, their gradients and AdamW's moments are fp32.
 //
+// --precision fp32 is the check mode (the same class, Gpt<float>; the bf16 trainer is
+// Gpt<bf16>): every activation fp32, every GEMM on module 2's fp32 strided batched GEMM (step
+// warp_tiled, one matrix, its a_transposed / b_transposed options: no transpose
+// materialized), the bias / residual epilogues as training_ops' bias_add, GELU and its
+// backward with their fp32 dtype, module 3's fp32 `fused` attention (causal, strided Q/K/V
+// views, lse) and module 4's fp32 `flash` backward (`flash_deterministic` with
+// --deterministic), the bias gradients by module 4's linear_backward (db only, step
+// block_column_strip), LayerNorm and cross-entropy with DType::f32, AdamW without bf16
+// copies. The PyTorch twin (scripts/gpt_twin.py --precision fp32, TF32 off) then agrees to
+// ~1e-4 instead of bf16 noise: that is what it is for. Options that only mean something in
+// bf16 (--gemm, a matmul_tc step) are rejected by name.
+//
 // One training step (B = 64 sequences of T = 256 tokens, N = B*T rows, C = d_model):
 //
 //   forward  embed (fp32 tables -> bf16 residual stream x0)
@@ -22,7 +34,7 @@
 //            matrices, bf16 copies of the GEMMs' weights written in the same pass.
 //
 // The residual stream is kept per block (x_{2l} before attention, x_{2l+1} after it): the
-// LayerNorm backward reads its input. Activations for the default size: ~1.3 GB.
+// LayerNorm backward reads its input. Activations for the default size: ~1.3 GB (fp32: twice).
 //
 // Files it reads: build/data/shakespeare/{train,val,vocab}.bin from `python3
 // scripts/gpt_data.py prepare` (it says what to run when they are missing). Files it writes:
@@ -40,13 +52,23 @@
 //
 // Batches come from a stateless hash (gpt_batch_offset: step k's batch is the same in every
 // run with that seed, resumed or not, and in the twin). Deterministic mode (--deterministic)
-// runs the attention backward's deterministic step; every other kernel here is
-// deterministic already (the dW GEMMs add into their fp32 gradients with atomic reductions,
-// but each element gets one addition per K split, the splits in a fixed order): the same
-// seed then gives the same losses bit for bit.
+// runs the attention backward's deterministic step (tc_deterministic; fp32:
+// flash_deterministic); every other kernel here is deterministic already (bf16: the dW GEMMs
+// add into their fp32 gradients with atomic reductions, but each element gets one addition
+// per K split, the splits in a fixed order; fp32: module 2's GEMM does not split K): the same
+// seed then gives the same losses bit for bit, in either precision.
+//
+// --profile times each phase of a training step (embedding, every forward and backward op
+// summed over the layers, AdamW) with a CUDA event at its start, over 10 steps after 5 untimed
+// ones, prints the table and writes --profile-csv (phase, ms_per_step, share). Each profiled
+// step ends with a synchronization and the events sit between kernels: the profiled steps run
+// a little slower than the others (the progress line's ms/step includes them).
 //
 //   python3 scripts/gpt_data.py prepare && build/module04_training/m04_gpt
 //   m04_gpt --steps 200 --eval-every 50          a short run
+//   m04_gpt --precision fp32 --steps 20 --dump-init init.bin --dump-grads grads.bin --csv loss.csv
+//     then python3 scripts/gpt_twin.py --precision fp32 --init init.bin --grads grads.bin --course-csv loss.csv
+//   m04_gpt --steps 30 --profile                 where the time of a step goes
 //   m04_gpt --save build/gpt.ckpt                 then: m04_gpt --resume build/gpt.ckpt --steps 0 --sample 1000
 #include "course/compare.hpp"
 #include "course/demo.hpp"
