@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <sstream>
+#include <string>
 
 namespace course {
 namespace {
@@ -53,6 +54,49 @@ CUtensorMap make_tma_map_bf16_2d(const void* base, std::int64_t rows, std::int64
     std::ostringstream os;
     os << fn << ": cuTensorMapEncodeTiled failed with CUresult " << static_cast<int>(r) << " (rows " << rows
        << ", cols " << cols << ", ld " << ld << ", box " << box_rows << " x " << box_cols << ")";
+    throw Error(os.str());
+  }
+  return map;
+}
+
+CUtensorMap make_tma_map_bf16(const void* base, int rank, const std::int64_t* dims, const std::int64_t* strides,
+                              const int* box, TmaSwizzle swizzle) {
+  constexpr const char* fn = "make_tma_map_bf16";
+  require_not_null(base, fn, "base");
+  require_aligned(base, 16, fn, "base");
+  require_arg(rank >= 2 && rank <= 5, fn, "rank", rank, "must be in [2, 5]");
+  cuuint64_t g_dims[5], g_strides[4];
+  cuuint32_t g_box[5], element_strides[5];
+  for (int i = 0; i < rank; ++i) {
+    const std::string di = "dims[" + std::to_string(i) + "]", bi = "box[" + std::to_string(i) + "]";
+    require_arg(dims[i] >= 1 && dims[i] <= (std::int64_t{1} << 32), fn, di.c_str(), dims[i], "must be in [1, 2^32]");
+    require_arg(box[i] >= 1 && box[i] <= 256, fn, bi.c_str(), box[i], "must be in [1, 256]");
+    g_dims[i] = static_cast<cuuint64_t>(dims[i]);
+    g_box[i] = static_cast<cuuint32_t>(box[i]);
+    element_strides[i] = 1;
+    if (i > 0) {
+      const std::string si = "strides[" + std::to_string(i - 1) + "]";
+      require_arg(strides[i - 1] > 0 && strides[i - 1] % 8 == 0 && strides[i - 1] < (std::int64_t{1} << 39), fn,
+                  si.c_str(), strides[i - 1],
+                  "must be a positive multiple of 8 elements below 2^39 (TMA strides are multiples of 16 bytes)");
+      g_strides[i - 1] = static_cast<cuuint64_t>(strides[i - 1]) * 2;
+    }
+  }
+  if (swizzle == TmaSwizzle::bytes128)
+    require_arg(box[0] * 2 == 128, fn, "box[0]", box[0], "must be 64 with the 128-byte swizzle (128-byte rows)");
+  CUtensorMap map{};
+  const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, static_cast<cuuint32_t>(rank),
+                                    const_cast<void*>(base), g_dims, g_strides, g_box, element_strides,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                    swizzle == TmaSwizzle::bytes128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                                                                    : CU_TENSOR_MAP_SWIZZLE_NONE,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::ostringstream os;
+    os << fn << ": cuTensorMapEncodeTiled failed with CUresult " << static_cast<int>(r) << " (rank " << rank
+       << ", dims";
+    for (int i = 0; i < rank; ++i) os << " " << dims[i];
+    os << ")";
     throw Error(os.str());
   }
   return map;

@@ -765,6 +765,7 @@ void attention(m03::AttentionStep step, const m03::AttentionArgsBf16& args) {
       if (!kFragmentSoftmaxWritten || !kFlash2Written) throw NotImplemented(name + " (TODO 8 and 9)", __FILE__);
       return launch_by_head_dim<Flash2Config>(args);
     case AttentionStep::tc_wgmma:
+    case AttentionStep::tc_warp_specialized:
       throw NotImplemented(name + " (the Hopper exercise is not written yet)", __FILE__);
     default: break;  // fp32 steps: validate_attention_args rejected them
   }

@@ -3,8 +3,8 @@
 /// course::Unsupported): the tensor-core flash forward rebuilt on what Hopper added.
 ///   10. tc_wgmma             both products on warpgroup MMA: S = Q K^T with Q and K read from
 ///                            shared memory, O += P V with P straight from registers
-///   11. tc_warp_specialized  K/V tiles loaded by the TMA into a ring of stages guarded by
-///                            mbarriers; one producer warp, two consumer warpgroups, setmaxnreg
+///   11. tc_warp_specialized  Q, K, V loaded by the TMA, K/V into a ring of stages guarded by
+///                            mbarriers; a producer warpgroup, two consumer warpgroups, setmaxnreg
 ///
 /// Both steps compute a 128-row query tile per block as two consumer warpgroups of 64 rows
 /// (wgmma's M is 64), against K/V tiles of 128 keys, for head dims 64 and 128 only (the
@@ -192,13 +192,14 @@ __device__ __forceinline__ void stage_output(const float (&o)[T::kORegs], const 
   }
 }
 
-/// The staged O tile to global memory: 16-byte chunks, consecutive threads along a row.
-template <class T>
+/// Rows [first_row, first_row + kRows) of the staged O tile to global memory (rows at or
+/// past valid_rows are not written): 16-byte chunks, consecutive threads along a row.
+template <class T, int kRows>
 __device__ __forceinline__ void store_output(const unsigned char* q_tile, bf16* o_head, std::int64_t seq_stride,
-                                             int q0, int valid_rows, int thread, int threads) {
+                                             int q0, int first_row, int valid_rows, int thread, int threads) {
   constexpr int kChunks = T::D / 8;
-  for (int i = thread; i < T::kBlockM * kChunks; i += threads) {
-    const int r = i / kChunks, c = i % kChunks;
+  for (int i = thread; i < kRows * kChunks; i += threads) {
+    const int r = first_row + i / kChunks, c = i % kChunks;
     if (r >= valid_rows) break;
     *reinterpret_cast<uint4*>(o_head + (static_cast<std::int64_t>(q0) + r) * seq_stride + 8 * c) =
         *reinterpret_cast<const uint4*>(q_tile + sw128_offset<T::kBlockM>(r, c));
@@ -331,8 +332,8 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const TcParams p) {
   __syncthreads();  // every warpgroup is done with Q
   stage_output<T>(o, row_max, row_sum, smem, row0, p, bh, q0);
   __syncthreads();
-  store_output<T>(smem, p.o + row_offset(p.os, b, h, 0), p.os.seq, q0, min(T::kBlockM, p.seq_q - q0),
-                  static_cast<int>(threadIdx.x), kThreads);
+  store_output<T, T::kBlockM>(smem, p.o + row_offset(p.os, b, h, 0), p.os.seq, q0, 0, min(T::kBlockM, p.seq_q - q0),
+                              static_cast<int>(threadIdx.x), kThreads);
 #else
   (void)p;
   __trap();  // never launched: the host checks sm90a_code_available() first
@@ -352,6 +353,201 @@ void launch(const TcParams& p, std::int64_t batch_heads, cudaStream_t stream) {
 
 }  // namespace wgmma_step
 
+
+// ============================================================================
+// Step 11: tc_warp_specialized -- the TMA and a producer/consumer split.
+//
+// What limits step 10: every thread both copies and computes. Each K/V tile costs every
+// thread 8-16 cp.async with their address arithmetic, a wait, a proxy fence and a block
+// barrier, and the barrier makes the two warpgroups meet once per tile: the faster one
+// waits for the slower one instead of running ahead into the next tile's wgmmas.
+// Changes from step 10:
+//  (a) The TMA copies whole boxes: [128 rows][64 columns] of Q, K or V (one per 64-column
+//      block) described by a 4-D tensor map (column, row, head, batch) with the tensor's own
+//      strides, so [B, H, N, d], [B, N, H, d] and padded rows all work; rows past N arrive
+//      as zeros. It writes the 128-byte swizzle itself. One thread issues every copy.
+//  (b) Warp specialization: warpgroup 0 is the producer (one thread issues the copies, the
+//      group gives its registers back with setmaxnreg.dec to 24), warpgroups 1 and 2 are the
+//      consumers (setmaxnreg.inc to 240: S, P and O fit without spilling at d = 128).
+//  (c) A ring of kStages K/V stages with two mbarriers each: "full" (the producer arrives
+//      with the stage's byte count, the TMA counts the bytes down) and "empty" (each
+//      consumer warpgroup arrives once its P V has read the stage). Phases alternate 0, 1,
+//      0, ... each time the ring wraps (RingPosition). No __syncthreads in the loop: each
+//      consumer warpgroup runs at its own pace, up to kStages tiles ahead of the copies.
+//  (d) The epilogue needs no block barrier either: each consumer warpgroup stages its own 64
+//      rows of O in its own rows of the Q tile and meets only its own 4 warps (bar.sync
+//      with 128 threads) before storing them.
+// Tiles as in step 10; stages: 2 at d = 128 (Q 32 KB + 2 x 64 KB), 4 at d = 64 (Q 16 KB +
+// 4 x 32 KB). One block (384 threads) per SM.
+// Prediction: the copies leave the consumers' instruction stream entirely and the warpgroups
+// decouple, so the tensor cores idle only while BOTH consumers run their softmax at once.
+// ~1.15-1.3x step 10: ~480-540 TFLOP/s at d = 128, ~370-430 at d = 64. What remains is
+// the serial S -> softmax -> P V chain inside each warpgroup (step 12's subject).
+// Measured: pending (GPU run)
+// ============================================================================
+namespace ws_step {
+
+constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
+constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
+
+template <int D>
+struct Ring {
+  static constexpr int kStages = D == 64 ? 4 : 2;
+  static constexpr int kStageBytes = 2 * HopperTile<D>::kKVBytes;  ///< K tile, then V tile
+  static constexpr int kBarrierOffset = HopperTile<D>::kQBytes + kStages * kStageBytes;
+  static constexpr int kSmemBytes = kBarrierOffset + (2 * kStages + 1) * 8 + 1024;
+};
+
+/// The stage and phase parity of the ring position a loop is at; both sides advance it once
+/// per K/V tile, so they agree on which stage and which phase tile t uses.
+struct RingPosition {
+  int stage = 0;
+  std::uint32_t phase = 0;
+  template <int kStages>
+  __device__ __forceinline__ void advance() {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
+/// What the kernel gets besides the tensor maps: TcParams, and per tensor whether its head
+/// and batch coordinates are real (1) or broadcast (0: the map has extent 1 there).
+struct WsParams {
+  TcParams p;
+  int q_head, q_batch, kv_head, kv_batch;
+};
+
+template <int D, bool kCausal>
+__global__ void __launch_bounds__(kThreads, 1)
+    warp_specialized_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
+                            const __grid_constant__ CUtensorMap tmap_v, const WsParams wp) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using T = HopperTile<D>;
+  using R = Ring<D>;
+  const TcParams& p = wp.p;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = align_smem(smem_raw);
+  const std::uint32_t s_q = cc::smem_u32(smem);   // [128][D] Q, at the end O
+  const std::uint32_t s_kv = s_q + T::kQBytes;    // kStages x ([128][D] K, [128][D] V)
+  const std::uint32_t full_bar = s_q + R::kBarrierOffset;  // full[s] at full_bar + 8 s
+  const std::uint32_t empty_bar = full_bar + 8 * R::kStages;
+  const std::uint32_t q_bar = empty_bar + 8 * R::kStages;
+
+  int q_tile, bh;
+  block_coordinates(kCausal, q_tile, bh);
+  const int q0 = q_tile * T::kBlockM;
+  const int b = bh / p.heads, h = bh % p.heads, hk = h / p.group;
+  const int num_tiles = (kv_end<kCausal>(p, q0, T::kBlockM) + T::kBlockN - 1) / T::kBlockN;
+  const int wg = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < R::kStages; ++s) {
+      cc::mbarrier_init(full_bar + 8 * s, 1);                 // the producer's arrive (+ bytes)
+      cc::mbarrier_init(empty_bar + 8 * s, T::kBlockM / 64);  // one arrive per consumer warpgroup
+    }
+    cc::mbarrier_init(q_bar, 1);
+    cc::fence_barrier_init();
+  }
+  __syncthreads();  // the only block-wide barrier: the mbarriers exist for everyone
+
+  RingPosition ring;
+  if (wg == 0) {
+    // ---- Producer: thread 0 issues every copy; the rest of the group just lowers its registers.
+    cc::setmaxnreg_dec<kProducerRegisters>();
+    if (threadIdx.x == 0) {
+      cc::tma_prefetch_descriptor(&tmap_q);
+      cc::tma_prefetch_descriptor(&tmap_k);
+      cc::tma_prefetch_descriptor(&tmap_v);
+      const int qh = h * wp.q_head, qb = b * wp.q_batch, kh = hk * wp.kv_head, kb = b * wp.kv_batch;
+      cc::mbarrier_arrive_expect_tx(q_bar, T::kQBytes);
+#pragma unroll
+      for (int cb = 0; cb < D / 64; ++cb) cc::tma_load_4d(s_q + cb * T::kBlockM * 128, &tmap_q, q_bar, 64 * cb, q0, qh, qb);
+      for (int tile = 0; tile < num_tiles; ++tile, ring.advance<R::kStages>()) {
+        const std::uint32_t full = full_bar + 8 * ring.stage;
+        const std::uint32_t k_stage = s_kv + ring.stage * R::kStageBytes, v_stage = k_stage + T::kKVBytes;
+        cc::mbarrier_wait(empty_bar + 8 * ring.stage, ring.phase ^ 1u);  // both consumers are done with it
+        cc::mbarrier_arrive_expect_tx(full, R::kStageBytes);
+#pragma unroll
+        for (int cb = 0; cb < D / 64; ++cb) {
+          cc::tma_load_4d(k_stage + cb * T::kBlockN * 128, &tmap_k, full, 64 * cb, tile * T::kBlockN, kh, kb);
+          cc::tma_load_4d(v_stage + cb * T::kBlockN * 128, &tmap_v, full, 64 * cb, tile * T::kBlockN, kh, kb);
+        }
+      }
+    }
+  } else {
+    // ---- Consumers: warpgroup 1 computes rows 0-63 of the Q tile, warpgroup 2 rows 64-127.
+    cc::setmaxnreg_inc<kConsumerRegisters>();
+    const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const int row0 = 64 * cw + 16 * warp + lane / 4;  // this thread's first row in the Q tile
+    const int warp_row0 = q0 + 64 * cw + 16 * warp;
+    float o[T::kORegs], s[T::kSRegs];
+    zero<T>(o);
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+    std::uint32_t pk[T::kBlockN / 8][2];
+    cc::mbarrier_wait(q_bar, 0);  // always: O is staged where Q lands
+    for (int tile = 0; tile < num_tiles; ++tile, ring.advance<R::kStages>()) {
+      const std::uint32_t k_tile = s_kv + ring.stage * R::kStageBytes, v_tile = k_tile + T::kKVBytes;
+      const int kv0 = tile * T::kBlockN;
+      cc::mbarrier_wait(full_bar + 8 * ring.stage, ring.phase);  // K and V of this tile have landed
+      cc::wgmma_fence();
+      issue_scores<T>(s, s_q, k_tile, 64 * cw);
+      cc::wgmma_commit();
+      cc::wgmma_wait<0>();
+      if (tile_needs_mask<kCausal, T::kBlockN>(p, warp_row0, kv0)) mask_scores<T, kCausal>(s, p, warp_row0, kv0);
+      softmax_update<T>(s, o, pk, row_max, row_sum, p.scale_log2);
+      cc::wgmma_fence();
+      issue_pv<T>(o, pk, v_tile);
+      cc::wgmma_commit();
+      cc::wgmma_wait<0>();
+      if (threadIdx.x % 128 == 0) cc::mbarrier_arrive(empty_bar + 8 * ring.stage);  // the stage is free
+    }
+    // Epilogue: this warpgroup's rows only (its own rows of Q are no longer read).
+    stage_output<T>(o, row_max, row_sum, smem, row0, p, bh, q0);
+    cc::named_barrier_sync(1 + cw, 128);
+    store_output<T, 64>(smem, p.o + row_offset(p.os, b, h, 0), p.os.seq, q0, 64 * cw, min(T::kBlockM, p.seq_q - q0),
+                        static_cast<int>(threadIdx.x % 128), 128);
+  }
+#else
+  (void)tmap_q, (void)tmap_k, (void)tmap_v, (void)wp;
+  __trap();  // never launched: the host checks sm90a_code_available() first
+#endif
+}
+
+/// The 4-D map (column, row, head, batch) of one attention tensor, boxes of [128 rows][64
+/// columns]; a broadcast head or batch (stride 0) becomes extent 1, *real = 0.
+CUtensorMap attention_map(const bf16* base, std::int64_t heads, std::int64_t batch, std::int64_t seq, std::int64_t d,
+                          const AttentionStrides& st, int* head_real, int* batch_real) {
+  *head_real = st.head != 0 ? 1 : 0;
+  *batch_real = st.batch != 0 ? 1 : 0;
+  const std::int64_t dims[4] = {d, seq, *head_real ? heads : 1, *batch_real ? batch : 1};
+  const std::int64_t strides[3] = {st.seq, *head_real ? st.head : st.seq, *batch_real ? st.batch : st.seq};
+  const int box[4] = {64, 128, 1, 1};
+  return make_tma_map_bf16(base, 4, dims, strides, box, TmaSwizzle::bytes128);
+}
+
+template <int D, bool kCausal>
+void launch(const AttentionArgsBf16& a, const TcParams& p) {
+  WsParams wp{};
+  wp.p = p;
+  const CUtensorMap mq = attention_map(a.q, a.heads, a.batch, a.seq_q, D, a.q_strides, &wp.q_head, &wp.q_batch);
+  int v_head = 0, v_batch = 0;
+  const CUtensorMap mk = attention_map(a.k, a.kv_heads, a.batch, a.seq_k, D, a.k_strides, &wp.kv_head, &wp.kv_batch);
+  const CUtensorMap mv = attention_map(a.v, a.kv_heads, a.batch, a.seq_k, D, a.v_strides, &v_head, &v_batch);
+  if (v_head != wp.kv_head || v_batch != wp.kv_batch)
+    throw Unsupported("attention step tc_warp_specialized",
+                      "K and V broadcast the same dimensions (a stride of 0 in one but not the other)");
+  constexpr auto kernel = warp_specialized_kernel<D, kCausal>;
+  constexpr int kSmem = Ring<D>::kSmemBytes;
+  cc::opt_in_dynamic_smem<kernel>(kSmem);
+  const dim3 grid(static_cast<unsigned>((a.seq_q + 127) / 128), static_cast<unsigned>(a.batch * a.heads));
+  kernel<<<grid, kThreads, kSmem, a.stream>>>(mq, mk, mv, wp);
+  COURSE_CHECK_LAUNCH("warp_specialized_kernel");
+}
+
+}  // namespace ws_step
+
 }  // namespace
 
 void launch_tc_wgmma(const AttentionArgsBf16& a) {
@@ -362,6 +558,20 @@ void launch_tc_wgmma(const AttentionArgsBf16& a) {
     constexpr int D = decltype(d)::value;
     if (a.causal) wgmma_step::launch<D, true>(p, bh, a.stream);
     else wgmma_step::launch<D, false>(p, bh, a.stream);
+  });
+}
+
+}  // namespace course::solution::attn_tc
+
+namespace course::solution::attn_tc {
+
+void launch_tc_warp_specialized(const AttentionArgsBf16& a) {
+  require_sm90a("attention step tc_warp_specialized");
+  const TcParams p = make_tc_params(a);
+  cc::dispatch_value<m03::kHopperHeadDims>(a.head_dim, "head_dim", [&](auto d) {
+    constexpr int D = decltype(d)::value;
+    if (a.causal) ws_step::launch<D, true>(a, p);
+    else ws_step::launch<D, false>(a, p);
   });
 }
 

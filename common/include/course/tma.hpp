@@ -32,4 +32,16 @@ enum class TmaSwizzle {
 CUtensorMap make_tma_map_bf16_2d(const void* base, std::int64_t rows, std::int64_t cols, std::int64_t ld,
                                  int box_rows, int box_cols, TmaSwizzle swizzle);
 
+/// A tensor map for a bf16 tensor of `rank` (2..5) dimensions, dims[0] contiguous:
+/// `strides[i - 1]` is the distance in ELEMENTS between consecutive indices of dimension i
+/// (i = 1 .. rank-1), in any order of size (an attention tensor [B, N, H, d] is mapped as
+/// (d, N, H, B) with strides (H d, d, N H d)); one copy moves a box of box[0] x ... x
+/// box[rank-1] elements. Elements outside dims read as zeros. Requirements (checked,
+/// course::InvalidArgument naming the value): base 16-byte aligned, every stride a positive
+/// multiple of 8 elements (16 bytes) below 2^39, 1 <= box[i] <= 256, with bytes128 box[0] = 64.
+/// A dimension that a tensor broadcasts (stride 0) cannot be mapped: give it extent 1 (and
+/// any valid stride) and coordinate 0. Throws course::Error if the driver refuses the map.
+CUtensorMap make_tma_map_bf16(const void* base, int rank, const std::int64_t* dims, const std::int64_t* strides,
+                              const int* box, TmaSwizzle swizzle);
+
 }  // namespace course

@@ -89,7 +89,8 @@ enum class AttentionStep {
   tc_register_softmax,    ///< + softmax on the accumulator fragments, P reused as the A operand, exp2
   tc_flash2,              ///< the same kernel with FlashAttention-2's tile shapes (32 query rows per warp)
   // Hopper steps (sm_90a only, head_dim 64 or 128; elsewhere they throw course::Unsupported).
-  tc_wgmma,  ///< warpgroup MMA: S from shared-memory Q and K, O += P V with P from registers
+  tc_wgmma,             ///< warpgroup MMA: S from shared-memory Q and K, O += P V with P from registers
+  tc_warp_specialized,  ///< + TMA loads into an mbarrier ring, producer and consumer warpgroups, setmaxnreg
 };
 
 inline constexpr StepInfo<AttentionStep> kAttentionSteps[] = {
@@ -113,6 +114,8 @@ inline constexpr StepInfo<AttentionStep> kAttentionSteps[] = {
      "bf16; FlashAttention-2's tile shapes: 128-row Q tiles, 32 rows per warp, 64/128-key K/V tiles"},
     {AttentionStep::tc_wgmma, "tc_wgmma",
      "bf16, Hopper; wgmma for S = Q K^T (Q, K from swizzled smem) and O += P V (P from registers)"},
+    {AttentionStep::tc_warp_specialized, "tc_warp_specialized",
+     "bf16, Hopper; Q, K, V by TMA into an mbarrier ring; 1 producer + 2 consumer warpgroups, setmaxnreg"},
 };
 static_assert(steps_in_enum_order(kAttentionSteps), "kAttentionSteps must list AttentionStep in enum order");
 
@@ -151,6 +154,7 @@ inline constexpr AttentionStepColumns kAttentionStepColumns[] = {
     {AttentionStep::tc_register_softmax, AttentionDType::bf16, {128, true, true, false, false}},
     {AttentionStep::tc_flash2, AttentionDType::bf16, {128, true, true, false, false}},
     {AttentionStep::tc_wgmma, AttentionDType::bf16, {128, true, true, false, false, true}},
+    {AttentionStep::tc_warp_specialized, AttentionDType::bf16, {128, true, true, false, false, true}},
 };
 static_assert(columns_match_steps(kAttentionSteps, kAttentionStepColumns),
               "kAttentionStepColumns must have one row per row of kAttentionSteps, in the same order");

@@ -149,6 +149,23 @@ __device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const void* tmap,
 #endif
 }
 
+/// As tma_load_2d for a 4-D tensor map: the box at coordinates (c0 = innermost, c1, c2, c3),
+/// e.g. (column, row, head, batch) of an attention tensor whose heads and batches have
+/// strides of their own (module 3's Hopper steps).
+__device__ __forceinline__ void tma_load_4d(std::uint32_t dst, const void* tmap, std::uint32_t bar, int c0, int c1,
+                                            int c2, int c3) {
+#if COURSE_SM90_PTX
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+      "[%2];\n" ::"r"(dst),
+      "l"(tmap), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+#else
+  (void)dst, (void)tmap, (void)bar, (void)c0, (void)c1, (void)c2, (void)c3;
+  __trap();
+#endif
+}
+
 /// As tma_load_2d, but the box lands at offset `dst` (and completes on barrier `bar`) in
 /// EVERY block of the cluster whose bit is set in `cta_mask`: one read of L2, several
 /// shared memories written (`.multicast::cluster`).
@@ -195,6 +212,17 @@ __device__ __forceinline__ void setmaxnreg_dec() {
   static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg: a multiple of 8 in [24, 256]");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+
+/// `bar.sync id, threads;` -- a barrier for `threads` threads (a multiple of 32) that use
+/// hardware barrier `id` (1..15; 0 is __syncthreads'): warpgroups that must meet without
+/// the rest of the block, e.g. consumers while the producer warp runs on.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+#else
+  (void)id, (void)threads;
 #endif
 }
 
