@@ -748,6 +748,9 @@ using Flash2Config = typename Flash2Choice<D>::type;
 
 }  // namespace
 
+/// Steps 10 and 11 (Hopper): your phases, in attention_tc_hopper.cu.
+void attention_hopper(m03::AttentionStep step, const m03::AttentionArgsBf16& args);
+
 void attention(m03::AttentionStep step, const m03::AttentionArgsBf16& args) {
   m03::validate_attention_args(args, step, "attention");
   const std::string name = std::string("attention step ") + m03::step_name(step);
@@ -766,7 +769,7 @@ void attention(m03::AttentionStep step, const m03::AttentionArgsBf16& args) {
       return launch_by_head_dim<Flash2Config>(args);
     case AttentionStep::tc_wgmma:
     case AttentionStep::tc_warp_specialized:
-      throw NotImplemented(name + " (the Hopper exercise is not written yet)", __FILE__);
+      return attention_hopper(step, args);  // attention_tc_hopper.cu
     default: break;  // fp32 steps: validate_attention_args rejected them
   }
 }

@@ -15,6 +15,7 @@
 // causal and not. Tests with "Large" in their name use big shapes and are left out of the
 // compute-sanitizer run.
 #include "attention_tc_check.hpp"
+#include "attention_tc_hopper_planted.hpp"
 #include "attention_tc_planted.hpp"
 #include "course/bf16.hpp"
 #include "course/reference.hpp"
@@ -300,6 +301,24 @@ TEST_F(PlantedAttentionTcBaseline, KernelWithoutBugPasses) {
 
 INSTANTIATE_TEST_SUITE_P(Bugs, PlantedAttentionTcTest, ::testing::ValuesIn(course::planted::kPlantedAttentionTc),
                          [](const ::testing::TestParamInfo<course::planted::PlantedAttentionTc>& info) {
+                           return std::string(info.param.name);
+                         });
+
+/// The Hopper steps' planted phases (attention_tc_hopper_planted.hpp): SKIPPED where the
+/// Hopper steps are Unsupported.
+class PlantedAttentionHopperTest : public GpuTest,
+                                   public ::testing::WithParamInterface<course::planted::PlantedAttentionHopper> {};
+
+TEST_P(PlantedAttentionHopperTest, ChecksRejectIt) {
+  const auto& bug = GetParam();
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(
+      EXPECT_FALSE(check_cases(bug.fn, AttentionStep::tc_warp_specialized, planted_cases(), seed()))
+      << "planted bug '" << bug.name << "' passed the checks: they are too weak to catch it");
+}
+
+INSTANTIATE_TEST_SUITE_P(HopperBugs, PlantedAttentionHopperTest,
+                         ::testing::ValuesIn(course::planted::kPlantedAttentionHopper),
+                         [](const ::testing::TestParamInfo<course::planted::PlantedAttentionHopper>& info) {
                            return std::string(info.param.name);
                          });
 

@@ -1,0 +1,549 @@
+#pragma once
+/// @file attention_tc_hopper.cuh
+/// @brief The kernels of the Hopper steps of the attention ladder (sm_90a; elsewhere they throw
+/// course::Unsupported): the tensor-core flash forward rebuilt on what Hopper added.
+///   10. tc_wgmma             both products on warpgroup MMA: S = Q K^T with Q and K read from
+///                            shared memory, O += P V with P straight from registers
+///   11. tc_warp_specialized  Q, K, V loaded by the TMA, K/V into a ring of stages guarded by
+///                            mbarriers; a producer warpgroup, two consumer warpgroups, setmaxnreg
+///
+/// Both steps compute a 128-row query tile per block as two consumer warpgroups of 64 rows
+/// (wgmma's M is 64), against K/V tiles of 128 keys, for head dims 64 and 128 only (the
+/// tiles are whole 128-byte swizzle atoms along d; other head dims are rejected by name).
+/// Every tile in shared memory has the layout wgmma's 128-byte-swizzle descriptors read and
+/// the TMA's SWIZZLE_128B writes:
+///
+///   [rows][d] bf16 tile = d/64 column blocks, each [rows][64] (rows of 128 bytes);
+///   16-byte chunk c of row r sits at chunk c ^ (r % 8) of its row (sw128_offset below).
+///
+///   S = Q K^T   A = Q  (K-major: d contiguous)     B = K  (K-major: B[k = d][n = key])
+///   O += P V    A = P  (registers, bf16 pairs)      B = V  (MN-major: B[k = key][n = d],
+///                                                          transposed on the fly)
+///
+/// Why P never touches shared memory: the accumulator of wgmma m64nN follows mma.sync's
+/// m16n8 fragment order, n8 tile after n8 tile, and wgmma's register A operand follows
+/// mma.sync's m16n8k16 A order. So, as in step 9, the accumulators of S's n8 tiles 2kk and
+/// 2kk+1, packed to bf16, ARE the A fragment of P's k16 step kk.
+///
+/// Shapes as in the rest of the ladder (FlashAttention's benchmark: B*N = 16384 tokens,
+/// H*d = 2048); an H100/H200 SXM has 132 SMs and ~990 TFLOP/s of dense bf16 wgmma at the
+/// boost clock; mma.sync (step 9) reaches ~340-350 of it, cuDNN's forward ~600.
+///
+/// The kernels below are shared with the exercise (exercises/module03_attention/
+/// attention_tc_hopper.cu includes this header): they call the parts that are each step's
+/// idea through their `Phases` parameter -- the two wgmma products (issue_scores, issue_pv)
+/// and the K/V ring's hand-off (load_kv_tile on the producer's side, wait_kv_tile and
+/// release_kv_tile on the consumers'). The solution's phases are attention_tc_hopper_phases.cuh;
+/// attention_tc_hopper.cu is the entry point.
+
+#include "attention_tc_device.cuh"
+
+#include "course/cuda/hopper_ptx.cuh"
+#include "course/cuda/launch.cuh"
+#include "course/cuda/mma_ptx.cuh"
+#include "course/cuda/warp_reduce.cuh"
+#include "course/error.hpp"
+#include "course/tma.hpp"
+#include "module03/attention.hpp"
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+// A build for "80;90a" also compiles this file for sm_80, where the kernel bodies are
+// compiled out (wgmma, TMA and setmaxnreg need sm_90a): silence "declared but never
+// referenced" for the helpers in that pass only.
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#pragma nv_diag_suppress 177
+#endif
+
+namespace course::solution::attn_tc_hopper {
+
+namespace cc = ::course::cuda;
+using namespace ::course::solution::attn_tc;  // TcParams, block order, masks, bf16 packing (attention_tc_device.cuh)
+
+/// Throws course::Unsupported unless wgmma can run here.
+inline void require_sm90a(const char* step) {
+  if (!cc::sm90a_code_available())
+    throw Unsupported(step,
+                      "a Hopper GPU (compute capability 9.0) and a build for sm_90a "
+                      "(CMAKE_CUDA_ARCHITECTURES=90a; wgmma, the TMA and setmaxnreg are not in plain sm_90)");
+}
+
+// ---------------------------------------------------------------- shared by steps 10-11 ---
+
+/// The block's tiles: 128 query rows (two consumer warpgroups of 64), 128 keys per K/V tile.
+template <int D_>
+struct HopperTile {
+  static constexpr int D = D_;
+  static constexpr int kBlockM = 128;
+  static constexpr int kBlockN = 128;
+  static constexpr int kQBytes = kBlockM * D * 2;
+  static constexpr int kKVBytes = kBlockN * D * 2;     ///< one K (or V) tile
+  static constexpr int kSRegs = kBlockN / 2;           ///< S accumulators per thread (m64n128)
+  static constexpr int kORegs = D / 2;                 ///< O accumulators per thread (m64nD)
+  static_assert(D == 64 || D == 128, "the Hopper steps take head_dim 64 or 128");
+};
+
+/// Byte offset of 16-byte chunk `c` (columns 8c .. 8c+7) of row `r` in a [kRows][D] tile
+/// stored as 128-byte-swizzle atoms (file banner).
+template <int kRows>
+__device__ __forceinline__ std::uint32_t sw128_offset(int r, int c) {
+  return static_cast<std::uint32_t>((c / 8) * kRows * 128 + r * 128 + (((c % 8) ^ (r % 8)) * 16));
+}
+
+/// Hides the scores of keys a row may not see (past N_k, or causal): element e of n8 tile j
+/// is row `warp_row0 + g + 8 (e / 2)`, key `kv0 + 8 j + 2 t + e % 2` (g = lane / 4, t = lane % 4).
+template <class T, bool kCausal>
+__device__ __forceinline__ void mask_scores(float (&s)[T::kSRegs], const TcParams& p, int warp_row0, int kv0) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int j = 0; j < T::kBlockN / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (key_hidden<kCausal>(p, warp_row0 + g + 8 * (e >> 1), kv0 + 8 * j + 2 * t + (e & 1))) s[4 * j + e] = -INFINITY;
+}
+
+/// The online-softmax step on the S accumulators of this thread's two rows (g and g+8 of
+/// its warp's 16): new running max (the quad's 4 lanes share a row: 2 shuffles), O and
+/// the partial row sum rescaled by 2^(old max - new max), P = 2^(s scale log2 e - max)
+/// packed to bf16 pairs in pk (the A fragments of P V). Step 9's arithmetic, unchanged.
+template <class T>
+__device__ __forceinline__ void softmax_update(const float (&s)[T::kSRegs], float (&o)[T::kORegs],
+                                               std::uint32_t (&pk)[T::kBlockN / 8][2], float (&row_max)[2],
+                                               float (&row_sum)[2], float scale_log2) {
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float mx = row_max[hr];
+#pragma unroll
+    for (int j = 0; j < T::kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hr], s[4 * j + 2 * hr + 1]));
+    mx = cc::warp_max<4>(mx);
+    // A row that has seen only hidden keys keeps max = -inf: subtract 0, so that p = 0.
+    const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
+    const float alpha = cc::ex2_approx(row_max[hr] * scale_log2 - m_scaled);
+    row_max[hr] = mx;
+    row_sum[hr] *= alpha;
+#pragma unroll
+    for (int j = 0; j < T::D / 8; ++j) {
+      o[4 * j + 2 * hr] *= alpha;
+      o[4 * j + 2 * hr + 1] *= alpha;
+    }
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < T::kBlockN / 8; ++j) {
+      const float p0 = cc::ex2_approx(fmaf(s[4 * j + 2 * hr], scale_log2, -m_scaled));
+      const float p1 = cc::ex2_approx(fmaf(s[4 * j + 2 * hr + 1], scale_log2, -m_scaled));
+      sum += p0 + p1;
+      pk[j][hr] = pack_bf16x2(p0, p1);
+    }
+    row_sum[hr] += sum;
+  }
+}
+
+/// O / l as bf16 into this warpgroup's rows of the (finished) Q tile, in its swizzled
+/// layout, and lse = (max scale log2 e + log2 l) ln 2 straight to global memory. `row0` is
+/// the thread's first row inside the 128-row tile (g of its warp's 16).
+template <class T>
+__device__ __forceinline__ void stage_output(const float (&o)[T::kORegs], const float (&row_max)[2],
+                                             const float (&row_sum)[2], unsigned char* q_tile, int row0,
+                                             const TcParams& p, int bh, int q0) {
+  constexpr float kLn2 = 0.6931471805599453f;
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const float l = cc::warp_sum<4>(row_sum[hr]);
+    const float inv = l > 0.f ? 1.f / l : 0.f;  // a row that sees no key: O = 0
+    const int r = row0 + 8 * hr;
+#pragma unroll
+    for (int j = 0; j < T::D / 8; ++j)
+      *reinterpret_cast<std::uint32_t*>(q_tile + sw128_offset<T::kBlockM>(r, j) + 4 * t) =
+          pack_bf16x2(o[4 * j + 2 * hr] * inv, o[4 * j + 2 * hr + 1] * inv);
+    if (p.lse != nullptr && t == 0 && q0 + r < p.seq_q)
+      p.lse[static_cast<long long>(bh) * p.seq_q + q0 + r] =
+          l > 0.f ? (row_max[hr] * p.scale_log2 + __log2f(l)) * kLn2 : -INFINITY;
+  }
+}
+
+/// Rows [first_row, first_row + kRows) of the staged O tile to global memory (rows at or
+/// past valid_rows are not written): 16-byte chunks, consecutive threads along a row.
+template <class T, int kRows>
+__device__ __forceinline__ void store_output(const unsigned char* q_tile, bf16* o_head, std::int64_t seq_stride,
+                                             int q0, int first_row, int valid_rows, int thread, int threads) {
+  constexpr int kChunks = T::D / 8;
+  for (int i = thread; i < kRows * kChunks; i += threads) {
+    const int r = first_row + i / kChunks, c = i % kChunks;
+    if (r >= valid_rows) break;
+    *reinterpret_cast<uint4*>(o_head + (static_cast<std::int64_t>(q0) + r) * seq_stride + 8 * c) =
+        *reinterpret_cast<const uint4*>(q_tile + sw128_offset<T::kBlockM>(r, c));
+  }
+}
+
+template <class T>
+__device__ __forceinline__ void zero(float (&x)[T::kORegs]) {
+#pragma unroll
+  for (int i = 0; i < T::kORegs; ++i) x[i] = 0.f;
+}
+
+// ============================================================================
+// Step 10: tc_wgmma -- both products on Hopper's warpgroup MMA.
+//
+// What limits step 9 on Hopper: mma.sync is Ampere's instruction. Each warp first loads
+// its operands into registers with ldmatrix (K for S, V for P V: ~128 B of shared memory
+// per mma at 32 query rows per warp) and a warp computes 32 rows. wgmma is issued by a
+// warpgroup (4 warps) and reads B straight from shared memory for 64 rows at once: the
+// shared-memory traffic per FLOP halves again, and no register holds a K or V fragment.
+// Changes from step 9:
+//  (a) S = Q K^T: wgmma m64n128k16 from two descriptors (issue_scores), d/16 of them per
+//      K tile; the 64 S accumulators per thread are step 9's fragments, in the same order.
+//  (b) O += P V: wgmma m64nDk16 with A = P from registers (issue_pv): no ldmatrix at all.
+//  (c) Tiles in wgmma's 128-byte-swizzle layout (sw128_offset), filled by all 256 threads
+//      with cp.async (load_tile); each thread fences its copies into the async proxy
+//      (fence.proxy.async) before the block barrier, because wgmma reads shared memory
+//      through it.
+//  (d) Per K/V tile: wait for it + barrier, prefetch the next tile into the other stage,
+//      S (commit, wait), mask, softmax, P V (commit, wait). The two warpgroups interleave
+//      on their own: one's softmax runs while the other's wgmmas occupy the tensor cores.
+// Tiles: 128 query rows (2 warpgroups x 64), 128-key K/V tiles, 2 stages; shared memory
+// Q + 2 x (K + V) + 1 KB of alignment = 81 KB (d = 64) / 161 KB (d = 128): one block per SM.
+// Prediction (d = 128, per K/V tile): the block's two warpgroups issue 8.4 MFLOP of wgmma,
+// ~1.1 us of its SM's share of the ~990 TFLOP/s peak; the softmax is ~4.5 instructions
+// per score, 64 scores per thread: ~290 issue slots per warp, ~0.3 us with two warps per
+// scheduler. Inside a warpgroup the softmax waits for S and P V waits for the softmax;
+// only the other warpgroup can fill those gaps, and nothing hides the barrier per tile.
+// So ~0.45-0.55 of peak: ~420-520 TFLOP/s at d = 128 (1.2-1.5x step 9), and at d = 64,
+// where the softmax per FLOP doubles, ~330-420.
+// Measured: pending (GPU run)
+// ============================================================================
+namespace wgmma_step {
+
+constexpr int kThreads = 256;  // two warpgroups: both copy and compute
+constexpr int kStages = 2;
+
+template <int D>
+constexpr int smem_bytes() {
+  using T = HopperTile<D>;
+  return T::kQBytes + kStages * 2 * T::kKVBytes + 1024;
+}
+
+/// cp.async copies of rows [row0, row0 + kRows) of one head into a [kRows][D] tile in the
+/// 128-byte-swizzle layout; rows at or past `rows` are zero-filled (`any`: any valid global
+/// address, never read). All kThreads threads take part.
+template <int D, int kRows>
+__device__ __forceinline__ void load_tile(std::uint32_t dst, const bf16* head, std::int64_t seq_stride, int row0,
+                                          int rows, const void* any) {
+  constexpr int kChunks = D / 8;
+  static_assert(kRows * kChunks % kThreads == 0, "whole passes");
+#pragma unroll
+  for (int pass = 0; pass < kRows * kChunks / kThreads; ++pass) {
+    const int i = static_cast<int>(threadIdx.x) + pass * kThreads;
+    const int r = i / kChunks, c = i % kChunks;
+    const bool valid = row0 + r < rows;
+    const bf16* src = head + static_cast<std::int64_t>(row0 + r) * seq_stride + 8 * c;
+    cc::cp_async_16_zfill(dst + sw128_offset<kRows>(r, c), valid ? static_cast<const void*>(src) : any, valid ? 16 : 0);
+  }
+}
+
+template <class Phases, int D, bool kCausal>
+__global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const TcParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using T = HopperTile<D>;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = align_smem(smem_raw);
+  const std::uint32_t s_q = cc::smem_u32(smem);           // [128][D] Q, at the end O
+  const std::uint32_t s_kv = s_q + T::kQBytes;            // kStages x ([128][D] K, [128][D] V)
+  constexpr std::uint32_t kStageBytes = 2 * T::kKVBytes;
+
+  int q_tile, bh;
+  block_coordinates(kCausal, q_tile, bh);  // causal: the heaviest Q tiles first
+  const int q0 = q_tile * T::kBlockM;
+  const int b = bh / p.heads, h = bh % p.heads, hk = h / p.group;
+  const bf16* k_head = p.k + row_offset(p.ks, b, hk, 0);
+  const bf16* v_head = p.v + row_offset(p.vs, b, hk, 0);
+  load_tile<D, T::kBlockM>(s_q, p.q + row_offset(p.qs, b, h, 0), p.qs.seq, q0, p.seq_q, p.q);
+  const int num_tiles = (kv_end<kCausal>(p, q0, T::kBlockM) + T::kBlockN - 1) / T::kBlockN;
+  auto load_kv = [&](int tile) {
+    const std::uint32_t stage = s_kv + (tile % kStages) * kStageBytes;
+    load_tile<D, T::kBlockN>(stage, k_head, p.ks.seq, tile * T::kBlockN, p.seq_k, p.k);
+    load_tile<D, T::kBlockN>(stage + T::kKVBytes, v_head, p.vs.seq, tile * T::kBlockN, p.seq_k, p.v);
+  };
+  if (num_tiles > 0) load_kv(0);
+  cc::cp_async_commit();  // group 0: Q and K/V tile 0
+
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int row0 = 64 * wg + 16 * warp + lane / 4;  // this thread's first row in the Q tile
+  float o[T::kORegs], s[T::kSRegs];
+  zero<T>(o);
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  std::uint32_t pk[T::kBlockN / 8][2];
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    // Tile `tile` landed (for this thread: wait; for the async proxy: fence; for the
+    // block: barrier, which also says every warpgroup is done with tile - 1's stage).
+    cc::cp_async_wait<0>();
+    cc::fence_proxy_async_smem();
+    __syncthreads();
+    if (tile + 1 < num_tiles) load_kv(tile + 1);
+    cc::cp_async_commit();
+    const std::uint32_t k_tile = s_kv + (tile % kStages) * kStageBytes, v_tile = k_tile + T::kKVBytes;
+    const int kv0 = tile * T::kBlockN;
+
+    cc::wgmma_fence();  // S's registers were read by the softmax of the last tile
+    Phases::template issue_scores<T>(s, s_q, k_tile, 64 * wg);
+    cc::wgmma_commit();
+    cc::wgmma_wait<0>();
+    const int warp_row0 = q0 + 64 * wg + 16 * warp;  // the warp's first query row
+    if (tile_needs_mask<kCausal, T::kBlockN>(p, warp_row0, kv0)) mask_scores<T, kCausal>(s, p, warp_row0, kv0);
+    softmax_update<T>(s, o, pk, row_max, row_sum, p.scale_log2);
+    cc::wgmma_fence();  // O was rescaled and P written by ordinary instructions
+    Phases::template issue_pv<T>(o, pk, v_tile);
+    cc::wgmma_commit();
+    cc::wgmma_wait<0>();
+  }
+
+  cc::cp_async_wait<0>();
+  __syncthreads();  // every warpgroup is done with Q
+  stage_output<T>(o, row_max, row_sum, smem, row0, p, bh, q0);
+  __syncthreads();
+  store_output<T, T::kBlockM>(smem, p.o + row_offset(p.os, b, h, 0), p.os.seq, q0, 0, min(T::kBlockM, p.seq_q - q0),
+                              static_cast<int>(threadIdx.x), kThreads);
+#else
+  (void)p;
+  __trap();  // never launched: the host checks sm90a_code_available() first
+#endif
+}
+
+template <class Phases, int D, bool kCausal>
+void launch(const TcParams& p, std::int64_t batch_heads, cudaStream_t stream) {
+  constexpr auto kernel = wgmma_kernel<Phases, D, kCausal>;
+  constexpr int kSmem = smem_bytes<D>();
+  cc::opt_in_dynamic_smem<kernel>(kSmem);
+  const dim3 grid(static_cast<unsigned>((static_cast<long long>(p.seq_q) + 127) / 128),
+                  static_cast<unsigned>(batch_heads));
+  kernel<<<grid, kThreads, kSmem, stream>>>(p);
+  COURSE_CHECK_LAUNCH("wgmma_kernel");
+}
+
+}  // namespace wgmma_step
+
+
+// ============================================================================
+// Step 11: tc_warp_specialized -- the TMA and a producer/consumer split.
+//
+// What limits step 10: every thread both copies and computes. Each K/V tile costs every
+// thread 8-16 cp.async with their address arithmetic, a wait, a proxy fence and a block
+// barrier, and the barrier makes the two warpgroups meet once per tile: the faster one
+// waits for the slower one instead of running ahead into the next tile's wgmmas.
+// Changes from step 10:
+//  (a) The TMA copies whole boxes: [128 rows][64 columns] of Q, K or V (one per 64-column
+//      block) described by a 4-D tensor map (column, row, head, batch) with the tensor's own
+//      strides, so [B, H, N, d], [B, N, H, d] and padded rows all work; rows past N arrive
+//      as zeros. It writes the 128-byte swizzle itself. One thread issues every copy.
+//  (b) Warp specialization: warpgroup 0 is the producer (one thread issues the copies, the
+//      group gives its registers back with setmaxnreg.dec to 24), warpgroups 1 and 2 are the
+//      consumers (setmaxnreg.inc to 240: S, P and O fit without spilling at d = 128).
+//  (c) A ring of kStages K/V stages with two mbarriers each: "full" (the producer arrives
+//      with the stage's byte count, the TMA counts the bytes down) and "empty" (each
+//      consumer warpgroup arrives once its P V has read the stage). Phases alternate 0, 1,
+//      0, ... each time the ring wraps (RingPosition). No __syncthreads in the loop: each
+//      consumer warpgroup runs at its own pace, up to kStages tiles ahead of the copies.
+//  (d) The epilogue needs no block barrier either: each consumer warpgroup stages its own 64
+//      rows of O in its own rows of the Q tile and meets only its own 4 warps (bar.sync
+//      with 128 threads) before storing them.
+// Tiles as in step 10; stages: 2 at d = 128 (Q 32 KB + 2 x 64 KB), 4 at d = 64 (Q 16 KB +
+// 4 x 32 KB). One block (384 threads) per SM.
+// Prediction: the copies leave the consumers' instruction stream entirely and the warpgroups
+// decouple, so the tensor cores idle only while BOTH consumers run their softmax at once.
+// ~1.15-1.3x step 10: ~480-540 TFLOP/s at d = 128, ~370-430 at d = 64. What remains is
+// the serial S -> softmax -> P V chain inside each warpgroup (step 12's subject).
+// Measured: pending (GPU run)
+// ============================================================================
+namespace ws_step {
+
+constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
+constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
+
+template <int D>
+struct Ring {
+  static constexpr int kStages = D == 64 ? 4 : 2;
+  static constexpr int kStageBytes = 2 * HopperTile<D>::kKVBytes;  ///< K tile, then V tile
+  static constexpr int kBarrierOffset = HopperTile<D>::kQBytes + kStages * kStageBytes;
+  static constexpr int kSmemBytes = kBarrierOffset + (2 * kStages + 1) * 8 + 1024;
+};
+
+/// The stage and phase parity of the ring position a loop is at; both sides advance it once
+/// per K/V tile, so they agree on which stage and which phase tile t uses.
+struct RingPosition {
+  int stage = 0;
+  std::uint32_t phase = 0;
+  template <int kStages>
+  __device__ __forceinline__ void advance() {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
+/// One stage of the K/V ring as a loop iteration sees it: where its K tile starts in shared
+/// memory (V follows kKVBytes later), its two barriers, and the parity of the phase this
+/// use of the stage completes on "full" (the producer waits for parity ^ 1 on "empty":
+/// the previous use's release; on the first pass that phase counts as completed).
+struct KvStage {
+  std::uint32_t smem, full, empty;
+  std::uint32_t phase;
+};
+
+/// What the kernel gets besides the tensor maps: TcParams, and per tensor whether its head
+/// and batch coordinates are real (1) or broadcast (0: the map has extent 1 there).
+struct WsParams {
+  TcParams p;
+  int q_head, q_batch, kv_head, kv_batch;
+};
+
+template <class Phases, int D, bool kCausal>
+__global__ void __launch_bounds__(kThreads, 1)
+    warp_specialized_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
+                            const __grid_constant__ CUtensorMap tmap_v, const WsParams wp) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using T = HopperTile<D>;
+  using R = Ring<D>;
+  const TcParams& p = wp.p;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = align_smem(smem_raw);
+  const std::uint32_t s_q = cc::smem_u32(smem);   // [128][D] Q, at the end O
+  const std::uint32_t s_kv = s_q + T::kQBytes;    // kStages x ([128][D] K, [128][D] V)
+  const std::uint32_t full_bar = s_q + R::kBarrierOffset;  // full[s] at full_bar + 8 s
+  const std::uint32_t empty_bar = full_bar + 8 * R::kStages;
+  const std::uint32_t q_bar = empty_bar + 8 * R::kStages;
+
+  int q_tile, bh;
+  block_coordinates(kCausal, q_tile, bh);
+  const int q0 = q_tile * T::kBlockM;
+  const int b = bh / p.heads, h = bh % p.heads, hk = h / p.group;
+  const int num_tiles = (kv_end<kCausal>(p, q0, T::kBlockM) + T::kBlockN - 1) / T::kBlockN;
+  const int wg = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < R::kStages; ++s) {
+      cc::mbarrier_init(full_bar + 8 * s, 1);                 // the producer's arrive (+ bytes)
+      cc::mbarrier_init(empty_bar + 8 * s, T::kBlockM / 64);  // one arrive per consumer warpgroup
+    }
+    cc::mbarrier_init(q_bar, 1);
+    cc::fence_barrier_init();
+  }
+  __syncthreads();  // the only block-wide barrier: the mbarriers exist for everyone
+
+  RingPosition ring;
+  if (wg == 0) {
+    // ---- Producer: thread 0 issues every copy; the rest of the group just lowers its registers.
+    cc::setmaxnreg_dec<kProducerRegisters>();
+    if (threadIdx.x == 0) {
+      cc::tma_prefetch_descriptor(&tmap_q);
+      cc::tma_prefetch_descriptor(&tmap_k);
+      cc::tma_prefetch_descriptor(&tmap_v);
+      const int qh = h * wp.q_head, qb = b * wp.q_batch, kh = hk * wp.kv_head, kb = b * wp.kv_batch;
+      cc::mbarrier_arrive_expect_tx(q_bar, T::kQBytes);
+#pragma unroll
+      for (int cb = 0; cb < D / 64; ++cb) cc::tma_load_4d(s_q + cb * T::kBlockM * 128, &tmap_q, q_bar, 64 * cb, q0, qh, qb);
+      for (int tile = 0; tile < num_tiles; ++tile, ring.advance<R::kStages>()) {
+        const KvStage st{s_kv + ring.stage * R::kStageBytes, full_bar + 8 * ring.stage, empty_bar + 8 * ring.stage,
+                         ring.phase};
+        Phases::template load_kv_tile<T, R>(st, &tmap_k, &tmap_v, tile * T::kBlockN, kh, kb);
+      }
+    }
+  } else {
+    // ---- Consumers: warpgroup 1 computes rows 0-63 of the Q tile, warpgroup 2 rows 64-127.
+    cc::setmaxnreg_inc<kConsumerRegisters>();
+    const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const int row0 = 64 * cw + 16 * warp + lane / 4;  // this thread's first row in the Q tile
+    const int warp_row0 = q0 + 64 * cw + 16 * warp;
+    float o[T::kORegs], s[T::kSRegs];
+    zero<T>(o);
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+    std::uint32_t pk[T::kBlockN / 8][2];
+    cc::mbarrier_wait(q_bar, 0);  // always: O is staged where Q lands
+    for (int tile = 0; tile < num_tiles; ++tile, ring.advance<R::kStages>()) {
+      const KvStage st{s_kv + ring.stage * R::kStageBytes, full_bar + 8 * ring.stage, empty_bar + 8 * ring.stage,
+                       ring.phase};
+      const std::uint32_t k_tile = st.smem, v_tile = st.smem + T::kKVBytes;
+      const int kv0 = tile * T::kBlockN;
+      Phases::wait_kv_tile(st);  // K and V of this tile have landed
+      cc::wgmma_fence();
+      Phases::template issue_scores<T>(s, s_q, k_tile, 64 * cw);
+      cc::wgmma_commit();
+      cc::wgmma_wait<0>();
+      if (tile_needs_mask<kCausal, T::kBlockN>(p, warp_row0, kv0)) mask_scores<T, kCausal>(s, p, warp_row0, kv0);
+      softmax_update<T>(s, o, pk, row_max, row_sum, p.scale_log2);
+      cc::wgmma_fence();
+      Phases::template issue_pv<T>(o, pk, v_tile);
+      cc::wgmma_commit();
+      cc::wgmma_wait<0>();
+      Phases::release_kv_tile(st);  // this warpgroup is done with the stage
+    }
+    // Epilogue: this warpgroup's rows only (its own rows of Q are no longer read).
+    stage_output<T>(o, row_max, row_sum, smem, row0, p, bh, q0);
+    cc::named_barrier_sync(1 + cw, 128);
+    store_output<T, 64>(smem, p.o + row_offset(p.os, b, h, 0), p.os.seq, q0, 64 * cw, min(T::kBlockM, p.seq_q - q0),
+                        static_cast<int>(threadIdx.x % 128), 128);
+  }
+#else
+  (void)tmap_q, (void)tmap_k, (void)tmap_v, (void)wp;
+  __trap();  // never launched: the host checks sm90a_code_available() first
+#endif
+}
+
+/// The 4-D map (column, row, head, batch) of one attention tensor, boxes of [128 rows][64
+/// columns]; a broadcast head or batch (stride 0) becomes extent 1, *real = 0.
+inline CUtensorMap attention_map(const bf16* base, std::int64_t heads, std::int64_t batch, std::int64_t seq, std::int64_t d,
+                          const AttentionStrides& st, int* head_real, int* batch_real) {
+  *head_real = st.head != 0 ? 1 : 0;
+  *batch_real = st.batch != 0 ? 1 : 0;
+  const std::int64_t dims[4] = {d, seq, *head_real ? heads : 1, *batch_real ? batch : 1};
+  const std::int64_t strides[3] = {st.seq, *head_real ? st.head : st.seq, *batch_real ? st.batch : st.seq};
+  const int box[4] = {64, 128, 1, 1};
+  return make_tma_map_bf16(base, 4, dims, strides, box, TmaSwizzle::bytes128);
+}
+
+template <class Phases, int D, bool kCausal>
+void launch(const AttentionArgsBf16& a, const TcParams& p) {
+  WsParams wp{};
+  wp.p = p;
+  const CUtensorMap mq = attention_map(a.q, a.heads, a.batch, a.seq_q, D, a.q_strides, &wp.q_head, &wp.q_batch);
+  int v_head = 0, v_batch = 0;
+  const CUtensorMap mk = attention_map(a.k, a.kv_heads, a.batch, a.seq_k, D, a.k_strides, &wp.kv_head, &wp.kv_batch);
+  const CUtensorMap mv = attention_map(a.v, a.kv_heads, a.batch, a.seq_k, D, a.v_strides, &v_head, &v_batch);
+  if (v_head != wp.kv_head || v_batch != wp.kv_batch)
+    throw Unsupported("attention step tc_warp_specialized",
+                      "K and V broadcast the same dimensions (a stride of 0 in one but not the other)");
+  constexpr auto kernel = warp_specialized_kernel<Phases, D, kCausal>;
+  constexpr int kSmem = Ring<D>::kSmemBytes;
+  cc::opt_in_dynamic_smem<kernel>(kSmem);
+  const dim3 grid(static_cast<unsigned>((a.seq_q + 127) / 128), static_cast<unsigned>(a.batch * a.heads));
+  kernel<<<grid, kThreads, kSmem, a.stream>>>(mq, mk, mv, wp);
+  COURSE_CHECK_LAUNCH("warp_specialized_kernel");
+}
+
+}  // namespace ws_step
+
+/// Runs Hopper step `step` (tc_wgmma or tc_warp_specialized) with the phases `Phases`: the
+/// solution's (attention_tc_hopper_phases.cuh) or the exercise's.
+template <class Phases>
+void run_step(m03::AttentionStep step, const AttentionArgsBf16& a) {
+  require_sm90a(step == m03::AttentionStep::tc_wgmma ? "attention step tc_wgmma"
+                                                    : "attention step tc_warp_specialized");
+  const TcParams p = make_tc_params(a);
+  cc::dispatch_value<m03::kHopperHeadDims>(a.head_dim, "head_dim", [&](auto d) {
+    constexpr int D = decltype(d)::value;
+    if (step == m03::AttentionStep::tc_wgmma) {
+      if (a.causal) wgmma_step::launch<Phases, D, true>(p, a.batch * a.heads, a.stream);
+      else wgmma_step::launch<Phases, D, false>(p, a.batch * a.heads, a.stream);
+    } else {
+      if (a.causal) ws_step::launch<Phases, D, true>(a, p);
+      else ws_step::launch<Phases, D, false>(a, p);
+    }
+  });
+}
+
+}  // namespace course::solution::attn_tc_hopper
