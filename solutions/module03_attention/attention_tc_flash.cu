@@ -85,8 +85,8 @@ namespace {
 // 64: 255/255, 96: 251/250, 128: 242/244 (64-key tiles in one softmax step spill 8-16
 // bytes at d = 128, hence the two 32-key steps). Shared memory (Q + 2 stages of K and V
 // + 1 KB of alignment): 41, 81, 97, 97 KB for d = 32, 64, 96, 128.
-// Measured (results: attn_bf16/solution/tc_flash2/{B16_H32_N1024_d64,B4_H32_N4096_d64,B1_H32_N16384_d64}): 307.8 / 335.9 / 347.0 TFLOP/s
-// Measured (results: attn_bf16/solution/tc_flash2/{B16_H16_N1024_d128,B4_H16_N4096_d128,B1_H16_N16384_d128}): 308.8 / 337.9 / 348.9 TFLOP/s
+// Measured (results: attn_bf16/solution/tc_flash2/{B16_H32_N1024_d64,B4_H32_N4096_d64,B1_H32_N16384_d64}): 310.4 / 337.1 / 345.8 TFLOP/s
+// Measured (results: attn_bf16/solution/tc_flash2/{B16_H16_N1024_d128,B4_H16_N4096_d128,B1_H16_N16384_d128}): 300.7 / 335.6 / 339.9 TFLOP/s
 // Measured (results: attn_bf16/solution/tc_flash2/B4_H32_N4096_d64): 1.18 of attn_bf16/solution/tc_register_softmax/B4_H32_N4096_d64
 // Met: d = 64 inside ~290-330 up to N = 2048 and 1-4% above beyond; d = 128 inside
 // ~320-360 except N = 1024 (~4% short). Against FA2 (results page, "Tensor-core attention

@@ -214,7 +214,13 @@ __device__ __forceinline__ void zero(float (&x)[T::kORegs]) {
 // only the other warpgroup can fill those gaps, and nothing hides the barrier per tile.
 // So ~0.45-0.55 of peak: ~420-520 TFLOP/s at d = 128 (1.2-1.5x step 9), and at d = 64,
 // where the softmax per FLOP doubles, ~330-420.
-// Measured: pending (GPU run)
+// Measured (results: attn_bf16/solution/tc_wgmma/{B16_H32_N1024_d64,B4_H32_N4096_d64,B1_H32_N16384_d64}): 272.8 / 311.9 / 320.5 TFLOP/s
+// Measured (results: attn_bf16/solution/tc_wgmma/{B16_H16_N1024_d128,B4_H16_N4096_d128,B1_H16_N16384_d128}): 329.0 / 390.5 / 408.6 TFLOP/s
+// Measured (results: attn_bf16/solution/tc_wgmma/B4_H16_N4096_d128): 1.16 of attn_bf16/solution/tc_flash2/B4_H16_N4096_d128
+// Missed: below both ranges. At d = 64 it is slower than step 9 (0.86-0.94x), at d = 128
+// 1.0-1.3x. The barrier per tile and the serial chain inside each warpgroup cost more than
+// predicted: the two warpgroups meet at every tile, so neither runs ahead into the other's
+// softmax; and every thread still issues the copies. Step 11 removes both.
 // ============================================================================
 namespace wgmma_step {
 
@@ -356,8 +362,17 @@ void launch(const TcParams& p, std::int64_t batch_heads, cudaStream_t stream) {
 // Prediction: the copies leave the consumers' instruction stream entirely and the warpgroups
 // decouple, so the tensor cores idle only while BOTH consumers run their softmax at once.
 // ~1.15-1.3x step 10: ~480-540 TFLOP/s at d = 128, ~370-430 at d = 64. What remains is
-// the serial S -> softmax -> P V chain inside each warpgroup (step 12's subject).
-// Measured: pending (GPU run)
+// the serial S -> softmax -> P V chain inside each warpgroup (the next step's subject).
+// Measured (results: attn_bf16/solution/tc_warp_specialized/{B16_H32_N1024_d64,B4_H32_N4096_d64,B1_H32_N16384_d64}): 325.9 / 396.9 / 419.7 TFLOP/s
+// Measured (results: attn_bf16/solution/tc_warp_specialized/{B16_H16_N1024_d128,B4_H16_N4096_d128,B1_H16_N16384_d128}): 430.3 / 538.3 / 546.3 TFLOP/s
+// Measured (results: attn_bf16/solution/tc_warp_specialized/B4_H16_N4096_d128): 1.38 of attn_bf16/solution/tc_wgmma/B4_H16_N4096_d128
+// Met at d = 128 (482-578 TFLOP/s non-causal), above the range at d = 64 long N. Beside
+// PyTorch in the same run (results page, "attention_bf16" in the PyTorch section, H200):
+// 0.79-0.92x cuDNN's forward and 1.20-1.40x FlashAttention-2 at d = 64, 0.82-0.92x cuDNN
+// and 1.48-1.65x FlashAttention-2 at d = 128; causal 0.71-0.95x cuDNN (lowest at N = 1024,
+// where 16 tiles per head leave the SMs' last wave half empty). Below 0.9x cuDNN remain
+// short sequences and d = 64: the softmax chain inside each warpgroup, which ping-pong
+// scheduling of the two consumers and overlapping the next S with this softmax address.
 // ============================================================================
 namespace ws_step {
 
