@@ -2,10 +2,11 @@
 /// @brief Support kernels of the training demo (module04/training_ops.hpp): embedding
 /// lookup and its gradient, bias (+ residual) add, softmax cross-entropy, Adam.
 ///
-/// Not a ladder: one plain kernel per job, each a single pass over data that is small in
-/// the demo (a few hundred KB per step), so none of them is worth tuning. What they must be
-/// is correct and deterministic -- no floating-point atomics, every sum in a fixed order --
-/// because the demo promises bit-identical training runs for one seed.
+/// Not a ladder: one plain kernel per job, each a single pass over its data, except the
+/// embedding gradient, whose token part is a counting sort and segmented sums (below: the
+/// GPT demo's 25 MB gradient made a block-per-id kernel one of its slowest ops). What they
+/// must be is correct and deterministic -- no floating-point atomics, every sum in a fixed
+/// order -- because the demos promise bit-identical training runs for one seed.
 
 #include "course/cuda/warp_reduce.cuh"
 #include "course/error.hpp"
@@ -74,11 +75,18 @@ __global__ void embedding_forward_kernel(const std::int32_t* __restrict__ ids, c
 //   5. embedding_token_combine_kernel  a thread per (id, column): 0 for an absent id; for an
 //      id split across segments j0..j1, its partials added in ascending j.
 // Every sum has a fixed order (no float atomics; the counts use integer arithmetic only),
-// so the bits never change. Bytes for the GPT demo (N = 16384, C = 384, V = 84): dout read
-// once, 25.2 MB; the sort about 0.5 MB (ids, ranks, counts, two sorted arrays); partials
-// at most 2 x 256 segments x 1.5 KB = 0.8 MB written and read; token_grad 129 KB. Predicted:
-// about 10 us for step 4 at ~3 TB/s plus 2-3 us for each small step, 15-20 us in all
-// (the position gradient, below, reads dout once more: another ~8-10 us).
+// so the bits never change; an id within one segment is even summed exactly as the first
+// version did (its rows one after another in row order).
+// Bytes for the GPT demo (N = 16384, C = 384, V = 84; 64 sort tiles of 256 rows, 256
+// segments): dout read once by step 4, 25.2 MB; the sort about 0.3 MB (ids twice, ranks,
+// counts, the two sorted arrays); partials at most 2 x 256 x 1.5 KB = 0.8 MB written and
+// read; token_grad 129 KB. Predicted: step 4 about 10 us (768 warps, 32 loads of 4 bytes
+// in flight per lane: near the ~3 TB/s of HBM3), steps 1-3 and 5 about 2-3 us each (short
+// dependent chains: 8 rows-of-32 per count warp; at most ~40 partials for the space id in
+// the combine), so 20-25 us for token_grad; with the position gradient (another read of
+// dout, ~8-10 us) 30-35 us for the whole call, against the ceiling of one 25 MB read,
+// ~10 us. A vocabulary above kSharedVocab counts in global memory (a cudaMemsetAsync and
+// an L2 round trip per 32 rows): correct, slower (tens of microseconds for 50K ids).
 // Measured: pending (GPU run).
 
 constexpr int kSortWarps = 4;        ///< tiles (one warp each) per block of the count kernel

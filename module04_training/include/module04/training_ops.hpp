@@ -3,9 +3,11 @@
 /// @brief Support ops of module 4's training demo: embedding lookup and its gradient, bias
 /// (+ residual) add, softmax cross-entropy with its gradient, and the Adam update.
 ///
-/// These are NOT a ladder and have no exercise: each is one plain, small, memory-bound
-/// kernel that the demo (demos/train.cpp) needs around the course's real kernels (module 2's
-/// GEMMs, module 3's attention, this module's backward passes). They live in their own
+/// These are NOT a ladder and have no exercise: each is a plain, memory-bound kernel (the
+/// embedding gradient: a short pipeline, a counting sort then segmented sums, because the
+/// GPT demo's 16384 x 384 gradient made a naive kernel slow) that the demos (demos/train.cpp,
+/// demos/gpt.cpp) need around the course's real kernels (module 2's GEMMs, module 3's
+/// attention, this module's backward passes). They live in their own
 /// library, module04_training_ops (solutions/module04_training/training_ops.cu), which the
 /// demo and both builds of tests/test_training_ops.cpp link.
 ///
