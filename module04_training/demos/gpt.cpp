@@ -254,7 +254,8 @@ class Gpt {
     targets_ = DeviceBuffer<std::int32_t>(sz(N));
 
     // Workspaces: the attention backward's (bf16: D, lse2, fp32 dQ; fp32: D), LayerNorm
-    // backward's partials, the bf16 bias gradient's partials, AdamW's tensor table.
+    // backward's partials, the bf16 bias gradient's partials, the embedding backward's sort
+    // and partial sums, AdamW's tensor table.
     std::size_t att_ws_bytes = 0;
     if constexpr (kF32)
       att_ws_bytes = m04::attention_backward_workspace_bytes(att_bwd_, c.batch, c.heads, c.context, c.context);
@@ -264,6 +265,7 @@ class Gpt {
     const std::size_t lnw = std::max(m04::layer_norm_backward_workspace_bytes(kLnBackwardStep, N, C), std::size_t{16});
     ln_ws_ = DeviceBuffer<float>((lnw + 3) / 4);
     if constexpr (!kF32) bias_ws_ = DeviceBuffer<float>((gpt::bias_grad_bf16_workspace_bytes(N, 4 * C) + 3) / 4);
+    eb_ws_ = DeviceBuffer<float>((m04::embedding_backward_workspace_bytes(c.batch, c.context, V_, C) + 3) / 4);
 
     for (const gpt::ParamTensor& t : L.tensors) {
       m04::AdamWTensor a;
@@ -555,6 +557,8 @@ class Gpt {
     eb.seq = T_;
     eb.vocab = V_;
     eb.dim = C;
+    eb.workspace = eb_ws_.data();
+    eb.workspace_bytes = eb_ws_.bytes();
     eb.stream = stream_;
     m04::embedding_backward(eb);
     // head dW (weight tying): dwte += dlogits^Act lnf. bf16: matmul_tc a_transposed with
@@ -797,7 +801,7 @@ class Gpt {
   DeviceBuffer<Act> dx_, dc_, d4_, dqkv_;
   DeviceBuffer<float> losses_;
   DeviceBuffer<std::int32_t> num_valid_, ids_, targets_;
-  DeviceBuffer<float> att_ws_, ln_ws_, bias_ws_, adam_ws_;
+  DeviceBuffer<float> att_ws_, ln_ws_, bias_ws_, eb_ws_, adam_ws_;
   std::vector<m04::AdamWTensor> adam_tensors_;
   bool profiling_ = false;
   std::vector<cudaEvent_t> events_;

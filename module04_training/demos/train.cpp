@@ -336,6 +336,7 @@ class GpuLayer {
         attn_ws_(course::m04::attention_backward_workspace_bytes(course::m04::AttentionBackwardStep::flash_deterministic,
                                                                   batch, c.heads, c.seq, c.seq) / sizeof(float) + 1),
         ce_ws_((course::m04::cross_entropy_workspace_bytes(rows_) + 15) / 16),
+        eb_ws_((course::m04::embedding_backward_workspace_bytes(batch, c.seq, c.vocab, c.dim) + 15) / 16),
         loss_(1), correct_(1), counted_(1) {}
 
   void upload(const Batch& b) {
@@ -433,6 +434,8 @@ class GpuLayer {
     eb.seq = c_.seq;
     eb.vocab = c_.vocab;
     eb.dim = D;
+    eb.workspace = eb_ws_.data();
+    eb.workspace_bytes = eb_ws_.bytes();
     m04::embedding_backward(eb);
   }
 
@@ -496,7 +499,7 @@ class GpuLayer {
   std::int64_t B_, rows_;
   DeviceBuffer<std::int32_t> ids_, targets_;
   DeviceBuffer<float> x_, qkv_, o_, lse_, h_, logits_, dlogits_, dh_, do_, dqkv_, dx_, attn_ws_;
-  DeviceBuffer<float4> ce_ws_;  // float4: 16-byte aligned scratch
+  DeviceBuffer<float4> ce_ws_, eb_ws_;  // float4: 16-byte aligned scratch
   DeviceBuffer<float> loss_;
   DeviceBuffer<std::int32_t> correct_, counted_;
 };

@@ -130,6 +130,7 @@ struct EmbeddingBackwardProblem {
   std::vector<double> want_tok, want_pos;
   DeviceBuffer<std::int32_t> d_ids;
   DeviceBuffer<float> d_dout, d_tok, d_pos;
+  DeviceBuffer<float4> d_ws;  // float4: 16-byte aligned scratch
   m04::EmbeddingBackwardArgs args;
 
   EmbeddingBackwardProblem(const EmbeddingCase& c, const std::vector<std::int32_t>& ids, std::uint64_t seed) {
@@ -139,6 +140,8 @@ struct EmbeddingBackwardProblem {
     d_dout = DeviceBuffer<float>(dout);
     d_tok = DeviceBuffer<float>(want_tok.size());
     d_pos = DeviceBuffer<float>(want_pos.size());
+    d_ws = DeviceBuffer<float4>((m04::embedding_backward_workspace_bytes(c.batch, c.seq, c.vocab, c.dim) + 15) / 16);
+    d_ws.poison();  // the op must not rely on zeroed scratch
     args.ids = d_ids.data();
     args.dout = d_dout.data();
     args.token_grad = d_tok.data();
@@ -147,40 +150,92 @@ struct EmbeddingBackwardProblem {
     args.seq = c.seq;
     args.vocab = c.vocab;
     args.dim = c.dim;
+    args.workspace = d_ws.data();
+    args.workspace_bytes = d_ws.bytes();
   }
 };
 
-TEST_F(EmbeddingTest, BackwardSumsRowsPerTokenAndPerPosition) {
-  // 40 x 33 = 1320 rows: more than one chunk of staged ids; vocab 3: many repeats per token;
-  // dim 300: several column strips per block; vocab 50 > rows: tokens that never occur get 0.
-  for (const EmbeddingCase c : {EmbeddingCase{40, 33, 3, 24, true}, EmbeddingCase{4, 16, 11, 300, true},
-                                EmbeddingCase{1, 9, 50, 16, true}, EmbeddingCase{64, 64, 32, 64, true}}) {
-    SCOPED_TRACE(::testing::Message() << "batch " << c.batch << " seq " << c.seq << " vocab " << c.vocab << " dim "
-                                      << c.dim);
-    const std::int64_t rows = c.batch * c.seq;
-    auto ids = random_ids(static_cast<std::size_t>(rows), c.vocab, seed());
-    ids[1 % ids.size()] = -1;  // an invalid id: its row adds to no token (but to its position)
-    EmbeddingBackwardProblem p(c, ids, seed() + 1);
-    const std::vector<double>& want_tok = p.want_tok;
-    const std::vector<double>& want_pos = p.want_pos;
-    std::vector<float> first_tok, first_pos;
-    for (int run = 0; run < 2; ++run) {
-      p.d_tok.poison();
-      p.d_pos.poison();
-      m04::embedding_backward(p.args);
-      const auto tok = p.d_tok.download(), pos = p.d_pos.download();
-      if (run == 0) {
-        // A token's sum has up to `rows` terms, a position's `batch`.
-        EXPECT_MATCHES(course::compare(tok, want_tok, course::tolerance_for(course::DType::f32, rows)));
-        EXPECT_MATCHES(course::compare(pos, want_pos, course::tolerance_for(course::DType::f32, c.batch)));
-        first_tok = tok;
-        first_pos = pos;
-      } else {
-        EXPECT_TRUE(same_bits(tok, first_tok)) << "token_grad differs between two runs: not deterministic";
-        EXPECT_TRUE(same_bits(pos, first_pos)) << "position_grad differs between two runs: not deterministic";
-      }
+/// Runs embedding_backward twice on poisoned outputs; checks both gradients against the
+/// reference (in double) and that the second run gives the same bits as the first.
+void expect_embedding_backward_matches(const EmbeddingCase& c, const std::vector<std::int32_t>& ids,
+                                       std::uint64_t seed) {
+  SCOPED_TRACE(::testing::Message() << "batch " << c.batch << " seq " << c.seq << " vocab " << c.vocab << " dim "
+                                    << c.dim);
+  EmbeddingBackwardProblem p(c, ids, seed);
+  const std::int64_t rows = c.batch * c.seq;
+  std::vector<float> first_tok, first_pos;
+  for (int run = 0; run < 2; ++run) {
+    p.d_tok.poison();
+    p.d_pos.poison();
+    m04::embedding_backward(p.args);
+    const auto tok = p.d_tok.download(), pos = p.d_pos.download();
+    if (run == 0) {
+      // A token's sum has up to `rows` terms, a position's `batch`; NaN (unwritten) fails.
+      EXPECT_MATCHES(course::compare(tok, p.want_tok, course::tolerance_for(course::DType::f32, rows)));
+      EXPECT_MATCHES(course::compare(pos, p.want_pos, course::tolerance_for(course::DType::f32, c.batch)));
+      first_tok = tok;
+      first_pos = pos;
+    } else {
+      EXPECT_TRUE(same_bits(tok, first_tok)) << "token_grad differs between two runs: not deterministic";
+      EXPECT_TRUE(same_bits(pos, first_pos)) << "position_grad differs between two runs: not deterministic";
     }
   }
+}
+
+TEST_F(EmbeddingTest, BackwardSumsRowsPerTokenAndPerPosition) {
+  // 40 x 33 = 1320 rows: several sort tiles; vocab 3: long runs split across segments;
+  // dim 300: three column strips; vocab 50 > rows: tokens that never occur get 0. Row 1's
+  // id is invalid: it adds to no token (but to its position).
+  std::uint64_t s = seed();
+  for (const EmbeddingCase c : {EmbeddingCase{40, 33, 3, 24, true}, EmbeddingCase{4, 16, 11, 300, true},
+                                EmbeddingCase{1, 9, 50, 16, true}, EmbeddingCase{64, 64, 32, 64, true}}) {
+    auto ids = random_ids(static_cast<std::size_t>(c.batch * c.seq), c.vocab, s++);
+    ids[1 % ids.size()] = -1;
+    expect_embedding_backward_matches(c, ids, s++);
+  }
+}
+
+TEST_F(EmbeddingTest, BackwardAwkwardShapesAndSkewedIds) {
+  // vocab 1 and 2: one or two ids own every row (long runs split into many segments of
+  // m04::kEmbeddingSegmentRows); vocab 84 as in the GPT demo; vocab 50304 with few rows:
+  // almost every id absent (must be 0, not stale); dims not a multiple of 4 or of 128;
+  // one row in all.
+  const EmbeddingCase cases[] = {{7, 33, 1, 19, true},  {5, 41, 2, 130, true},   {16, 128, 84, 384, true},
+                                 {3, 17, 50304, 20, true}, {1, 1, 1, 1, true},  {1, 1, 84, 257, true},
+                                 {2, 65, 84, 129, true},   {4, 64, 3000, 5, true},   {10, 256, 3000, 7, true}};
+  // vocab 3000: above the count kernel's shared-memory counters (global counters instead),
+  // 2560 rows of it: several sort tiles on that path.
+  std::uint64_t s = seed();
+  for (const EmbeddingCase& c : cases) {
+    const auto ids = random_ids(static_cast<std::size_t>(c.batch * c.seq), c.vocab, s++);
+    expect_embedding_backward_matches(c, ids, s++);
+  }
+}
+
+TEST_F(EmbeddingTest, BackwardOneIdForEveryRowAndSkewedCounts) {
+  // Every row the same id (1000 rows: 16 segments, the id begins segment 0): the sum is
+  // one id's 1000 rows. Then ids skewed like text: id 0 ("space") on ~15% of rows, the rest
+  // spread, plus invalid ids -1 and vocab.
+  const EmbeddingCase one{8, 125, 84, 96, true};
+  expect_embedding_backward_matches(one, std::vector<std::int32_t>(1000, 37), seed());
+  const EmbeddingCase skew{32, 129, 84, 200, true};
+  auto ids = random_ids(static_cast<std::size_t>(skew.batch * skew.seq), skew.vocab, seed() + 1);
+  std::mt19937_64 gen(seed() + 2);
+  for (auto& id : ids) {
+    const auto u = gen() % 200;
+    if (u < 30) id = 0;
+    else if (u == 30) id = -1;
+    else if (u == 31) id = static_cast<std::int32_t>(skew.vocab);
+  }
+  expect_embedding_backward_matches(skew, ids, seed() + 3);
+}
+
+TEST_F(EmbeddingTest, BackwardLargeBatchIsDeterministic) {
+  // The GPT demo's shape (16384 rows x 384, vocab 84, id 0 on ~15%): two runs, same bits.
+  const EmbeddingCase c{64, 256, 84, 384, true};
+  auto ids = random_ids(static_cast<std::size_t>(c.batch * c.seq), c.vocab, seed());
+  for (std::size_t r = 0; r < ids.size(); r += 7) ids[r] = 0;
+  expect_embedding_backward_matches(c, ids, seed() + 1);
 }
 
 TEST_F(EmbeddingTest, BackwardComputesOnlyTheRequestedGradient) {
@@ -193,6 +248,8 @@ TEST_F(EmbeddingTest, BackwardComputesOnlyTheRequestedGradient) {
   EXPECT_MATCHES(course::compare(p.d_tok.download(), p.want_tok, course::tolerance_for(course::DType::f32, 10)));
   a.token_grad = nullptr;
   a.position_grad = p.d_pos.data();
+  a.workspace = nullptr;  // only the token gradient needs scratch
+  a.workspace_bytes = 0;
   p.d_pos.poison();
   m04::embedding_backward(a);
   EXPECT_MATCHES(course::compare(p.d_pos.download(), p.want_pos, course::tolerance_for(course::DType::f32, c.batch)));
@@ -489,8 +546,14 @@ TEST(TrainingOpsArgsTest, EmbeddingRejectsBadArgumentsByName) {
     b.seq = 16;
     b.vocab = 10;
     b.dim = 8;
+    b.workspace = g_fake + 4096;
+    b.workspace_bytes = m04::embedding_backward_workspace_bytes(4, 16, 10, 8);
     return b;
   };
+  EXPECT_NO_THROW(m04::validate_embedding_backward_args(good_bwd()));
+  EXPECT_GT(m04::embedding_backward_workspace_bytes(4, 16, 10, 8), std::size_t{0});
+  EXPECT_LE(m04::embedding_backward_workspace_bytes(4, 16, 10, 8), sizeof(g_fake) - 4096 * sizeof(float));
+  EXPECT_EQ(m04::embedding_backward_workspace_bytes(0, 16, 10, 8), std::size_t{0});
   const auto run_bwd = [](const m04::EmbeddingBackwardArgs& b) { m04::embedding_backward(b); };
   course::testing::expect_each_rejected<m04::EmbeddingBackwardArgs>(good_bwd, run_bwd, {
       {[](m04::EmbeddingBackwardArgs& b) {
@@ -502,7 +565,17 @@ TEST(TrainingOpsArgsTest, EmbeddingRejectsBadArgumentsByName) {
       {[](m04::EmbeddingBackwardArgs& b) { b.token_grad = g_fake + 100; }, "'token_grad'"},  // inside dout
       {[](m04::EmbeddingBackwardArgs& b) { b.position_grad = g_fake + 1030; }, "'position_grad'"},  // inside token_grad
       {[](m04::EmbeddingBackwardArgs& b) { b.seq = 0; }, "'seq' = 0"},
+      {[](m04::EmbeddingBackwardArgs& b) { b.workspace = nullptr; }, "'workspace' = nullptr"},
+      {[](m04::EmbeddingBackwardArgs& b) { b.workspace_bytes = 16; }, "'workspace_bytes' = 16"},
+      {[](m04::EmbeddingBackwardArgs& b) { b.workspace = g_fake + 4097; }, "'workspace'"},  // not 16-byte aligned
+      {[](m04::EmbeddingBackwardArgs& b) { b.workspace = g_fake + 2000; }, "'workspace'"},  // overlaps position_grad
   });
+  // Only position_grad: no workspace needed.
+  m04::EmbeddingBackwardArgs only_pos = good_bwd();
+  only_pos.token_grad = nullptr;
+  only_pos.workspace = nullptr;
+  only_pos.workspace_bytes = 0;
+  EXPECT_NO_THROW(m04::validate_embedding_backward_args(only_pos));
 }
 
 TEST(TrainingOpsArgsTest, BiasAddRejectsBadArgumentsByName) {

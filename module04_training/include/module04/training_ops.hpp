@@ -3,9 +3,11 @@
 /// @brief Support ops of module 4's training demo: embedding lookup and its gradient, bias
 /// (+ residual) add, softmax cross-entropy with its gradient, and the Adam update.
 ///
-/// These are NOT a ladder and have no exercise: each is one plain, small, memory-bound
-/// kernel that the demo (demos/train.cpp) needs around the course's real kernels (module 2's
-/// GEMMs, module 3's attention, this module's backward passes). They live in their own
+/// These are NOT a ladder and have no exercise: each is a plain, memory-bound kernel (the
+/// embedding gradient: a short pipeline, a counting sort then segmented sums, because the
+/// GPT demo's 16384 x 384 gradient made a naive kernel slow) that the demos (demos/train.cpp,
+/// demos/gpt.cpp) need around the course's real kernels (module 2's GEMMs, module 3's
+/// attention, this module's backward passes). They live in their own
 /// library, module04_training_ops (solutions/module04_training/training_ops.cu), which the
 /// demo and both builds of tests/test_training_ops.cpp link.
 ///
@@ -23,6 +25,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -52,17 +55,86 @@ struct EmbeddingArgs {
 /// The gradients of embedding_forward, overwritten (not accumulated into):
 ///   token_grad[v, c]    = sum over rows r with ids[r] == v of dout[r, c]
 ///   position_grad[i, c] = sum over b of dout[b*seq + i, c]
-/// A block per token scans all ids in row order (O(vocab * rows) id reads: fine for the
-/// demo's vocabulary; a large vocabulary would sort the ids first). Rows with an id outside
-/// [0, vocab) add to no token. Either gradient may be null (not computed), not both.
+/// Rows with an id outside [0, vocab) add to no token (but to their position). Either
+/// gradient may be null (not computed), not both.
+///
+/// Deterministic: the token sums run over each id's rows in ascending row order, in fixed
+/// segments of kEmbeddingSegmentRows sorted rows whose partial sums are added in ascending
+/// order (so a frequent id is split across many warps, yet the bits never change); a
+/// position's sum runs over b ascending. How (solutions/module04_training/training_ops.cu):
+/// a stable counting sort of the rows by id (per-tile histograms, one scan, a scatter),
+/// then a warp per (segment of the sorted rows, 128 columns), then one combine pass.
+/// The sort and the partial sums live in `workspace` (needed only when token_grad is set).
 struct EmbeddingBackwardArgs {
   const std::int32_t* ids = nullptr;  ///< [batch*seq]
   const float* dout = nullptr;        ///< [batch*seq, dim], dL/d(out)
   float* token_grad = nullptr;        ///< [vocab, dim] or null
   float* position_grad = nullptr;     ///< [seq, dim] or null
   std::int64_t batch = 0, seq = 0, vocab = 0, dim = 0;
+  /// >= embedding_backward_workspace_bytes(batch, seq, vocab, dim), 16-byte aligned, when
+  /// token_grad is set (ignored, may be null, when only position_grad is computed).
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
   cudaStream_t stream = nullptr;
 };
+
+/// Rows of the sorted order one warp sums per column strip in embedding_backward (an id with
+/// more rows is split into partial sums at multiples of this in the sorted order).
+inline constexpr std::int64_t kEmbeddingSegmentRows = 64;
+
+namespace detail {
+
+/// Tiles of embedding_backward's counting sort (one warp counts a tile of rows): one per
+/// 256 rows, but at most max(2^16, 16 vocab) / vocab, so that the [vocab, tiles] count
+/// table stays small, and below 2^31 entries. Non-decreasing in rows (a workspace sized for
+/// the most rows serves fewer).
+inline std::int64_t embedding_sort_max_tiles(std::int64_t rows, std::int64_t vocab) {
+  const std::int64_t budget = std::max<std::int64_t>(std::int64_t{1} << 16, 16 * vocab);
+  const std::int64_t tiles = std::min((rows + 255) / 256, std::max<std::int64_t>(1, budget / vocab));
+  return std::max<std::int64_t>(1, std::min(tiles, kMaxTrainingExtent / vocab));
+}
+
+/// Byte offsets of the parts of embedding_backward's workspace (each 256-byte aligned).
+struct EmbeddingBackwardWorkspaceLayout {
+  std::size_t counts = 0;   ///< int32 [vocab * tiles]: per-tile counts, then their exclusive scan
+  std::size_t starts = 0;   ///< int32 [vocab + 1]: first sorted position of each id; [vocab] = valid rows
+  std::size_t ranks = 0;    ///< int32 [rows]: a row's rank among its id's rows in its tile
+  std::size_t sorted_rows = 0, sorted_ids = 0;  ///< int32 [rows] each: the rows in (id, row) order
+  std::size_t partials = 0; ///< float [2 * segments, dim]: sums of the ids split across segments
+  std::size_t total = 0;
+  std::int64_t tile_rows = 0, tiles = 0, segments = 0;  ///< rows per sort tile, sort tiles, segments
+};
+
+inline EmbeddingBackwardWorkspaceLayout embedding_backward_workspace_layout(std::int64_t rows, std::int64_t vocab,
+                                                                            std::int64_t dim) {
+  EmbeddingBackwardWorkspaceLayout l;
+  const std::int64_t max_tiles = embedding_sort_max_tiles(rows, vocab);
+  l.tile_rows = ((rows + max_tiles - 1) / max_tiles + 31) / 32 * 32;  // a multiple of 32
+  l.tiles = (rows + l.tile_rows - 1) / l.tile_rows;                    // <= max_tiles
+  l.segments = (rows + kEmbeddingSegmentRows - 1) / kEmbeddingSegmentRows;
+  const auto part = [&l](std::size_t bytes) {
+    const std::size_t at = l.total;
+    l.total += (bytes + 255) / 256 * 256;
+    return at;
+  };
+  const auto n = [](std::int64_t count, std::size_t size) { return static_cast<std::size_t>(count) * size; };
+  l.counts = part(n(vocab * max_tiles, sizeof(std::int32_t)));
+  l.starts = part(n(vocab + 1, sizeof(std::int32_t)));
+  l.ranks = part(n(rows, sizeof(std::int32_t)));
+  l.sorted_rows = part(n(rows, sizeof(std::int32_t)));
+  l.sorted_ids = part(n(rows, sizeof(std::int32_t)));
+  l.partials = part(n(2 * l.segments, sizeof(float)) * static_cast<std::size_t>(dim));
+  return l;
+}
+
+}  // namespace detail
+
+/// Scratch of embedding_backward() when it computes token_grad (0 for shapes out of range).
+inline std::size_t embedding_backward_workspace_bytes(std::int64_t batch, std::int64_t seq, std::int64_t vocab,
+                                                      std::int64_t dim) {
+  if (batch <= 0 || seq <= 0 || vocab <= 0 || dim <= 0 || batch > kMaxTrainingExtent / seq) return 0;
+  return detail::embedding_backward_workspace_layout(batch * seq, vocab, dim).total;
+}
 
 // ----------------------------------------------------------------------------------------
 // Bias and residual
@@ -209,6 +281,16 @@ inline void validate_embedding_backward_args(const EmbeddingBackwardArgs& a, con
                   (std::string("overlaps ") + in.name).c_str());
   require_arg(!detail::byte_ranges_intersect(a.token_grad, tok_bytes, a.position_grad, pos_bytes), fn,
               "position_grad", static_cast<const void*>(a.position_grad), "overlaps token_grad");
+  if (a.token_grad == nullptr) return;  // the workspace serves the token gradient only
+  require_not_null(a.workspace, fn, "workspace");
+  require_aligned(a.workspace, 16, fn, "workspace");
+  const std::size_t need = embedding_backward_workspace_bytes(a.batch, a.seq, a.vocab, a.dim);
+  require_arg(a.workspace_bytes >= need, fn, "workspace_bytes", a.workspace_bytes,
+              ("must be >= embedding_backward_workspace_bytes(batch, seq, vocab, dim) = " + std::to_string(need)).c_str());
+  for (const Range& other : {Range{a.dout, dout_bytes, "dout"}, Range{a.ids, ids_bytes, "ids"},
+                             Range{a.token_grad, tok_bytes, "token_grad"}, Range{a.position_grad, pos_bytes, "position_grad"}})
+    require_arg(!detail::byte_ranges_intersect(a.workspace, need, other.p, other.bytes), fn, "workspace",
+                a.workspace, (std::string("overlaps ") + other.name).c_str());
 }
 
 inline void validate_bias_add_args(const BiasAddArgs& a, const char* fn = "bias_add") {
