@@ -18,6 +18,7 @@
 /// FlashAttention-2 runs ~300-350 TFLOP/s on these shapes.
 
 #include "attention_tc_device.cuh"
+#include "attention_tc_phases.cuh"
 
 #include "course/cuda/launch.cuh"
 #include "course/cuda/mma_ptx.cuh"
@@ -129,6 +130,16 @@ __device__ __forceinline__ void load_tile_sync(unsigned char* tile, const bf16* 
   }
 }
 
+// The given phases (store_scores, load_scaled_scores, write_probabilities,
+// rescale_accumulator, write_output_and_lse) are attention_tc_phases.cuh's, shared with the
+// exercise; scores_qk and accumulate_pv below are the exercise's step 6, same names and
+// signatures.
+using attn_tc_phases::smem::load_scaled_scores;
+using attn_tc_phases::smem::rescale_accumulator;
+using attn_tc_phases::smem::store_scores;
+using attn_tc_phases::smem::write_output_and_lse;
+using attn_tc_phases::smem::write_probabilities;
+
 // ---- The phases of smem_softmax_kernel, in the order its main loop calls them. One warp
 // owns 16 query rows: the mma fragments (lane g = lane/4, t = lane%4) for S and O, and for
 // the softmax two lanes per row (sm_row = lane/2, sm_half = lane%2). Each phase takes the
@@ -176,59 +187,6 @@ __device__ __forceinline__ void scores_qk(float (&s)[T::kSTiles][4], std::uint32
   }
 }
 
-/// S to shared memory: row g gets s[j][0..1] at keys 8j+2t, row g+8 s[j][2..3].
-template <class T>
-__device__ __forceinline__ void store_scores(float* s_warp, const float (&s)[T::kSTiles][4], int g, int t) {
-#pragma unroll
-  for (int j = 0; j < T::kSTiles; ++j) {
-    *reinterpret_cast<float2*>(s_warp + g * T::kLdS + 8 * j + 2 * t) = make_float2(s[j][0], s[j][1]);
-    *reinterpret_cast<float2*>(s_warp + (g + 8) * T::kLdS + 8 * j + 2 * t) = make_float2(s[j][2], s[j][3]);
-  }
-}
-
-/// This lane's 32 scores of row sm_row (float4 chunks 2c + sm_half), times the scale.
-template <class T>
-__device__ __forceinline__ void load_scaled_scores(float (&x)[32], const float* s_warp, int sm_row, int sm_half,
-                                                   float scale) {
-#pragma unroll
-  for (int c = 0; c < 8; ++c) {
-    const float4 v4 = *reinterpret_cast<const float4*>(s_warp + sm_row * T::kLdS + 4 * (2 * c + sm_half));
-    x[4 * c + 0] = v4.x * scale;
-    x[4 * c + 1] = v4.y * scale;
-    x[4 * c + 2] = v4.z * scale;
-    x[4 * c + 3] = v4.w * scale;
-  }
-}
-
-/// The exponentials of the online softmax (m_ref: exp_reference of the new max), added to
-/// this lane's partial row sum l and written to the P tile as bf16.
-__device__ __forceinline__ void write_probabilities(bf16* p_row, const float (&x)[32], float (&pr)[4], float m_ref,
-                                                    float& l, int sm_half) {
-#pragma unroll
-  for (int c = 0; c < 8; ++c) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      pr[e] = __expf(x[4 * c + e] - m_ref);
-      l += pr[e];
-    }
-    *reinterpret_cast<uint2*>(p_row + 4 * (2 * c + sm_half)) = make_uint2(pack_bf16x2(pr[0], pr[1]), pack_bf16x2(pr[2], pr[3]));
-  }
-}
-
-/// O *= alpha: the O fragment rows are g and g+8; their alphas live on lanes 2g and 2(g+8).
-template <class T>
-__device__ __forceinline__ void rescale_accumulator(float (&o)[T::kOTiles][4], float alpha, int g) {
-  const float alpha_lo = __shfl_sync(0xffffffffu, alpha, 2 * g);
-  const float alpha_hi = __shfl_sync(0xffffffffu, alpha, 2 * g + 16);
-#pragma unroll
-  for (int dt = 0; dt < T::kOTiles; ++dt) {
-    o[dt][0] *= alpha_lo;
-    o[dt][1] *= alpha_lo;
-    o[dt][2] *= alpha_hi;
-    o[dt][3] *= alpha_hi;
-  }
-}
-
 /// O += P V: P (16 rows x 16 keys per k16 step, ldmatrix from the P tile) as the A operand,
 /// V's B fragments through ldmatrix .trans; `a` is scratch.
 template <class T>
@@ -247,29 +205,6 @@ __device__ __forceinline__ void accumulate_pv(float (&o)[T::kOTiles][4], std::ui
       cuda::mma_m16n8k16_bf16_f32(o[2 * dp + 1], a, b1);
     }
   }
-}
-
-/// Epilogue straight from the fragments: O = acc / l as bf16 pairs, lse = m + ln l.
-template <class T>
-__device__ __forceinline__ void write_output_and_lse(const TcParams& p, const float (&o)[T::kOTiles][4], float m,
-                                                     float l, int b, int h, int bh, int q0, int warp_row0, int g,
-                                                     int t, int sm_half, int sm_i) {
-  const float l_row = l + __shfl_xor_sync(0xffffffffu, l, 1);  // both halves of row sm_row
-  const float l_lo = __shfl_sync(0xffffffffu, l_row, 2 * g), l_hi = __shfl_sync(0xffffffffu, l_row, 2 * g + 16);
-  const float inv_lo = l_lo > 0.f ? 1.f / l_lo : 0.f, inv_hi = l_hi > 0.f ? 1.f / l_hi : 0.f;
-  const int i_lo = q0 + warp_row0 + g, i_hi = i_lo + 8;
-  bf16* o_head = p.o + row_offset(p.os, b, h, 0);
-#pragma unroll
-  for (int dt = 0; dt < T::kOTiles; ++dt) {
-    if (i_lo < p.seq_q)
-      *reinterpret_cast<std::uint32_t*>(o_head + static_cast<std::int64_t>(i_lo) * p.os.seq + 8 * dt + 2 * t) =
-          pack_bf16x2(o[dt][0] * inv_lo, o[dt][1] * inv_lo);
-    if (i_hi < p.seq_q)
-      *reinterpret_cast<std::uint32_t*>(o_head + static_cast<std::int64_t>(i_hi) * p.os.seq + 8 * dt + 2 * t) =
-          pack_bf16x2(o[dt][2] * inv_hi, o[dt][3] * inv_hi);
-  }
-  if (p.lse != nullptr && sm_half == 0 && sm_i < p.seq_q)
-    p.lse[static_cast<long long>(bh) * p.seq_q + sm_i] = l_row > 0.f ? m + logf(l_row) : -INFINITY;
 }
 
 /// Phases: load_kv_async (tc_swizzled_pipelined) or load_tile_sync (tc_mma), load_q_fragments,

@@ -11,6 +11,7 @@
 /// ~1.7 ms at 330 TFLOP/s), against 256 MB of Q, K, V, O (~0.05 ms of HBM): compute-bound.
 
 #include "attention_tc_device.cuh"
+#include "attention_tc_phases.cuh"
 
 #include "course/cuda/launch.cuh"
 #include "course/cuda/mma_ptx.cuh"
@@ -139,84 +140,20 @@ struct Flash2ConfigFor<96> { using type = FlashConfig<96, 2, 64, 64, 2, false>; 
 template <>
 struct Flash2ConfigFor<128> { using type = FlashConfig<128, 2, 64, 32, 2, false>; };
 
+// The given phases (init_accumulators, load_q_fragments, clear_scores, load_q_operand,
+// accumulate_qk, write_output_and_lse) are attention_tc_phases.cuh's, shared with the
+// exercise; softmax_on_fragments and a_fragment below are the exercise's step 8, same names
+// and signatures, and accumulate_pv is written here around a_fragment.
+using attn_tc_phases::flash::accumulate_qk;
+using attn_tc_phases::flash::clear_scores;
+using attn_tc_phases::flash::init_accumulators;
+using attn_tc_phases::flash::load_q_fragments;
+using attn_tc_phases::flash::load_q_operand;
+using attn_tc_phases::flash::write_output_and_lse;
+
 // ---- The phases of register_softmax_kernel, in the order the main loop calls them. Each
 // works on one warp's fragments (kMTiles m16 tiles of query rows), takes them by reference
 // and is forceinline: the kernel compiles to the code it had with the phases written out.
-
-/// O = 0, running max = -inf, running sum = 0.
-template <class Cfg>
-__device__ __forceinline__ void init_accumulators(float (&o)[Cfg::kMTiles][Cfg::kOTiles][4],
-                                                  float (&row_max)[Cfg::kMTiles][2],
-                                                  float (&row_sum)[Cfg::kMTiles][2]) {
-#pragma unroll
-  for (int mi = 0; mi < Cfg::kMTiles; ++mi) {
-#pragma unroll
-    for (int dt = 0; dt < Cfg::kOTiles; ++dt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[mi][dt][e] = 0.f;
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      row_max[mi][hr] = -INFINITY;
-      row_sum[mi][hr] = 0.f;
-    }
-  }
-}
-
-/// Q's A fragments of the warp's rows, once, into registers (configurations with kQInRegs).
-template <class Cfg>
-__device__ __forceinline__ void load_q_fragments(std::uint32_t (&qf)[Cfg::kMTiles][Cfg::kDSteps][4],
-                                                 std::uint32_t q_lane) {
-#pragma unroll
-  for (int mi = 0; mi < Cfg::kMTiles; ++mi)
-#pragma unroll
-    for (int ks = 0; ks < Cfg::kDSteps; ++ks)
-      cuda::ldmatrix_x4(qf[mi][ks], (q_lane ^ (32 * ks)) + mi * 16 * Cfg::Geom::kRowBytes);
-}
-
-/// S = 0 before the k16 steps of Q K^T.
-template <class Cfg>
-__device__ __forceinline__ void clear_scores(float (&s)[Cfg::kMTiles][Cfg::kSTiles][4]) {
-#pragma unroll
-  for (int mi = 0; mi < Cfg::kMTiles; ++mi)
-#pragma unroll
-    for (int j = 0; j < Cfg::kSTiles; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[mi][j][e] = 0.f;
-}
-
-/// The A operands (Q, 16 rows x 16 dims per m16 tile) of k16 step ks of S = Q K^T: from the
-/// registers (kQInRegs) or with ldmatrix from the Q tile.
-template <class Cfg, class QFrags>
-__device__ __forceinline__ void load_q_operand(std::uint32_t (&a)[Cfg::kMTiles][4], const QFrags& qf,
-                                               std::uint32_t q_lane, int ks) {
-#pragma unroll
-  for (int mi = 0; mi < Cfg::kMTiles; ++mi) {
-    if constexpr (Cfg::kQInRegs) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) a[mi][r] = qf[mi][ks][r];
-    } else {
-      cuda::ldmatrix_x4(a[mi], (q_lane ^ (32 * ks)) + mi * 16 * Cfg::Geom::kRowBytes);
-    }
-  }
-}
-
-/// S += Q K^T over k16 step ks: kMTiles x kSTiles accumulator tiles of 16 x 8; each
-/// ldmatrix.x4 of K gives the B operands of two n8 tiles, each used by every m16 tile.
-template <class Cfg>
-__device__ __forceinline__ void accumulate_qk(float (&s)[Cfg::kMTiles][Cfg::kSTiles][4],
-                                              const std::uint32_t (&a)[Cfg::kMTiles][4], std::uint32_t k_addr, int ks) {
-#pragma unroll
-  for (int np = 0; np < Cfg::kSTiles / 2; ++np) {
-    std::uint32_t kb[4];
-    cuda::ldmatrix_x4(kb, (k_addr ^ (32 * ks)) + 16 * np * Cfg::Geom::kRowBytes);
-    const std::uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
-#pragma unroll
-    for (int mi = 0; mi < Cfg::kMTiles; ++mi) {
-      cuda::mma_m16n8k16_bf16_f32(s[mi][2 * np], a[mi], b0);
-      cuda::mma_m16n8k16_bf16_f32(s[mi][2 * np + 1], a[mi], b1);
-    }
-  }
-}
 
 /// One online-softmax step on the fragments of ONE m16 tile (the exercise's step 8a, same
 /// name and signature), one row (hr = 0: row g, hr = 1: row g+8) at a time: the new running
@@ -291,40 +228,6 @@ __device__ __forceinline__ void accumulate_pv(float (&o)[Cfg::kMTiles][Cfg::kOTi
       }
     }
   }
-}
-
-/// Epilogue: O = acc / l as bf16 through shared memory (the Q tile, free once every warp is
-/// done) and out with 16-byte coalesced stores; lse = (m*scale*log2e + log2 l) * ln 2.
-template <class Cfg, bool kCausal>
-__device__ __forceinline__ void write_output_and_lse(unsigned char* smem, const TcParams& p, int q0, int warp_row0,
-                                                     int g, int t, const float (&o)[Cfg::kMTiles][Cfg::kOTiles][4],
-                                                     const float (&row_max)[Cfg::kMTiles][2],
-                                                     const float (&row_sum)[Cfg::kMTiles][2]) {
-  constexpr int kBM = Cfg::kBlockM;
-  cuda::cp_async_wait<0>();
-  __syncthreads();  // every warp is done with Q, K and V
-  int q_tile, bh;
-  block_coordinates(kCausal, q_tile, bh);  // recomputed here: fewer registers live through the loop
-  constexpr float kLn2 = 0.6931471805599453f;
-#pragma unroll
-  for (int mi = 0; mi < Cfg::kMTiles; ++mi)
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const float l = cuda::warp_sum<4>(row_sum[mi][hr]);
-      const float inv = l > 0.f ? 1.f / l : 0.f;  // a row that sees no key: O = 0
-      const int r = warp_row0 + 16 * mi + g + 8 * hr;
-#pragma unroll
-      for (int dt = 0; dt < Cfg::kOTiles; ++dt) {
-        const std::uint32_t packed = pack_bf16x2(o[mi][dt][2 * hr] * inv, o[mi][dt][2 * hr + 1] * inv);
-        *reinterpret_cast<std::uint32_t*>(smem + Cfg::Geom::offset(r, dt) + 4 * t) = packed;
-      }
-      if (p.lse != nullptr && t == 0 && q0 + r < p.seq_q)
-        p.lse[static_cast<long long>(bh) * p.seq_q + q0 + r] =
-            l > 0.f ? (row_max[mi][hr] * p.scale_log2 + __log2f(l)) * kLn2 : -INFINITY;
-    }
-  __syncthreads();
-  bf16* o_head = p.o + row_offset(p.os, bh / p.heads, bh % p.heads, 0);
-  store_tile<Cfg::D, kBM, Cfg::kThreads, true>(smem, o_head, p.os.seq, q0, min(kBM, p.seq_q - q0));
 }
 
 /// Phases: load_kv_tile, load_q_fragments, clear_scores + load_q_operand + accumulate_qk
