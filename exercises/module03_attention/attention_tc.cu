@@ -16,6 +16,11 @@
 /// Run the tests with:   ctest --preset default -L exercise -R attention_tc
 /// A step you have not written throws NotImplemented and its tests show SKIPPED.
 
+// The given phases of both kernels below (storing S, the softmax's loads and stores, the
+// rescale of O, the epilogues; the Q K^T of steps 8-9) are the solution's, shared through
+// this header; the phases you write have the same names and signatures in the solution.
+#include "../../solutions/module03_attention/attention_tc_phases.cuh"
+
 #include "module03/attention.hpp"
 #include "module03/attention_indexing.cuh"
 
@@ -39,7 +44,6 @@ namespace {
 using bf16 = __nv_bfloat16;
 using m03::AttentionArgsBf16;
 using m03::AttentionStep;
-using m03::AttentionStrides;
 // The stride arithmetic and the block order (heaviest query tiles of all heads first when
 // causal, step causal's order) are module 3's: module03/attention_indexing.cuh.
 using m03::block_coordinates;
@@ -47,47 +51,13 @@ using m03::row_offset;
 
 // ============================================================================ given ====
 
-/// Everything a kernel needs, by value.
-struct TcParams {
-  const bf16* q;
-  const bf16* k;
-  const bf16* v;
-  bf16* o;
-  float* lse;  ///< may be null
-  AttentionStrides qs, ks, vs, os;
-  int heads, group, seq_q, seq_k;
-  int causal_offset;  ///< N_k - N_q: query i sees key j iff j <= i + causal_offset
-  float scale;        ///< natural units
-  float scale_log2;   ///< scale * log2(e)
-};
-
-TcParams make_tc_params(const AttentionArgsBf16& a) {
-  TcParams p{};
-  m03::fill_attention_params(p, a);  // pointers, strides, heads, group, seq_q, seq_k
-  p.causal_offset = static_cast<int>(a.seq_k - a.seq_q);
-  p.scale = m03::effective_scale(a);
-  p.scale_log2 = p.scale * 1.4426950408889634f;
-  return p;
-}
-
-template <bool kCausal>
-__device__ __forceinline__ int kv_end(const TcParams& p, int q0, int rows) {
-  if (!kCausal) return p.seq_k;
-  const long long last_row = min(static_cast<long long>(q0) + rows, static_cast<long long>(p.seq_q)) - 1;
-  const long long end = last_row + p.causal_offset + 1;
-  return static_cast<int>(end < 0 ? 0 : (end > p.seq_k ? p.seq_k : end));
-}
-
-template <bool kCausal, int kKeys>
-__device__ __forceinline__ bool tile_needs_mask(const TcParams& p, int first_row, int kv0) {
-  const long long last_key = static_cast<long long>(kv0) + kKeys - 1;
-  return last_key >= p.seq_k || (kCausal && last_key > static_cast<long long>(first_row) + p.causal_offset);
-}
-
-template <bool kCausal>
-__device__ __forceinline__ bool key_hidden(const TcParams& p, int row, int key) {
-  return key >= p.seq_k || (kCausal && static_cast<long long>(key) > static_cast<long long>(row) + p.causal_offset);
-}
+// The parameter block, the causal key range and the masks are the solution's
+// (attention_tc_device.cuh, included by attention_tc_phases.cuh).
+using solution::attn_tc::key_hidden;
+using solution::attn_tc::kv_end;
+using solution::attn_tc::make_tc_params;
+using solution::attn_tc::TcParams;
+using solution::attn_tc::tile_needs_mask;
 
 /// The online update of steps 2-5 (your online_softmax_rescale of attention.cu, repeated
 /// here so that this file stands alone): returns alpha, updates m (scaled scores) and l.
@@ -163,49 +133,8 @@ __device__ __forceinline__ void load_tile_sync(unsigned char* tile, const bf16* 
 }
 
 /// Consecutive K or V tiles of one head, streamed in order with cp.async into tiles laid
-/// out by the course's swizzle (the solution's TileStream): the source pointer, the rows
-/// left and one offset are all a thread keeps between tiles.
-template <int D, int kRows, int kThreads>
-struct TileStream {
-  using Geom = TileGeom<D, Swizzle::course>;
-  static constexpr int kChunks = Geom::kChunks;
-  static constexpr int kRowStep = kThreads / kChunks;
-  static constexpr int kPasses = (kRows + kRowStep - 1) / kRowStep;
-  static constexpr bool kAllActive = kRowStep * kChunks == kThreads;
-  const bf16* src;
-  std::int64_t stride;
-  std::uint32_t dst;
-  int rows_left;
-  bool active;
-  __device__ __forceinline__ TileStream(const bf16* head, std::int64_t seq_stride, int rows) {
-    const int row = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
-    src = head + static_cast<std::int64_t>(row) * seq_stride + 8 * chunk;
-    stride = seq_stride;
-    dst = Geom::offset(row, chunk);
-    rows_left = rows - row;
-    active = kAllActive || row < kRowStep;
-  }
-  __device__ __forceinline__ void copy_next(std::uint32_t smem_tile, const void* any) {
-    if (active) {
-      const int row = static_cast<int>(threadIdx.x) / kChunks;
-#pragma unroll
-      for (int i = 0; i < kPasses; ++i) {
-        if (kRows % kRowStep == 0 || row + i * kRowStep < kRows) {
-          const bool valid = i * kRowStep < rows_left;
-          std::uint32_t off;
-          if constexpr (kRowStep % 8 == 0)
-            off = dst + i * kRowStep * Geom::kRowBytes;
-          else
-            off = Geom::offset(row + i * kRowStep, static_cast<int>(threadIdx.x) % kChunks);
-          cuda::cp_async_16_zfill(smem_tile + off, valid ? static_cast<const void*>(src) : any, valid ? 16 : 0);
-        }
-        src += kRowStep * stride;
-      }
-      if constexpr (kRows % kRowStep != 0) src += (kRows - kPasses * kRowStep) * stride;
-    }
-    rows_left -= kRows;
-  }
-};
+/// out by the course's swizzle: the solution's TileStream (attention_tc_device.cuh).
+using solution::attn_tc::TileStream;
 
 // The bf16 packing of fragment registers and the 1024-aligned dynamic shared-memory base
 // (the XOR address arithmetic of steps 8-9 needs tiles aligned to their row length; the
@@ -213,6 +142,12 @@ struct TileStream {
 using cuda::align_smem;
 using cuda::kSmemAlign;
 using cuda::pack_bf16x2;
+
+// The given phases of the kernels (attention_tc_phases.cuh, the solution's).
+using attn_tc_phases::smem::load_scaled_scores;
+using attn_tc_phases::smem::rescale_accumulator;
+using attn_tc_phases::smem::store_scores;
+using attn_tc_phases::smem::write_probabilities;
 
 // ====================================================================== steps 6 and 7 ====
 // Step 6: tc_mma. 4 warps, each owns 16 query rows of a 64-row Q tile; K/V tiles of 64
@@ -229,11 +164,13 @@ using cuda::pack_bf16x2;
 //   q_row/q_c: Q as A: row lane%16 of the warp's 16, chunk 2*ks + lane/16
 //   k_row/k_c: K as B (keys are the n of S): key 16*np + lane%8 + 8*(lane/16), chunk 2*ks + (lane/8)%2
 //              -> r[0], r[1] = b of n8 tile 2np (keys 16np..+7); r[2], r[3] = b of n8 tile 2np+1
-//   p_row/p_c: P as A: row lane%16, key chunk 2*kk + lane/16 (kLdP bf16 per row, see p_addr)
+//   p_row/p_c: P as A: row warp_row0 + lane%16, key chunk 2*kk + lane/16 (kLdP bf16 per row,
+//              see p_addr in accumulate_pv)
 //   v_row/v_c: V as B of P V (keys are the k): key 16*kk + lane%8 + 8*((lane/8)%2), chunk 2*dp + lane/16,
 //              loaded with ldmatrix_x4_TRANS -> r[0], r[1] = b of n8 tile 2dp (dims 16dp..+7); r[2], r[3] = 2dp+1
-// TODO(step 6a): S = Q K^T for the warp's 16 rows into s[8][4] (n8 tile j = keys 8j..8j+7).
-// TODO(step 6b): O += P V into o[D/8][4] (n8 tile dt = dims 8dt..8dt+7).
+// TODO(step 6a): scores_qk below: S = Q K^T for the warp's 16 rows into s[8][4] (n8 tile
+// j = keys 8j..8j+7).
+// TODO(step 6b): accumulate_pv below: O += P V into o[D/8][4] (n8 tile dt = dims 8dt..8dt+7).
 // TODO(step 6c): set kTcMmaWritten to true.
 // Hints, one at a time: bash scripts/course.sh hint attention/tc_mma
 //
@@ -256,6 +193,54 @@ struct SmemSoftmaxTile {
   static constexpr int kPBytes = kBlockM * kLdP * 2;
   static constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + kSBytes + kPBytes;
 };
+
+/// YOUR step 6a: S = Q K^T for the warp's 16 rows and the tile's 64 keys (8 accumulator
+/// tiles of 16 x 8). qf: the Q fragments (given: loaded once, at tile 0); `a` is yours for an
+/// A fragment if you want one (the solution reads Q from s_q for tc_mma).
+template <class T, bool kTuned, class QFrags>
+__device__ __forceinline__ void scores_qk(float (&s)[T::kSTiles][4], std::uint32_t (&a)[4], const QFrags& qf,
+                                          std::uint32_t s_q, std::uint32_t s_k, int q_row, int q_c, int k_row,
+                                          int k_c) {
+  using Geom = typename T::Geom;
+#pragma unroll
+  for (int j = 0; j < T::kSTiles; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] = 0.f;
+  // TODO(step 6a): for each k16 step ks < kDSteps: the A fragment is qf[ks]; for each pair
+  // np < kSTiles/2 of n8 tiles, one ldmatrix_x4 of K at s_k + Geom::offset(16 * np + k_row,
+  // 2 * ks + k_c), then two mma_m16n8k16_bf16_f32 into s[2np] and s[2np+1].
+  (void)a;
+  (void)qf;
+  (void)s_q;
+  (void)s_k;
+  (void)q_row;
+  (void)q_c;
+  (void)k_row;
+  (void)k_c;
+}
+
+/// YOUR step 6b: O += P V for the warp's 16 rows, P (bf16, kLdP per row) from the P tile at
+/// s_p as the A operand, V from the tile at s_v; `a` is yours for P's A fragment.
+template <class T>
+__device__ __forceinline__ void accumulate_pv(float (&o)[T::kOTiles][4], std::uint32_t (&a)[4], std::uint32_t s_p,
+                                              std::uint32_t s_v, int warp_row0, int lane, int v_row, int v_c) {
+  using Geom = typename T::Geom;
+  const int p_row = warp_row0 + (lane & 15), p_c = lane >> 4;
+  // Byte address of chunk c (8 keys) of row r of the P tile.
+  const auto p_addr = [&](int r, int c) { return s_p + 2u * static_cast<std::uint32_t>(r * T::kLdP + 8 * c); };
+  // TODO(step 6b): for each k16 step kk < kBlockN/16 of the keys: the A fragment of P with
+  // one ldmatrix_x4 at p_addr(p_row, 2 * kk + p_c); for each pair dp < kDSteps of n8 tiles
+  // of O, one ldmatrix_x4_trans of V at s_v + Geom::offset(16 * kk + v_row, 2 * dp + v_c),
+  // then two mma into o[2dp] and o[2dp+1].
+  (void)o;
+  (void)a;
+  (void)s_v;
+  (void)v_row;
+  (void)v_c;
+  (void)p_row;
+  (void)p_c;
+  (void)p_addr;
+}
 
 template <int D, bool kCausal, bool kTuned>
 __global__ void __launch_bounds__(128, 2) smem_softmax_kernel(const TcParams p) {
@@ -289,16 +274,6 @@ __global__ void __launch_bounds__(128, 2) smem_softmax_kernel(const TcParams p) 
   const int q_row = warp_row0 + (lane & 15), q_c = lane >> 4;
   const int k_row = (lane & 7) + 8 * (lane >> 4), k_c = (lane >> 3) & 1;
   const int v_row = (lane & 7) + 8 * ((lane >> 3) & 1), v_c = lane >> 4;
-  const int p_row = warp_row0 + (lane & 15), p_c = lane >> 4;
-  // Byte address of chunk c (8 keys) of row r of the P tile.
-  const auto p_addr = [&](int r, int c) { return s_p + 2u * static_cast<std::uint32_t>(r * T::kLdP + 8 * c); };
-  (void)p_row;
-  (void)p_c;
-  (void)p_addr;
-  (void)k_row;
-  (void)k_c;
-  (void)v_row;
-  (void)v_c;
 
   auto load_kv_async = [&](int tile) {
     const std::uint32_t stage = s_kv + (tile % T::kStages) * T::kStageBytes;
@@ -341,35 +316,18 @@ __global__ void __launch_bounds__(128, 2) smem_softmax_kernel(const TcParams p) 
     }
     const std::uint32_t s_k = s_kv + (tile % T::kStages) * T::kStageBytes;  // this tile's K ...
     const std::uint32_t s_v = s_k + T::kKVBytes;                             // ... and V
-    (void)s_v;
 
+    // YOUR step 6a: S = Q K^T.
     float s[T::kSTiles][4];
-#pragma unroll
-    for (int j = 0; j < T::kSTiles; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[j][e] = 0.f;
-    // TODO(step 6a): for each k16 step ks < kDSteps: the A fragment is qf[ks] (given: the
-    // Q fragments, loaded at tile 0); for each pair np < kSTiles/2 of n8 tiles, one
-    // ldmatrix_x4 of K at s_k + Geom::offset(16 * np + k_row, 2 * ks + k_c), then two
-    // mma_m16n8k16_bf16_f32 into s[2np] and s[2np+1].
+    std::uint32_t a[4];
+    scores_qk<T, kTuned>(s, a, qf, s_q, s_k, q_row, q_c, k_row, k_c);
 
     // ---- given: S to shared memory, the softmax of steps 2-5, P as bf16.
     float* s_warp = s_tile + warp_row0 * T::kLdS;
-#pragma unroll
-    for (int j = 0; j < T::kSTiles; ++j) {
-      *reinterpret_cast<float2*>(s_warp + g * T::kLdS + 8 * j + 2 * t) = make_float2(s[j][0], s[j][1]);
-      *reinterpret_cast<float2*>(s_warp + (g + 8) * T::kLdS + 8 * j + 2 * t) = make_float2(s[j][2], s[j][3]);
-    }
+    store_scores<T>(s_warp, s, g, t);
     __syncwarp();
     float x[32];
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      const float4 v4 = *reinterpret_cast<const float4*>(s_warp + sm_row * T::kLdS + 4 * (2 * c + sm_half));
-      x[4 * c + 0] = v4.x * p.scale;
-      x[4 * c + 1] = v4.y * p.scale;
-      x[4 * c + 2] = v4.z * p.scale;
-      x[4 * c + 3] = v4.w * p.scale;
-    }
+    load_scaled_scores<T>(x, s_warp, sm_row, sm_half, p.scale);
     if (tile_needs_mask<kCausal, kBN>(p, q0 + warp_row0, kv0)) {
 #pragma unroll
       for (int c = 0; c < 8; ++c)
@@ -383,53 +341,20 @@ __global__ void __launch_bounds__(128, 2) smem_softmax_kernel(const TcParams p) 
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     const float alpha = online_rescale(m, l, mx);
     const float m_ref = m == -INFINITY ? 0.f : m;
-    bf16* p_row_ptr = p_tile + (warp_row0 + sm_row) * T::kLdP;
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      float pr[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        pr[e] = __expf(x[4 * c + e] - m_ref);
-        l += pr[e];
-      }
-      *reinterpret_cast<uint2*>(p_row_ptr + 4 * (2 * c + sm_half)) =
-          make_uint2(pack_bf16x2(pr[0], pr[1]), pack_bf16x2(pr[2], pr[3]));
-    }
-    const float alpha_lo = __shfl_sync(0xffffffffu, alpha, 2 * g);
-    const float alpha_hi = __shfl_sync(0xffffffffu, alpha, 2 * g + 16);
-#pragma unroll
-    for (int dt = 0; dt < T::kOTiles; ++dt) {
-      o[dt][0] *= alpha_lo;
-      o[dt][1] *= alpha_lo;
-      o[dt][2] *= alpha_hi;
-      o[dt][3] *= alpha_hi;
-    }
+    bf16* p_row = p_tile + (warp_row0 + sm_row) * T::kLdP;
+    float pr[4];
+    write_probabilities(p_row, x, pr, m_ref, l, sm_half);
+    rescale_accumulator<T>(o, alpha, g);
     __syncwarp();  // P complete
 
-    // TODO(step 6b): for each k16 step kk < kBN/16 of the keys: the A fragment of P with
-    // one ldmatrix_x4 at p_addr(p_row, 2 * kk + p_c); for each pair dp < kDSteps of n8
-    // tiles of O, one ldmatrix_x4_trans of V at s_v + Geom::offset(16 * kk + v_row,
-    // 2 * dp + v_c), then two mma into o[2dp] and o[2dp+1].
+    // YOUR step 6b: O += P V.
+    std::uint32_t pa[4];
+    accumulate_pv<T>(o, pa, s_p, s_v, warp_row0, lane, v_row, v_c);
   }
   if constexpr (kTuned) cuda::cp_async_wait<0>();
 
   // ---- given: O = acc / l from the fragments, lse = m + ln l.
-  const float l_row = l + __shfl_xor_sync(0xffffffffu, l, 1);
-  const float l_lo = __shfl_sync(0xffffffffu, l_row, 2 * g), l_hi = __shfl_sync(0xffffffffu, l_row, 2 * g + 16);
-  const float inv_lo = l_lo > 0.f ? 1.f / l_lo : 0.f, inv_hi = l_hi > 0.f ? 1.f / l_hi : 0.f;
-  const int i_lo = q0 + warp_row0 + g, i_hi = i_lo + 8;
-  bf16* o_head = p.o + row_offset(p.os, b, h, 0);
-#pragma unroll
-  for (int dt = 0; dt < T::kOTiles; ++dt) {
-    if (i_lo < p.seq_q)
-      *reinterpret_cast<std::uint32_t*>(o_head + static_cast<std::int64_t>(i_lo) * p.os.seq + 8 * dt + 2 * t) =
-          pack_bf16x2(o[dt][0] * inv_lo, o[dt][1] * inv_lo);
-    if (i_hi < p.seq_q)
-      *reinterpret_cast<std::uint32_t*>(o_head + static_cast<std::int64_t>(i_hi) * p.os.seq + 8 * dt + 2 * t) =
-          pack_bf16x2(o[dt][2] * inv_hi, o[dt][3] * inv_hi);
-  }
-  if (p.lse != nullptr && sm_half == 0 && sm_i < p.seq_q)
-    p.lse[static_cast<long long>(bh) * p.seq_q + sm_i] = l_row > 0.f ? m + logf(l_row) : -INFINITY;
+  attn_tc_phases::smem::write_output_and_lse<T>(p, o, m, l, b, h, bh, q0, warp_row0, g, t, sm_half, sm_i);
 }
 
 template <int D, bool kTuned>
@@ -457,6 +382,8 @@ void launch_smem_softmax(const AttentionArgsBf16& a) {
 }
 
 // ====================================================================== steps 8 and 9 ====
+namespace flash = attn_tc_phases::flash;  // the given phases of register_softmax_kernel
+
 // Step 8: tc_register_softmax. S never leaves the registers: lane (g, t) holds, for each
 // n8 tile j of S, s[j][0..1] = S[g][8j+2t, +1] and s[j][2..3] = S[g+8][8j+2t, +1]; a row
 // lives in the 4 lanes of a quad (same g). The kernel below is given; you write the two
@@ -588,15 +515,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) register_softmax_kernel(cons
 
   float o[kMT][Cfg::kOTiles][4];
   float row_max[kMT][2], row_sum[kMT][2];
-#pragma unroll
-  for (int mi = 0; mi < kMT; ++mi) {
-#pragma unroll
-    for (int dt = 0; dt < Cfg::kOTiles; ++dt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[mi][dt][e] = 0.f;
-    row_max[mi][0] = row_max[mi][1] = -INFINITY;
-    row_sum[mi][0] = row_sum[mi][1] = 0.f;
-  }
+  flash::init_accumulators<Cfg>(o, row_max, row_sum);
   std::uint32_t qf[Cfg::kQInRegs ? kMT : 1][Cfg::kQInRegs ? Cfg::kDSteps : 1][4];
 
   for (int tile = 0; tile < num_tiles; ++tile) {
@@ -605,13 +524,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) register_softmax_kernel(cons
     if (tile + Cfg::kStages - 1 < num_tiles) load_kv(tile + Cfg::kStages - 1);
     cuda::cp_async_commit();
     if constexpr (Cfg::kQInRegs) {
-      if (tile == 0) {
-#pragma unroll
-        for (int mi = 0; mi < kMT; ++mi)
-#pragma unroll
-          for (int ks = 0; ks < Cfg::kDSteps; ++ks)
-            cuda::ldmatrix_x4(qf[mi][ks], (q_lane ^ (32 * ks)) + mi * 16 * kRB);
-      }
+      if (tile == 0) flash::load_q_fragments<Cfg>(qf, q_lane);
     }
     const std::uint32_t k_tile = s_kv + (tile % Cfg::kStages) * Cfg::kStageBytes + k_lane;
     const std::uint32_t v_tile = k_tile - k_lane + Cfg::kKVBytes + v_lane;
@@ -626,36 +539,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) register_softmax_kernel(cons
       if (kv0 >= p.seq_k || (kCausal && static_cast<long long>(kv0) > static_cast<long long>(q0) + warp_row0 +
                                                                           Cfg::kWarpRows - 1 + p.causal_offset))
         continue;
+      // ---- given: S = Q K^T, one k16 step at a time.
       float s[kMT][Cfg::kSTiles][4];
-#pragma unroll
-      for (int mi = 0; mi < kMT; ++mi)
-#pragma unroll
-        for (int j = 0; j < Cfg::kSTiles; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[mi][j][e] = 0.f;
+      flash::clear_scores<Cfg>(s);
 #pragma unroll
       for (int ks = 0; ks < Cfg::kDSteps; ++ks) {
         std::uint32_t a[kMT][4];
-#pragma unroll
-        for (int mi = 0; mi < kMT; ++mi) {
-          if constexpr (Cfg::kQInRegs) {
-#pragma unroll
-            for (int r = 0; r < 4; ++r) a[mi][r] = qf[mi][ks][r];
-          } else {
-            cuda::ldmatrix_x4(a[mi], (q_lane ^ (32 * ks)) + mi * 16 * kRB);
-          }
-        }
-#pragma unroll
-        for (int np = 0; np < Cfg::kSTiles / 2; ++np) {
-          std::uint32_t kb[4];
-          cuda::ldmatrix_x4(kb, (k_addr ^ (32 * ks)) + 16 * np * kRB);
-          const std::uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
-#pragma unroll
-          for (int mi = 0; mi < kMT; ++mi) {
-            cuda::mma_m16n8k16_bf16_f32(s[mi][2 * np], a[mi], b0);
-            cuda::mma_m16n8k16_bf16_f32(s[mi][2 * np + 1], a[mi], b1);
-          }
-        }
+        flash::load_q_operand<Cfg>(a, qf, q_lane, ks);
+        flash::accumulate_qk<Cfg>(s, a, k_addr, ks);
       }
       if (tile_needs_mask<kCausal, Cfg::kSubN>(p, q0 + warp_row0, kv0)) {
 #pragma unroll
@@ -692,34 +583,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) register_softmax_kernel(cons
   }
 
   // ---- given: O = acc / l through shared memory (the Q tile), lse.
-  cuda::cp_async_wait<0>();
-  __syncthreads();
-  block_coordinates(kCausal, q_tile, bh);  // recomputed: fewer registers live through the loop
-  using Geom = typename Cfg::Geom;
-#pragma unroll
-  for (int mi = 0; mi < kMT; ++mi)
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const float l = cuda::warp_sum<4>(row_sum[mi][hr]);
-      const float inv = l > 0.f ? 1.f / l : 0.f;
-      const int r = warp_row0 + 16 * mi + g + 8 * hr;
-#pragma unroll
-      for (int dt = 0; dt < Cfg::kOTiles; ++dt)
-        *reinterpret_cast<std::uint32_t*>(smem + Geom::offset(r, dt) + 4 * t) =
-            pack_bf16x2(o[mi][dt][2 * hr] * inv, o[mi][dt][2 * hr + 1] * inv);
-      if (p.lse != nullptr && t == 0 && q0 + r < p.seq_q)
-        p.lse[static_cast<long long>(bh) * p.seq_q + q0 + r] =
-            l > 0.f ? (row_max[mi][hr] * p.scale_log2 + __log2f(l)) * 0.6931471805599453f : -INFINITY;
-    }
-  __syncthreads();
-  bf16* o_head = p.o + row_offset(p.os, bh / p.heads, bh % p.heads, 0);
-  const int valid = min(kBM, p.seq_q - q0);
-  for (int idx = threadIdx.x; idx < kBM * Geom::kChunks; idx += Cfg::kThreads) {
-    const int r = idx / Geom::kChunks, c = idx % Geom::kChunks;
-    if (r >= valid) break;
-    *reinterpret_cast<uint4*>(o_head + (static_cast<std::int64_t>(q0) + r) * p.os.seq + 8 * c) =
-        *reinterpret_cast<const uint4*>(smem + Geom::offset(r, c));
-  }
+  flash::write_output_and_lse<Cfg, kCausal>(smem, p, q0, warp_row0, g, t, o, row_max, row_sum);
 }
 
 template <class Cfg, bool kCausal>

@@ -132,13 +132,155 @@ __device__ __forceinline__ void load_tile_async(float* tile, int ld, const float
   }
 }
 
+// ---- The phases of fused_attention_kernel, in the order its main loop calls them. Each
+// works on one thread's micro-tiles (kRows query rows x kCols keys of S, kRows x kOutCols
+// of O), takes them by reference and is forceinline: the kernel compiles to the code it had
+// with the phases written out. Two rules keep it so (checked on the sm_90a SASS): register
+// arrays a loop indexes are declared by the kernel and passed in (qv, kv, pr, vv: declared
+// in the function, they compile to another instruction order), and the kernel computes
+// need_mask (a short-circuit || computed inside a function compiles to other branches).
+
+/// S = Q K_t^T: an 8 x kCols micro-tile per thread (rows tile_row(ty, ii), keys tx + 16*jj).
+/// qv, kv: the thread's float4 of Q and K for one step of 4 along d.
+template <int D>
+__device__ __forceinline__ void scores_qk(float (&s)[FusedTile<D>::kRows][FusedTile<D>::kCols],
+                                          float4 (&qv)[FusedTile<D>::kRows], float4 (&kv)[FusedTile<D>::kCols],
+                                          const float* q_tile, const float* k_tile, int tx, int ty) {
+  using T = FusedTile<D>;
+  constexpr int kRows = T::kRows, kCols = T::kCols, kLd = T::kLd;
+#pragma unroll
+  for (int ii = 0; ii < kRows; ++ii)
+#pragma unroll
+    for (int jj = 0; jj < kCols; ++jj) s[ii][jj] = 0.f;
+  // @step fused  (4a)
+#pragma unroll 4
+  for (int c = 0; c < D; c += 4) {
+#pragma unroll
+    for (int ii = 0; ii < kRows; ++ii) qv[ii] = *reinterpret_cast<const float4*>(q_tile + tile_row(ty, ii) * kLd + c);
+#pragma unroll
+    for (int jj = 0; jj < kCols; ++jj) kv[jj] = *reinterpret_cast<const float4*>(k_tile + (tx + 16 * jj) * kLd + c);
+#pragma unroll
+    for (int ii = 0; ii < kRows; ++ii)
+#pragma unroll
+      for (int jj = 0; jj < kCols; ++jj)
+        s[ii][jj] = fmaf(qv[ii].w, kv[jj].w,
+                         fmaf(qv[ii].z, kv[jj].z, fmaf(qv[ii].y, kv[jj].y, fmaf(qv[ii].x, kv[jj].x, s[ii][jj]))));
+  }
+  // @end
+}
+
+/// Scale, ALiBi bias, mask (where need_mask: the tail tile, and the diagonal tiles when
+/// causal); then one online-softmax step per row: the row max over the 16 lanes of the row,
+/// alpha applied to m, l and the row of acc; s[ii][jj] becomes p.
+template <int D, bool kCausal>
+__device__ __forceinline__ void online_softmax_rows(float (&s)[FusedTile<D>::kRows][FusedTile<D>::kCols],
+                                                    float (&m)[FusedTile<D>::kRows], float (&l)[FusedTile<D>::kRows],
+                                                    float (&acc)[FusedTile<D>::kRows][FusedTile<D>::kOutCols],
+                                                    const Params& p, int q0, int kv0, int tx, int ty, float slope,
+                                                    long long off, bool need_mask) {
+  using T = FusedTile<D>;
+  constexpr int kRows = T::kRows, kCols = T::kCols, kOutCols = T::kOutCols;
+  // @step fused  (4b)
+#pragma unroll
+  for (int ii = 0; ii < kRows; ++ii) {
+    const long long i = static_cast<long long>(q0) + tile_row(ty, ii);
+    float row_max = -INFINITY;
+#pragma unroll
+    for (int jj = 0; jj < kCols; ++jj) {
+      const int j = kv0 + tx + 16 * jj;
+      float x = s[ii][jj] * p.scale;
+      if (p.alibi) x += slope * static_cast<float>(static_cast<long long>(j) - i - off);
+      if (need_mask && (j >= p.seq_k || (kCausal && j > i + off))) x = -INFINITY;
+      s[ii][jj] = x;
+      row_max = fmaxf(row_max, x);
+    }
+    row_max = cuda::warp_max<kRowLanes>(row_max);
+    const float alpha = online_softmax_rescale(m[ii], l[ii], row_max);  // l: this thread's partial
+    const float m_ref = exp_reference(m[ii]);
+#pragma unroll
+    for (int jj = 0; jj < kCols; ++jj) {
+      const float pj = __expf(s[ii][jj] - m_ref);
+      l[ii] += pj;
+      s[ii][jj] = pj;
+    }
+#pragma unroll
+    for (int c = 0; c < kOutCols; ++c) acc[ii][c] *= alpha;
+  }
+  // @end
+}
+
+/// P^T into shared memory: key-major, the thread's two groups of 4 rows as float4.
+template <int D>
+__device__ __forceinline__ void store_p_transposed(float* p_tile, const float (&s)[FusedTile<D>::kRows][FusedTile<D>::kCols],
+                                                   int tx, int ty) {
+  using T = FusedTile<D>;
+#pragma unroll
+  for (int jj = 0; jj < T::kCols; ++jj) {
+    float* prow = p_tile + (tx + 16 * jj) * T::kLdP;
+    *reinterpret_cast<float4*>(prow + ty * 4) = make_float4(s[0][jj], s[1][jj], s[2][jj], s[3][jj]);
+    *reinterpret_cast<float4*>(prow + 32 + ty * 4) = make_float4(s[4][jj], s[5][jj], s[6][jj], s[7][jj]);
+  }
+}
+
+/// O += P_t V_t: 8 rows x kOutCols columns per thread (columns u*16*kVec + tx*kVec + e).
+/// pr, vv: the thread's P values of one key (its 8 rows) and kVec values of a V row.
+template <int D>
+__device__ __forceinline__ void accumulate_pv(float (&acc)[FusedTile<D>::kRows][FusedTile<D>::kOutCols],
+                                              float (&pr)[FusedTile<D>::kRows], float (&vv)[FusedTile<D>::kVec],
+                                              const float* p_tile, const float* v_tile, int tx, int ty) {
+  using T = FusedTile<D>;
+  constexpr int kRows = T::kRows, kVec = T::kVec, kOutChunks = T::kOutChunks;
+  constexpr int kLd = T::kLd, kLdP = T::kLdP, kBlockKV = T::kBlockKV;
+  // @step fused  (4c)
+#pragma unroll 4
+  for (int kk = 0; kk < kBlockKV; ++kk) {
+    const float4 pa = *reinterpret_cast<const float4*>(p_tile + kk * kLdP + ty * 4);
+    const float4 pb = *reinterpret_cast<const float4*>(p_tile + kk * kLdP + 32 + ty * 4);
+    pr[0] = pa.x, pr[1] = pa.y, pr[2] = pa.z, pr[3] = pa.w, pr[4] = pb.x, pr[5] = pb.y, pr[6] = pb.z, pr[7] = pb.w;
+#pragma unroll
+    for (int u = 0; u < kOutChunks; ++u) {
+      cuda::load_vec<kVec>(v_tile + kk * kLd + u * 16 * kVec + tx * kVec, vv);
+#pragma unroll
+      for (int ii = 0; ii < kRows; ++ii)
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) acc[ii][u * kVec + e] = fmaf(pr[ii], vv[e], acc[ii][u * kVec + e]);
+    }
+  }
+  // @end
+}
+
+/// Epilogue: O = acc / l, lse = m + log l (rows past N_q are not stored).
+template <int D>
+__device__ __forceinline__ void write_output_and_lse(const Params& p, const float (&acc)[FusedTile<D>::kRows][FusedTile<D>::kOutCols],
+                                                     const float (&m)[FusedTile<D>::kRows], const float (&l)[FusedTile<D>::kRows],
+                                                     int q0, int b, int h, int bh, int tx, int ty) {
+  using T = FusedTile<D>;
+  constexpr int kVec = T::kVec, kOutChunks = T::kOutChunks;
+#pragma unroll
+  for (int ii = 0; ii < T::kRows; ++ii) {
+    const float l_row = cuda::warp_sum<kRowLanes>(l[ii]);
+    const long long i = static_cast<long long>(q0) + tile_row(ty, ii);
+    if (i < p.seq_q) {
+      const float inv = l_row > 0.f ? 1.f / l_row : 0.f;  // a row that sees no key: O = 0
+      float* o_row = p.o + row_offset(p.os, b, h, i);
+#pragma unroll
+      for (int u = 0; u < kOutChunks; ++u)
+        cuda::store_vec<kVec>(o_row + u * 16 * kVec + tx * kVec, &acc[ii][u * kVec], inv);
+      if (p.lse != nullptr && tx == 0)
+        p.lse[static_cast<long long>(bh) * p.seq_q + i] = l_row > 0.f ? m[ii] + logf(l_row) : -INFINITY;
+    }
+  }
+}
+
+/// Phases: load_tile_async (the cp.async ring), rope_tile, scores_qk, online_softmax_rows,
+/// store_p_transposed, accumulate_pv, write_output_and_lse.
 template <int D, bool kCausal>
 __global__ void __launch_bounds__(FusedTile<D>::kThreads, FusedTile<D>::kMinBlocks)
     fused_attention_kernel(const Params p) {
   using T = FusedTile<D>;
-  constexpr int kRows = T::kRows, kCols = T::kCols, kVec = T::kVec;
-  constexpr int kOutCols = T::kOutCols, kOutChunks = T::kOutChunks;
-  constexpr int kLd = T::kLd, kLdP = T::kLdP, kBlockQ = T::kBlockQ, kBlockKV = T::kBlockKV;
+  constexpr int kRows = T::kRows, kCols = T::kCols;
+  constexpr int kOutCols = T::kOutCols;
+  constexpr int kLd = T::kLd, kBlockQ = T::kBlockQ, kBlockKV = T::kBlockKV;
 
   extern __shared__ __align__(16) unsigned char smem[];
   double* inv_freq = reinterpret_cast<double*>(smem);                  // D/2 doubles (RoPE)
@@ -191,91 +333,23 @@ __global__ void __launch_bounds__(FusedTile<D>::kThreads, FusedTile<D>::kMinBloc
         __syncthreads();
       }
 
-      // ---- S = Q K_t^T: an 8 x kCols micro-tile per thread.
       float s[kRows][kCols];
-#pragma unroll
-      for (int ii = 0; ii < kRows; ++ii)
-#pragma unroll
-        for (int jj = 0; jj < kCols; ++jj) s[ii][jj] = 0.f;
-      // @step fused  (4a)
-#pragma unroll 4
-      for (int c = 0; c < D; c += 4) {
-        float4 qv[kRows], kv[kCols];
-#pragma unroll
-        for (int ii = 0; ii < kRows; ++ii) qv[ii] = *reinterpret_cast<const float4*>(q_tile + tile_row(ty, ii) * kLd + c);
-#pragma unroll
-        for (int jj = 0; jj < kCols; ++jj) kv[jj] = *reinterpret_cast<const float4*>(k_tile + (tx + 16 * jj) * kLd + c);
-#pragma unroll
-        for (int ii = 0; ii < kRows; ++ii)
-#pragma unroll
-          for (int jj = 0; jj < kCols; ++jj)
-            s[ii][jj] = fmaf(qv[ii].w, kv[jj].w,
-                             fmaf(qv[ii].z, kv[jj].z, fmaf(qv[ii].y, kv[jj].y, fmaf(qv[ii].x, kv[jj].x, s[ii][jj]))));
-      }
-      // @end
+      float4 qv[kRows], kv[kCols];
+      scores_qk<D>(s, qv, kv, q_tile, k_tile, tx, ty);
       __syncthreads();  // all reads of k_tile are done: prefetch K_{t+1} into it
       if (t + 1 < num_tiles)
         load_tile_async<D, kBlockKV, T::kThreads>(k_tile, kLd, k_head, p.ks.seq, kv0 + kBlockKV, p.seq_k);
       cp_async_commit();  // (possibly empty) group K_{t+1}
 
-      // @step fused  (4b)
-      // ---- scale, bias, mask; online softmax per row.
       const bool need_mask = static_cast<long long>(kv0) + kBlockKV > p.seq_k ||
                              (kCausal && static_cast<long long>(kv0) + kBlockKV - 1 > static_cast<long long>(q0) + off);
-#pragma unroll
-      for (int ii = 0; ii < kRows; ++ii) {
-        const long long i = static_cast<long long>(q0) + tile_row(ty, ii);
-        float row_max = -INFINITY;
-#pragma unroll
-        for (int jj = 0; jj < kCols; ++jj) {
-          const int j = kv0 + tx + 16 * jj;
-          float x = s[ii][jj] * p.scale;
-          if (p.alibi) x += slope * static_cast<float>(static_cast<long long>(j) - i - off);
-          if (need_mask && (j >= p.seq_k || (kCausal && j > i + off))) x = -INFINITY;
-          s[ii][jj] = x;
-          row_max = fmaxf(row_max, x);
-        }
-        row_max = cuda::warp_max<kRowLanes>(row_max);
-        const float alpha = online_softmax_rescale(m[ii], l[ii], row_max);  // l: this thread's partial
-        const float m_ref = exp_reference(m[ii]);
-#pragma unroll
-        for (int jj = 0; jj < kCols; ++jj) {
-          const float pj = __expf(s[ii][jj] - m_ref);
-          l[ii] += pj;
-          s[ii][jj] = pj;
-        }
-#pragma unroll
-        for (int c = 0; c < kOutCols; ++c) acc[ii][c] *= alpha;
-      }
-      // @end
-      // P^T into shared memory: key-major, the thread's two groups of 4 rows as float4.
-#pragma unroll
-      for (int jj = 0; jj < kCols; ++jj) {
-        float* prow = p_tile + (tx + 16 * jj) * kLdP;
-        *reinterpret_cast<float4*>(prow + ty * 4) = make_float4(s[0][jj], s[1][jj], s[2][jj], s[3][jj]);
-        *reinterpret_cast<float4*>(prow + 32 + ty * 4) = make_float4(s[4][jj], s[5][jj], s[6][jj], s[7][jj]);
-      }
+      online_softmax_rows<D, kCausal>(s, m, l, acc, p, q0, kv0, tx, ty, slope, off, need_mask);
+      store_p_transposed<D>(p_tile, s, tx, ty);
       cp_async_wait<1>();  // V_t has landed (K_{t+1} may still be in flight)
       __syncthreads();     // ... for every thread, and P_t is complete
 
-      // @step fused  (4c)
-      // ---- O += P_t V_t: 8 rows x kOutCols columns per thread.
-#pragma unroll 4
-      for (int kk = 0; kk < kBlockKV; ++kk) {
-        const float4 pa = *reinterpret_cast<const float4*>(p_tile + kk * kLdP + ty * 4);
-        const float4 pb = *reinterpret_cast<const float4*>(p_tile + kk * kLdP + 32 + ty * 4);
-        const float pr[kRows] = {pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w};
-#pragma unroll
-        for (int u = 0; u < kOutChunks; ++u) {
-          float vv[kVec];
-          cuda::load_vec<kVec>(v_tile + kk * kLd + u * 16 * kVec + tx * kVec, vv);
-#pragma unroll
-          for (int ii = 0; ii < kRows; ++ii)
-#pragma unroll
-            for (int e = 0; e < kVec; ++e) acc[ii][u * kVec + e] = fmaf(pr[ii], vv[e], acc[ii][u * kVec + e]);
-        }
-      }
-      // @end
+      float pr[kRows], vv[T::kVec];
+      accumulate_pv<D>(acc, pr, vv, p_tile, v_tile, tx, ty);
       __syncthreads();  // all reads of v_tile and p_tile are done: prefetch V_{t+1}
       if (t + 1 < num_tiles)
         load_tile_async<D, kBlockKV, T::kThreads>(v_tile, kLd, v_head, p.vs.seq, kv0 + kBlockKV, p.seq_k);
@@ -284,21 +358,7 @@ __global__ void __launch_bounds__(FusedTile<D>::kThreads, FusedTile<D>::kMinBloc
     cp_async_wait<0>();
   }
 
-  // ---- epilogue: O = acc / l, lse = m + log l (rows past N_q are not stored).
-#pragma unroll
-  for (int ii = 0; ii < kRows; ++ii) {
-    const float l_row = cuda::warp_sum<kRowLanes>(l[ii]);
-    const long long i = static_cast<long long>(q0) + tile_row(ty, ii);
-    if (i < p.seq_q) {
-      const float inv = l_row > 0.f ? 1.f / l_row : 0.f;  // a row that sees no key: O = 0
-      float* o_row = p.o + row_offset(p.os, b, h, i);
-#pragma unroll
-      for (int u = 0; u < kOutChunks; ++u)
-        cuda::store_vec<kVec>(o_row + u * 16 * kVec + tx * kVec, &acc[ii][u * kVec], inv);
-      if (p.lse != nullptr && tx == 0)
-        p.lse[static_cast<long long>(bh) * p.seq_q + i] = l_row > 0.f ? m[ii] + logf(l_row) : -INFINITY;
-    }
-  }
+  write_output_and_lse<D>(p, acc, m, l, q0, b, h, bh, tx, ty);
 }
 
 template <int D, bool kCausal>

@@ -18,6 +18,7 @@
 /// FlashAttention-2 runs ~300-350 TFLOP/s on these shapes.
 
 #include "attention_tc_device.cuh"
+#include "attention_tc_phases.cuh"
 
 #include "course/cuda/launch.cuh"
 #include "course/cuda/mma_ptx.cuh"
@@ -129,11 +130,91 @@ __device__ __forceinline__ void load_tile_sync(unsigned char* tile, const bf16* 
   }
 }
 
+// The given phases (store_scores, load_scaled_scores, write_probabilities,
+// rescale_accumulator, write_output_and_lse) are attention_tc_phases.cuh's, shared with the
+// exercise; scores_qk and accumulate_pv below are the exercise's step 6, same names and
+// signatures.
+using attn_tc_phases::smem::load_scaled_scores;
+using attn_tc_phases::smem::rescale_accumulator;
+using attn_tc_phases::smem::store_scores;
+using attn_tc_phases::smem::write_output_and_lse;
+using attn_tc_phases::smem::write_probabilities;
+
+// ---- The phases of smem_softmax_kernel, in the order its main loop calls them. One warp
+// owns 16 query rows: the mma fragments (lane g = lane/4, t = lane%4) for S and O, and for
+// the softmax two lanes per row (sm_row = lane/2, sm_half = lane%2). Each phase takes the
+// fragments by reference and is forceinline: the kernel compiles to the code it had with
+// the phases written out (checked on the sm_90a SASS); register arrays a phase's loops
+// index are declared by the kernel and passed in.
+
+/// The Q fragments of the warp's 16 rows, once, into registers (tc_swizzled_pipelined).
+template <class T>
+__device__ __forceinline__ void load_q_fragments(std::uint32_t (&qf)[T::kDSteps][4], std::uint32_t s_q, int q_row,
+                                                 int q_c) {
+#pragma unroll
+  for (int ks = 0; ks < T::kDSteps; ++ks)
+    cuda::ldmatrix_x4(qf[ks], s_q + q_row * T::Geom::kRowBytes +
+                                  16 * cuda::swizzle_chunk<T::Geom::kRowChunks>(q_row, 2 * ks + q_c));
+}
+
+/// S = Q K^T for the warp's 16 rows and the tile's 64 keys: 8 accumulator tiles of 16 x 8.
+/// The A fragments come from qf (kTuned) or with ldmatrix from the Q tile; `a` is scratch.
+template <class T, bool kTuned, class QFrags>
+__device__ __forceinline__ void scores_qk(float (&s)[T::kSTiles][4], std::uint32_t (&a)[4], const QFrags& qf,
+                                          std::uint32_t s_q, std::uint32_t s_k, int q_row, int q_c, int k_row,
+                                          int k_c) {
+  using Geom = typename T::Geom;
+#pragma unroll
+  for (int j = 0; j < T::kSTiles; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < T::kDSteps; ++ks) {
+    if constexpr (kTuned) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) a[r] = qf[ks][r];
+    } else {
+      cuda::ldmatrix_x4(a, s_q + Geom::offset(q_row, 2 * ks + q_c));
+    }
+#pragma unroll
+    for (int np = 0; np < T::kSTiles / 2; ++np) {
+      std::uint32_t kb[4];
+      cuda::ldmatrix_x4(kb, s_k + Geom::offset(16 * np + k_row, 2 * ks + k_c));
+      const std::uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+      cuda::mma_m16n8k16_bf16_f32(s[2 * np], a, b0);
+      cuda::mma_m16n8k16_bf16_f32(s[2 * np + 1], a, b1);
+    }
+  }
+}
+
+/// O += P V: P (16 rows x 16 keys per k16 step, ldmatrix from the P tile) as the A operand,
+/// V's B fragments through ldmatrix .trans; `a` is scratch.
+template <class T>
+__device__ __forceinline__ void accumulate_pv(float (&o)[T::kOTiles][4], std::uint32_t (&a)[4], std::uint32_t s_p,
+                                              std::uint32_t s_v, int warp_row0, int lane, int v_row, int v_c) {
+  using Geom = typename T::Geom;
+#pragma unroll
+  for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
+    cuda::ldmatrix_x4(a, s_p + 2 * ((warp_row0 + (lane & 15)) * T::kLdP + 16 * kk + 8 * (lane >> 4)));
+#pragma unroll
+    for (int dp = 0; dp < T::kDSteps; ++dp) {
+      std::uint32_t vb[4];
+      cuda::ldmatrix_x4_trans(vb, s_v + Geom::offset(16 * kk + v_row, 2 * dp + v_c));
+      const std::uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
+      cuda::mma_m16n8k16_bf16_f32(o[2 * dp], a, b0);
+      cuda::mma_m16n8k16_bf16_f32(o[2 * dp + 1], a, b1);
+    }
+  }
+}
+
+/// Phases: load_kv_async (tc_swizzled_pipelined) or load_tile_sync (tc_mma), load_q_fragments,
+/// scores_qk, store_scores, load_scaled_scores, the mask and the row max, the online update
+/// (online_softmax_rescale), write_probabilities, rescale_accumulator, accumulate_pv,
+/// write_output_and_lse.
 template <int D, bool kCausal, bool kTuned>
 __global__ void __launch_bounds__(128, 2) smem_softmax_kernel(const TcParams p) {
   using T = SmemSoftmaxTile<D, kTuned>;
-  using Geom = typename T::Geom;
-  constexpr int kBM = T::kBlockM, kBN = T::kBlockN, kRB = Geom::kRowBytes;
+  constexpr int kBM = T::kBlockM, kBN = T::kBlockN;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned char* q_tile = smem_raw;
   unsigned char* kv_tiles = q_tile + T::kQBytes;                         // kStages x (K, V)
@@ -195,11 +276,7 @@ __global__ void __launch_bounds__(128, 2) smem_softmax_kernel(const TcParams p) 
       __syncthreads();           // ... for every thread; every warp is done with tile-1
       if (tile + 1 < num_tiles) load_kv_async(tile + 1);
       cuda::cp_async_commit();
-      if (tile == 0) {
-#pragma unroll
-        for (int ks = 0; ks < T::kDSteps; ++ks)
-          cuda::ldmatrix_x4(qf[ks], s_q + q_row * kRB + 16 * cuda::swizzle_chunk<Geom::kRowChunks>(q_row, 2 * ks + q_c));
-      }
+      if (tile == 0) load_q_fragments<T>(qf, s_q, q_row, q_c);
     } else {
       __syncthreads();  // every warp is done with the previous K, V
       load_tile_sync<D, kBN, T::kThreads>(kv_tiles, k_head, p.ks.seq, kv0, p.seq_k);
@@ -211,48 +288,17 @@ __global__ void __launch_bounds__(128, 2) smem_softmax_kernel(const TcParams p) 
 
     // ---- S = Q K^T for the warp's 16 rows: 8 accumulator tiles of 16 x 8.
     float s[T::kSTiles][4];
-#pragma unroll
-    for (int j = 0; j < T::kSTiles; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[j][e] = 0.f;
-#pragma unroll
-    for (int ks = 0; ks < T::kDSteps; ++ks) {
-      std::uint32_t a[4];
-      if constexpr (kTuned) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) a[r] = qf[ks][r];
-      } else {
-        cuda::ldmatrix_x4(a, s_q + Geom::offset(q_row, 2 * ks + q_c));
-      }
-#pragma unroll
-      for (int np = 0; np < T::kSTiles / 2; ++np) {
-        std::uint32_t kb[4];
-        cuda::ldmatrix_x4(kb, s_k + Geom::offset(16 * np + k_row, 2 * ks + k_c));
-        const std::uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
-        cuda::mma_m16n8k16_bf16_f32(s[2 * np], a, b0);
-        cuda::mma_m16n8k16_bf16_f32(s[2 * np + 1], a, b1);
-      }
-    }
+    std::uint32_t a[4];
+    scores_qk<T, kTuned>(s, a, qf, s_q, s_k, q_row, q_c, k_row, k_c);
 
     // ---- S to shared memory: row g gets s[j][0..1] at keys 8j+2t, row g+8 s[j][2..3].
     float* s_warp = s_tile + warp_row0 * T::kLdS;
-#pragma unroll
-    for (int j = 0; j < T::kSTiles; ++j) {
-      *reinterpret_cast<float2*>(s_warp + g * T::kLdS + 8 * j + 2 * t) = make_float2(s[j][0], s[j][1]);
-      *reinterpret_cast<float2*>(s_warp + (g + 8) * T::kLdS + 8 * j + 2 * t) = make_float2(s[j][2], s[j][3]);
-    }
+    store_scores<T>(s_warp, s, g, t);
     __syncwarp();
 
     // ---- The online softmax of the fp32 steps, two lanes per row.
     float x[32];
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      const float4 v4 = *reinterpret_cast<const float4*>(s_warp + sm_row * T::kLdS + 4 * (2 * c + sm_half));
-      x[4 * c + 0] = v4.x * p.scale;
-      x[4 * c + 1] = v4.y * p.scale;
-      x[4 * c + 2] = v4.z * p.scale;
-      x[4 * c + 3] = v4.w * p.scale;
-    }
+    load_scaled_scores<T>(x, s_warp, sm_row, sm_half, p.scale);
     if (tile_needs_mask<kCausal, kBN>(p, q0 + warp_row0, kv0)) {
 #pragma unroll
       for (int c = 0; c < 8; ++c)
@@ -267,62 +313,18 @@ __global__ void __launch_bounds__(128, 2) smem_softmax_kernel(const TcParams p) 
     const float alpha = attn::online_softmax_rescale(m, l, mx);  // same m on both lanes; l is per lane
     const float m_ref = attn::exp_reference(m);
     bf16* p_row = p_tile + (warp_row0 + sm_row) * T::kLdP;
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      float pr[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        pr[e] = __expf(x[4 * c + e] - m_ref);
-        l += pr[e];
-      }
-      *reinterpret_cast<uint2*>(p_row + 4 * (2 * c + sm_half)) = make_uint2(pack_bf16x2(pr[0], pr[1]), pack_bf16x2(pr[2], pr[3]));
-    }
-    // The O fragment rows are g and g+8; their alphas live on lanes 2g and 2(g+8).
-    const float alpha_lo = __shfl_sync(0xffffffffu, alpha, 2 * g);
-    const float alpha_hi = __shfl_sync(0xffffffffu, alpha, 2 * g + 16);
-#pragma unroll
-    for (int dt = 0; dt < T::kOTiles; ++dt) {
-      o[dt][0] *= alpha_lo;
-      o[dt][1] *= alpha_lo;
-      o[dt][2] *= alpha_hi;
-      o[dt][3] *= alpha_hi;
-    }
+    float pr[4];
+    write_probabilities(p_row, x, pr, m_ref, l, sm_half);
+    rescale_accumulator<T>(o, alpha, g);
     __syncwarp();  // P complete
 
     // ---- O += P V: P (16 rows x 16 keys per k16 step) as the A operand, V through .trans.
-#pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) {
-      std::uint32_t a[4];
-      cuda::ldmatrix_x4(a, s_p + 2 * ((warp_row0 + (lane & 15)) * T::kLdP + 16 * kk + 8 * (lane >> 4)));
-#pragma unroll
-      for (int dp = 0; dp < T::kDSteps; ++dp) {
-        std::uint32_t vb[4];
-        cuda::ldmatrix_x4_trans(vb, s_v + Geom::offset(16 * kk + v_row, 2 * dp + v_c));
-        const std::uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
-        cuda::mma_m16n8k16_bf16_f32(o[2 * dp], a, b0);
-        cuda::mma_m16n8k16_bf16_f32(o[2 * dp + 1], a, b1);
-      }
-    }
+    std::uint32_t pa[4];
+    accumulate_pv<T>(o, pa, s_p, s_v, warp_row0, lane, v_row, v_c);
   }
   if constexpr (kTuned) cuda::cp_async_wait<0>();
 
-  // ---- Epilogue straight from the fragments: O = acc / l as bf16 pairs, lse = m + ln l.
-  const float l_row = l + __shfl_xor_sync(0xffffffffu, l, 1);  // both halves of row sm_row
-  const float l_lo = __shfl_sync(0xffffffffu, l_row, 2 * g), l_hi = __shfl_sync(0xffffffffu, l_row, 2 * g + 16);
-  const float inv_lo = l_lo > 0.f ? 1.f / l_lo : 0.f, inv_hi = l_hi > 0.f ? 1.f / l_hi : 0.f;
-  const int i_lo = q0 + warp_row0 + g, i_hi = i_lo + 8;
-  bf16* o_head = p.o + row_offset(p.os, b, h, 0);
-#pragma unroll
-  for (int dt = 0; dt < T::kOTiles; ++dt) {
-    if (i_lo < p.seq_q)
-      *reinterpret_cast<std::uint32_t*>(o_head + static_cast<std::int64_t>(i_lo) * p.os.seq + 8 * dt + 2 * t) =
-          pack_bf16x2(o[dt][0] * inv_lo, o[dt][1] * inv_lo);
-    if (i_hi < p.seq_q)
-      *reinterpret_cast<std::uint32_t*>(o_head + static_cast<std::int64_t>(i_hi) * p.os.seq + 8 * dt + 2 * t) =
-          pack_bf16x2(o[dt][2] * inv_hi, o[dt][3] * inv_hi);
-  }
-  if (p.lse != nullptr && sm_half == 0 && sm_i < p.seq_q)
-    p.lse[static_cast<long long>(bh) * p.seq_q + sm_i] = l_row > 0.f ? m + logf(l_row) : -INFINITY;
+  write_output_and_lse<T>(p, o, m, l, b, h, bh, q0, warp_row0, g, t, sm_half, sm_i);
 }
 
 template <int D, bool kTuned>

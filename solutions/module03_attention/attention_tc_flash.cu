@@ -11,6 +11,7 @@
 /// ~1.7 ms at 330 TFLOP/s), against 256 MB of Q, K, V, O (~0.05 ms of HBM): compute-bound.
 
 #include "attention_tc_device.cuh"
+#include "attention_tc_phases.cuh"
 
 #include "course/cuda/launch.cuh"
 #include "course/cuda/mma_ptx.cuh"
@@ -139,6 +140,99 @@ struct Flash2ConfigFor<96> { using type = FlashConfig<96, 2, 64, 64, 2, false>; 
 template <>
 struct Flash2ConfigFor<128> { using type = FlashConfig<128, 2, 64, 32, 2, false>; };
 
+// The given phases (init_accumulators, load_q_fragments, clear_scores, load_q_operand,
+// accumulate_qk, write_output_and_lse) are attention_tc_phases.cuh's, shared with the
+// exercise; softmax_on_fragments and a_fragment below are the exercise's step 8, same names
+// and signatures, and accumulate_pv is written here around a_fragment.
+using attn_tc_phases::flash::accumulate_qk;
+using attn_tc_phases::flash::clear_scores;
+using attn_tc_phases::flash::init_accumulators;
+using attn_tc_phases::flash::load_q_fragments;
+using attn_tc_phases::flash::load_q_operand;
+using attn_tc_phases::flash::write_output_and_lse;
+
+// ---- The phases of register_softmax_kernel, in the order the main loop calls them. Each
+// works on one warp's fragments (kMTiles m16 tiles of query rows), takes them by reference
+// and is forceinline: the kernel compiles to the code it had with the phases written out.
+
+/// One online-softmax step on the fragments of ONE m16 tile (the exercise's step 8a, same
+/// name and signature), one row (hr = 0: row g, hr = 1: row g+8) at a time: the new running
+/// max over the quad, alpha = 2^(scale_log2 * (old max - new max)) applied to row_sum and
+/// to the row of O, then p = 2^(s*scale_log2 - m*scale_log2), added to this lane's part of
+/// the row sum and packed at once as bf16 pairs pk[j][hr] = (P[row][8j+2t], P[row][8j+2t+1]).
+template <int kSTiles, int kOTiles>
+__device__ __forceinline__ void softmax_on_fragments(float (&s)[kSTiles][4], float (&row_max)[2], float (&row_sum)[2],
+                                                     float (&o)[kOTiles][4], std::uint32_t (&pk)[kSTiles][2],
+                                                     float scale_log2) {
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float mx = row_max[hr];
+#pragma unroll
+    for (int j = 0; j < kSTiles; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * hr], s[j][2 * hr + 1]));
+    mx = cuda::warp_max<4>(mx);  // the quad's 4 lanes hold the row: now the new running max
+    // 2^(x*c - m*c) with c = scale*log2(e). A row that has seen only masked keys keeps
+    // m = -inf: subtract 0 instead, so that its p = 2^-inf = 0 (not NaN).
+    const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
+    const float alpha = cuda::ex2_approx(row_max[hr] * scale_log2 - m_scaled);  // OLD max: rescale
+    row_max[hr] = mx;
+    row_sum[hr] *= alpha;
+#pragma unroll
+    for (int dt = 0; dt < kOTiles; ++dt) {
+      o[dt][2 * hr] *= alpha;
+      o[dt][2 * hr + 1] *= alpha;
+    }
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < kSTiles; ++j) {
+      const float p0 = cuda::ex2_approx(fmaf(s[j][2 * hr], scale_log2, -m_scaled));
+      const float p1 = cuda::ex2_approx(fmaf(s[j][2 * hr + 1], scale_log2, -m_scaled));
+      sum += p0 + p1;
+      pk[j][hr] = pack_bf16x2(p0, p1);  // P as bf16 at once: half the registers of S
+    }
+    row_sum[hr] += sum;  // this lane's part of the row sum (reduced over the quad at the end)
+  }
+}
+
+/// The A operand of the P V mma for k16 step kk (keys 16kk .. 16kk+15) of one m16 tile (the
+/// exercise's step 8b, same name and signature):
+///   a[0] = P[g][2t, 2t+1]   = pk[2kk][row g]      a[1] = P[g+8][2t, 2t+1]   = pk[2kk][row g+8]
+///   a[2] = P[g][2t+8, 2t+9] = pk[2kk+1][row g]    a[3] = P[g+8][2t+8, 2t+9] = pk[2kk+1][row g+8]
+/// i.e. the accumulators of S's n8 tiles 2kk and 2kk+1, as they are.
+template <int kSTiles>
+__device__ __forceinline__ void a_fragment(const std::uint32_t (&pk)[kSTiles][2], int kk, std::uint32_t (&a)[4]) {
+  a[0] = pk[2 * kk][0];
+  a[1] = pk[2 * kk][1];
+  a[2] = pk[2 * kk + 1][0];
+  a[3] = pk[2 * kk + 1][1];
+}
+
+/// O += P V for the sub-tile: P's A fragments from the registers (a_fragment), V's B
+/// fragments through ldmatrix .trans.
+template <class Cfg>
+__device__ __forceinline__ void accumulate_pv(float (&o)[Cfg::kMTiles][Cfg::kOTiles][4],
+                                              const std::uint32_t (&pk)[Cfg::kMTiles][Cfg::kSTiles][2],
+                                              std::uint32_t v_addr) {
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kKeySteps; ++kk) {
+#pragma unroll
+    for (int dp = 0; dp < Cfg::kDSteps; ++dp) {
+      std::uint32_t vb[4];
+      cuda::ldmatrix_x4_trans(vb, (v_addr ^ (32 * dp)) + 16 * kk * Cfg::Geom::kRowBytes);
+      const std::uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
+#pragma unroll
+      for (int mi = 0; mi < Cfg::kMTiles; ++mi) {
+        std::uint32_t a[4];
+        a_fragment(pk[mi], kk, a);
+        cuda::mma_m16n8k16_bf16_f32(o[mi][2 * dp], a, b0);
+        cuda::mma_m16n8k16_bf16_f32(o[mi][2 * dp + 1], a, b1);
+      }
+    }
+  }
+}
+
+/// Phases: load_kv_tile, load_q_fragments, clear_scores + load_q_operand + accumulate_qk
+/// (S = Q K^T), the mask, softmax_on_fragments, accumulate_pv (with a_fragment),
+/// write_output_and_lse.
 template <class Cfg, bool kCausal>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) register_softmax_kernel(const TcParams p) {
   constexpr int kMT = Cfg::kMTiles, kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kRB = Cfg::Geom::kRowBytes;
@@ -166,7 +260,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) register_softm
   const int warp_row0 = warp * Cfg::kWarpRows;  // first row of this warp in the Q tile
 
   TileStream<Cfg::D, kBN, Cfg::kThreads> k_stream(k_head, p.ks.seq, p.seq_k), v_stream(v_head, p.vs.seq, p.seq_k);
-  auto load_kv = [&](int tile) {  // tiles are loaded in order 0, 1, 2, ...
+  // Phase load_kv_tile: the cp.async copies of K/V tile `tile` into its stage of the ring (no
+  // commit). Tiles are loaded in order 0, 1, 2, ...: the streams walk K and V one tile per call.
+  // (A lambda, not a function of its own: as a function the ring index arithmetic compiles
+  // differently.)
+  auto load_kv_tile = [&](int tile) {
     const std::uint32_t stage = s_kv + (tile % Cfg::kStages) * Cfg::kStageBytes;
     k_stream.copy_next(stage, p.k);
     v_stream.copy_next(stage + Cfg::kKVBytes, p.v);
@@ -177,7 +275,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) register_softm
   // count stay exact.
 #pragma unroll
   for (int s = 0; s < Cfg::kStages - 1; ++s) {
-    if (s < num_tiles) load_kv(s);
+    if (s < num_tiles) load_kv_tile(s);
     cuda::cp_async_commit();
   }
 
@@ -200,18 +298,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) register_softm
 
   float o[kMT][Cfg::kOTiles][4];
   float row_max[kMT][2], row_sum[kMT][2];  // [m16 tile][row g / row g+8]; max in raw score units
-#pragma unroll
-  for (int mi = 0; mi < kMT; ++mi) {
-#pragma unroll
-    for (int dt = 0; dt < Cfg::kOTiles; ++dt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[mi][dt][e] = 0.f;
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      row_max[mi][hr] = -INFINITY;
-      row_sum[mi][hr] = 0.f;
-    }
-  }
+  init_accumulators<Cfg>(o, row_max, row_sum);
   std::uint32_t qf[Cfg::kQInRegs ? kMT : 1][Cfg::kQInRegs ? Cfg::kDSteps : 1][4];
 
   for (int tile = 0; tile < num_tiles; ++tile) {
@@ -219,17 +306,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) register_softm
     // and also guarantees every warp is done with tile-1, whose stage is refilled next.
     cuda::cp_async_wait<Cfg::kStages - 2>();
     __syncthreads();
-    if (tile + Cfg::kStages - 1 < num_tiles) load_kv(tile + Cfg::kStages - 1);
+    if (tile + Cfg::kStages - 1 < num_tiles) load_kv_tile(tile + Cfg::kStages - 1);
     cuda::cp_async_commit();
 
     if constexpr (Cfg::kQInRegs) {
-      if (tile == 0) {
-#pragma unroll
-        for (int mi = 0; mi < kMT; ++mi)
-#pragma unroll
-          for (int ks = 0; ks < Cfg::kDSteps; ++ks)
-            cuda::ldmatrix_x4(qf[mi][ks], (q_lane ^ (32 * ks)) + mi * 16 * kRB);
-      }
+      if (tile == 0) load_q_fragments<Cfg>(qf, q_lane);
     }
     const std::uint32_t k_tile = s_kv + (tile % Cfg::kStages) * Cfg::kStageBytes + k_lane;
     const std::uint32_t v_tile = k_tile - k_lane + Cfg::kKVBytes + v_lane;
@@ -248,40 +329,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) register_softm
                                                                           Cfg::kWarpRows - 1 + p.causal_offset))
         continue;
 
-      // ---- S = Q K^T: kMT x kSTiles accumulator tiles of 16 x 8. The k16 steps are
-      // unrolled (kQKUnroll): ptxas may then issue the next steps' ldmatrix early. When a
-      // configuration runs out of registers, kQKUnroll = 1 (Q in shared memory) keeps
-      // those loads out of the accumulators' way.
+      // ---- S = Q K^T, one k16 step at a time. The k16 steps are unrolled (kQKUnroll): ptxas
+      // may then issue the next steps' ldmatrix early. When a configuration runs out of
+      // registers, kQKUnroll = 1 (Q in shared memory) keeps those loads out of the
+      // accumulators' way. (This loop stays here: moved into a function with its pragma, it
+      // compiles to a different instruction order.)
       float s[kMT][Cfg::kSTiles][4];
-#pragma unroll
-      for (int mi = 0; mi < kMT; ++mi)
-#pragma unroll
-        for (int j = 0; j < Cfg::kSTiles; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[mi][j][e] = 0.f;
+      clear_scores<Cfg>(s);
 #pragma unroll(Cfg::kQKUnroll)
       for (int ks = 0; ks < Cfg::kDSteps; ++ks) {
         std::uint32_t a[kMT][4];
-#pragma unroll
-        for (int mi = 0; mi < kMT; ++mi) {
-          if constexpr (Cfg::kQInRegs) {
-#pragma unroll
-            for (int r = 0; r < 4; ++r) a[mi][r] = qf[mi][ks][r];
-          } else {
-            cuda::ldmatrix_x4(a[mi], (q_lane ^ (32 * ks)) + mi * 16 * kRB);
-          }
-        }
-#pragma unroll
-        for (int np = 0; np < Cfg::kSTiles / 2; ++np) {
-          std::uint32_t kb[4];
-          cuda::ldmatrix_x4(kb, (k_addr ^ (32 * ks)) + 16 * np * kRB);
-          const std::uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
-#pragma unroll
-          for (int mi = 0; mi < kMT; ++mi) {
-            cuda::mma_m16n8k16_bf16_f32(s[mi][2 * np], a[mi], b0);
-            cuda::mma_m16n8k16_bf16_f32(s[mi][2 * np + 1], a[mi], b1);
-          }
-        }
+        load_q_operand<Cfg>(a, qf, q_lane, ks);
+        accumulate_qk<Cfg>(s, a, k_addr, ks);
       }
 
       // ---- Mask: only the tail tile and, when causal, tiles reaching past this warp's
@@ -299,87 +358,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) register_softm
             }
       }
 
-      // ---- Online softmax on the fragments, one row (g or g+8 of m16 tile mi) at a time;
-      // P leaves as bf16 pairs: pk[mi][j][hr] = (P[row][8j+2t], P[row][8j+2t+1]).
-      std::uint32_t pk[kMT][Cfg::kSTiles][2];
+      std::uint32_t pk[kMT][Cfg::kSTiles][2];  // P as bf16 pairs, the A operand of P V
 #pragma unroll
-      for (int mi = 0; mi < kMT; ++mi)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          float mx = row_max[mi][hr];
-#pragma unroll
-          for (int j = 0; j < Cfg::kSTiles; ++j) mx = fmaxf(mx, fmaxf(s[mi][j][2 * hr], s[mi][j][2 * hr + 1]));
-          mx = cuda::warp_max<4>(mx);  // the quad's 4 lanes hold the row: now the new running max
-          // 2^(x*c - m*c) with c = scale*log2(e). A row that has seen only masked keys keeps
-          // m = -inf: subtract 0 instead, so that its p = 2^-inf = 0 (not NaN).
-          const float m_scaled = mx == -INFINITY ? 0.f : mx * p.scale_log2;
-          const float alpha = cuda::ex2_approx(row_max[mi][hr] * p.scale_log2 - m_scaled);  // OLD max: rescale
-          row_max[mi][hr] = mx;
-          row_sum[mi][hr] *= alpha;
-#pragma unroll
-          for (int dt = 0; dt < Cfg::kOTiles; ++dt) {
-            o[mi][dt][2 * hr] *= alpha;
-            o[mi][dt][2 * hr + 1] *= alpha;
-          }
-          float sum = 0.f;
-#pragma unroll
-          for (int j = 0; j < Cfg::kSTiles; ++j) {
-            const float p0 = cuda::ex2_approx(fmaf(s[mi][j][2 * hr], p.scale_log2, -m_scaled));
-            const float p1 = cuda::ex2_approx(fmaf(s[mi][j][2 * hr + 1], p.scale_log2, -m_scaled));
-            sum += p0 + p1;
-            pk[mi][j][hr] = pack_bf16x2(p0, p1);  // P as bf16 at once: half the registers of S
-          }
-          row_sum[mi][hr] += sum;  // this lane's part of the row sum (reduced over the quad at the end)
-        }
+      for (int mi = 0; mi < kMT; ++mi) softmax_on_fragments(s[mi], row_max[mi], row_sum[mi], o[mi], pk[mi], p.scale_log2);
 
-      // ---- O += P V. The A fragment of k16 step kk (16 rows x keys 16kk..16kk+15) is
-      //   a[0] = P[g][2t, 2t+1]   = pk[2kk][row g]      a[1] = P[g+8][2t, 2t+1]   = pk[2kk][row g+8]
-      //   a[2] = P[g][2t+8, 2t+9] = pk[2kk+1][row g]    a[3] = P[g+8][2t+8, 2t+9] = pk[2kk+1][row g+8]
-      // i.e. the accumulators of S's n8 tiles 2kk and 2kk+1, as they are. V's B fragments
-      // come through ldmatrix .trans.
-#pragma unroll
-      for (int kk = 0; kk < Cfg::kKeySteps; ++kk) {
-#pragma unroll
-        for (int dp = 0; dp < Cfg::kDSteps; ++dp) {
-          std::uint32_t vb[4];
-          cuda::ldmatrix_x4_trans(vb, (v_addr ^ (32 * dp)) + 16 * kk * kRB);
-          const std::uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
-#pragma unroll
-          for (int mi = 0; mi < kMT; ++mi) {
-            const std::uint32_t a[4] = {pk[mi][2 * kk][0], pk[mi][2 * kk][1], pk[mi][2 * kk + 1][0],
-                                        pk[mi][2 * kk + 1][1]};
-            cuda::mma_m16n8k16_bf16_f32(o[mi][2 * dp], a, b0);
-            cuda::mma_m16n8k16_bf16_f32(o[mi][2 * dp + 1], a, b1);
-          }
-        }
-      }
+      accumulate_pv<Cfg>(o, pk, v_addr);
     }
   }
 
-  // ---- Epilogue: O = acc / l through shared memory (the Q tile), lse = m*scale + ln l.
-  cuda::cp_async_wait<0>();
-  __syncthreads();  // every warp is done with Q, K and V
-  block_coordinates(kCausal, q_tile, bh);  // recomputed here: fewer registers live through the loop
-  constexpr float kLn2 = 0.6931471805599453f;
-#pragma unroll
-  for (int mi = 0; mi < kMT; ++mi)
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const float l = cuda::warp_sum<4>(row_sum[mi][hr]);
-      const float inv = l > 0.f ? 1.f / l : 0.f;  // a row that sees no key: O = 0
-      const int r = warp_row0 + 16 * mi + g + 8 * hr;
-#pragma unroll
-      for (int dt = 0; dt < Cfg::kOTiles; ++dt) {
-        const std::uint32_t packed = pack_bf16x2(o[mi][dt][2 * hr] * inv, o[mi][dt][2 * hr + 1] * inv);
-        *reinterpret_cast<std::uint32_t*>(smem + Cfg::Geom::offset(r, dt) + 4 * t) = packed;
-      }
-      if (p.lse != nullptr && t == 0 && q0 + r < p.seq_q)
-        p.lse[static_cast<long long>(bh) * p.seq_q + q0 + r] =
-            l > 0.f ? (row_max[mi][hr] * p.scale_log2 + __log2f(l)) * kLn2 : -INFINITY;
-    }
-  __syncthreads();
-  bf16* o_head = p.o + row_offset(p.os, bh / p.heads, bh % p.heads, 0);
-  store_tile<Cfg::D, kBM, Cfg::kThreads, true>(smem, o_head, p.os.seq, q0, min(kBM, p.seq_q - q0));
+  write_output_and_lse<Cfg, kCausal>(smem, p, q0, warp_row0, g, t, o, row_max, row_sum);
 }
 
 template <class Cfg, bool kCausal>

@@ -370,16 +370,65 @@ __device__ __forceinline__ void write_dq_rows(const Params& p, const float (&dq)
   }
 }
 
+// ---- The phases of the two kernels below, besides the GEMM (gemm_rows, gemm_acc_xt,
+// gemm_acc_x), transposed-store and dQ helpers above. Each takes the thread's micro-tiles by
+// reference and is forceinline: the kernels compile to the code they had with the phases
+// written out (checked on the sm_90a SASS). The masked exponentials (P^T in the K/V kernel,
+// P and dS in the dQ kernel) stay in the kernels: moved into a function, their need_mask
+// test compiles to other branches in the causal instantiations.
+
+/// The forward's statistics of the thread's kCols query columns q0 + tx + 16 jj: lse (log2
+/// units) and D (global loads, used after the GEMMs).
+template <int kCols>
+__device__ __forceinline__ void load_column_stats(const Params& p, long long bh, long long q0, int tx,
+                                                  float (&lse_log2)[kCols], float (&d_row)[kCols]) {
+#pragma unroll
+  for (int jj = 0; jj < kCols; ++jj) row_stats(p, bh, q0 + tx + 16 * jj, lse_log2[jj], d_row[jj]);
+}
+
+/// dP^T -> dS^T in place: dS^T = P^T * (dP^T - D), elementwise (same thread map).
+template <int kRows, int kCols>
+__device__ __forceinline__ void ds_from_dp(float (&dp)[kRows][kCols], const float (&pt)[kRows][kCols],
+                                           const float (&d_row)[kCols]) {
+#pragma unroll
+  for (int ii = 0; ii < kRows; ++ii)
+#pragma unroll
+    for (int jj = 0; jj < kCols; ++jj) dp[ii][jj] = pt[ii][jj] * (dp[ii][jj] - d_row[jj]);
+}
+
+/// Epilogue of the K/V kernel: dK = scale * (dS^T Q summed), dV (rows past N_k not stored).
+template <int kGroups, int kVec, int kRows, int kOutCols>
+__device__ __forceinline__ void write_dk_dv(const Params& p, const float (&dk)[kRows][kOutCols],
+                                            const float (&dv)[kRows][kOutCols], long long j0, int b, int hk,
+                                            int tx, int ty) {
+#pragma unroll
+  for (int ii = 0; ii < kRows; ++ii) {
+    const long long j = j0 + tile_row<kGroups>(ty, ii);
+    if (j < p.seq_k) {
+      float* dk_row = p.dk + row_offset(p.dks, b, hk, j);
+      float* dv_row = p.dv + row_offset(p.dvs, b, hk, j);
+#pragma unroll
+      for (int u = 0; u < kOutCols / kVec; ++u) {
+        cc::store_vec<kVec>(dk_row + out_col<kVec>(tx, u), &dk[ii][u * kVec], p.scale);
+        cc::store_vec<kVec>(dv_row + out_col<kVec>(tx, u), &dv[ii][u * kVec], 1.f);
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------- K/V-parallel kernel ----
 
 // The block order (kv_block_coordinates) is module 3's attention_indexing.cuh.
 
+/// Phases: load_tile_async (K_j, V_j, then Q_i and dO_i in turn), load_column_stats,
+/// gemm_rows (S^T, dP^T), the masked P^T, store_transposed / load_transposed, ds_from_dp,
+/// gemm_acc_xt (dK, dV), gemm_acc_x + write_dq_rows (dQ atomics), write_dk_dv.
 template <int D, bool kCausal, bool kDq>
 __global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
     flash_backward_kv_kernel(const Params p) {
   using T = BwdTile<D>;
   constexpr int kThreads = T::kThreads, kGroups = T::kGroups, kRows = T::kRows, kCols = T::kCols;
-  constexpr int kOutCols = T::kOutCols, kVec = T::kVec, kOutChunks = T::kOutChunks, kLdX = T::kLdX;
+  constexpr int kOutCols = T::kOutCols, kVec = T::kVec, kLdX = T::kLdX;
   constexpr int kBlock = T::kBlock;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -431,8 +480,7 @@ __global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
 
       // The statistics of the thread's 4 query columns (global loads, used after the GEMMs).
       float lse_log2[kCols], d_row[kCols];
-#pragma unroll
-      for (int jj = 0; jj < kCols; ++jj) row_stats(p, bh, q0 + tx + 16 * jj, lse_log2[jj], d_row[jj]);
+      load_column_stats(p, bh, q0, tx, lse_log2, d_row);
 
       cc::cp_async_wait<0>();  // Q_i (and, first time, K_j, V_j) has landed ...
       __syncthreads();         // ... for every thread; the previous tile's readers are done
@@ -464,10 +512,7 @@ __global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
       zero_fill(dp);
       gemm_rows<D, kGroups, kRows, kCols>(dp, v_tile, do_tile, tx, ty);
       load_transposed<kGroups, kRows, kCols, kLdX>(p_tile, s, tx, ty);  // this thread's own P
-#pragma unroll
-      for (int ii = 0; ii < kRows; ++ii)
-#pragma unroll
-        for (int jj = 0; jj < kCols; ++jj) dp[ii][jj] = s[ii][jj] * (dp[ii][jj] - d_row[jj]);
+      ds_from_dp(dp, s, d_row);
       store_transposed<kGroups, kRows, kCols, kLdX>(ds_tile, dp, tx, ty);
       __syncthreads();  // P and dS complete
 
@@ -495,20 +540,7 @@ __global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
     cc::cp_async_wait<0>();
   }
 
-  // ---- epilogue: dK = scale * dS^T Q summed, dV (rows past N_k are not stored).
-#pragma unroll
-  for (int ii = 0; ii < kRows; ++ii) {
-    const long long j = j0 + tile_row<kGroups>(ty, ii);
-    if (j < p.seq_k) {
-      float* dk_row = p.dk + row_offset(p.dks, b, hk, j);
-      float* dv_row = p.dv + row_offset(p.dvs, b, hk, j);
-#pragma unroll
-      for (int u = 0; u < kOutChunks; ++u) {
-        cc::store_vec<kVec>(dk_row + out_col<kVec>(tx, u), &dk[ii][u * kVec], p.scale);
-        cc::store_vec<kVec>(dv_row + out_col<kVec>(tx, u), &dv[ii][u * kVec], 1.f);
-      }
-    }
-  }
+  write_dk_dv<kGroups, kVec>(p, dk, dv, j0, b, hk, tx, ty);
 }
 
 // Both launchers: > 48 KB of dynamic shared memory must be opted into; the largest
@@ -526,6 +558,8 @@ void launch_kv(const Params& p, std::int64_t batch, cudaStream_t stream) {
 
 // ---------------------------------------------------------------- query-parallel dQ kernel ----
 
+/// Phases: load_tile_async (Q_i, dO_i, then K_t and V_t in turn), row_stats, gemm_rows (dP,
+/// S), the masked P and dS, store_transposed, gemm_acc_xt (dQ), write_dq_rows.
 template <int D, bool kCausal>
 __global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
     flash_backward_dq_kernel(const Params p) {
