@@ -3,18 +3,19 @@
 ///   10. tc_wgmma             the two products on warpgroup MMA: S = Q K^T from shared-memory
 ///                            descriptors, O += P V with P taken from registers
 ///   11. tc_warp_specialized  the K/V ring's hand-off: the TMA producer and the consumers
+///   12. tc_pingpong          the two consumer warpgroups' turns on the tensor cores
 ///
 /// The kernels -- tiles in the 128-byte-swizzle layout, the cp.async loads of step 10, the
 /// tensor maps and the warp roles of step 11, the online softmax on the accumulators, the
 /// epilogue -- are solutions/module03_attention/attention_tc_hopper.cuh, the very code the
 /// solution runs. Read its file comment and the lesson (module03_attention/README.md, "The
-/// Hopper steps") first. You write the five phases below; the kernels call them.
+/// Hopper steps") first. You write the seven phases below; the kernels call them.
 /// Set the matching kXxxWritten flag when a step's phases are done: a step whose phases are
 /// not written throws NotImplemented and its tests show SKIPPED. On a GPU that is not a
-/// Hopper (or a build without sm_90a) both steps report Unsupported, also SKIPPED.
+/// Hopper (or a build without sm_90a) the steps report Unsupported, also SKIPPED.
 /// Run the tests with:   ctest --preset default -L exercise -R attention_tc
 /// Hints, one at a time: `bash scripts/course.sh hint attention/tc_wgmma` (and
-/// attention/tc_warp_specialized).
+/// attention/tc_warp_specialized, attention/tc_pingpong).
 
 #include "../../solutions/module03_attention/attention_tc_hopper.cuh"
 
@@ -36,6 +37,7 @@ using solution::attn_tc_hopper::ws_step::KvStage;
 
 constexpr bool kProductsWritten = false;  // TODO 1 and 2 below (step tc_wgmma)
 constexpr bool kRingWritten = false;      // TODO 3 to 5 below (step tc_warp_specialized)
+constexpr bool kTurnsWritten = false;     // TODO 6 and 7 below (step tc_pingpong)
 
 struct Phases {
   /// TODO 1: S = Q K^T for one consumer warpgroup (64 query rows x 128 keys), issued as
@@ -77,6 +79,15 @@ struct Phases {
   /// TODO 5 (consumer, after this warpgroup's P V on the stage has completed): tell the
   /// producer the stage is free. st.empty expects one arrival per consumer warpgroup.
   __device__ __forceinline__ static void release_kv_tile(const KvStage& st) { (void)st; }
+
+  /// TODO 6 (consumer warpgroup cw, every thread): wait for this warpgroup's turn to issue
+  /// its GEMMs: named barrier solution::attn_tc_hopper::ws_step::kTurnBarrier + cw, which
+  /// the other warpgroup's 128 threads arrive on (TODO 7) -- 256 threads in all.
+  __device__ __forceinline__ static void wait_turn(int cw) { (void)cw; }
+
+  /// TODO 7 (consumer warpgroup cw, right after issuing its GEMMs): give the turn to the
+  /// other warpgroup without waiting (cc::named_barrier_arrive).
+  __device__ __forceinline__ static void pass_turn(int cw) { (void)cw; }
 };
 
 }  // namespace
@@ -86,8 +97,10 @@ void attention_hopper(m03::AttentionStep step, const m03::AttentionArgsBf16& arg
   const char* file = "exercises/module03_attention/attention_tc_hopper.cu";
   const std::string name = std::string("attention step ") + m03::step_name(step);
   if (!kProductsWritten) throw NotImplemented(name + " (Phases::issue_scores and issue_pv)", file);
-  if (step == m03::AttentionStep::tc_warp_specialized && !kRingWritten)
+  if (step != m03::AttentionStep::tc_wgmma && !kRingWritten)
     throw NotImplemented(name + " (Phases::load_kv_tile, wait_kv_tile, release_kv_tile)", file);
+  if (step == m03::AttentionStep::tc_pingpong && !kTurnsWritten)
+    throw NotImplemented(name + " (Phases::wait_turn, pass_turn)", file);
   solution::attn_tc_hopper::run_step<Phases>(step, args);
 }
 

@@ -168,5 +168,6 @@ void launch_tc_register_softmax(const AttentionArgsBf16& a);    // attention_tc_
 void launch_tc_flash2(const AttentionArgsBf16& a);              // attention_tc_flash.cu
 void launch_tc_wgmma(const AttentionArgsBf16& a);               // attention_tc_hopper.cu
 void launch_tc_warp_specialized(const AttentionArgsBf16& a);    // attention_tc_hopper.cu
+void launch_tc_pingpong(const AttentionArgsBf16& a);            // attention_tc_hopper.cu
 
 }  // namespace course::solution::attn_tc

@@ -4,6 +4,8 @@
 ///                            shared memory, O += P V with P straight from registers
 ///   11. tc_warp_specialized  Q, K, V loaded by the TMA, K/V into a ring of stages guarded by
 ///                            mbarriers; a producer warpgroup, two consumer warpgroups, setmaxnreg
+///   12. tc_pingpong          the two consumers take turns on the tensor cores (named
+///                            barriers): one's softmax runs under the other's GEMMs
 /// The kernels are attention_tc_hopper.cuh (shared with the exercise), the solution's phases
 /// attention_tc_hopper_phases.cuh; this file is the entry point. Each step's doc comment,
 /// prediction and outcome: attention_tc_hopper.cuh.
@@ -20,6 +22,10 @@ void launch_tc_wgmma(const AttentionArgsBf16& a) {
 
 void launch_tc_warp_specialized(const AttentionArgsBf16& a) {
   attn_tc_hopper::run_step<attn_tc_hopper_phases::Phases>(m03::AttentionStep::tc_warp_specialized, a);
+}
+
+void launch_tc_pingpong(const AttentionArgsBf16& a) {
+  attn_tc_hopper::run_step<attn_tc_hopper_phases::Phases>(m03::AttentionStep::tc_pingpong, a);
 }
 
 }  // namespace course::solution::attn_tc

@@ -6,6 +6,8 @@
 ///                            shared memory, O += P V with P straight from registers
 ///   11. tc_warp_specialized  Q, K, V loaded by the TMA, K/V into a ring of stages guarded by
 ///                            mbarriers; a producer warpgroup, two consumer warpgroups, setmaxnreg
+///   12. tc_pingpong          the two consumers take turns on the tensor cores (named
+///                            barriers): one's softmax runs under the other's GEMMs
 ///
 /// Both steps compute a 128-row query tile per block as two consumer warpgroups of 64 rows
 /// (wgmma's M is 64), against K/V tiles of 128 keys, for head dims 64 and 128 only (the
@@ -51,6 +53,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
+#include <type_traits>
 
 // A build for "80;90a" also compiles this file for sm_80, where the kernel bodies are
 // compiled out (wgmma, TMA and setmaxnreg need sm_90a): silence "declared but never
@@ -374,14 +378,47 @@ void launch(const TcParams& p, std::int64_t batch_heads, cudaStream_t stream) {
 // short sequences and d = 64: the softmax chain inside each warpgroup, which ping-pong
 // scheduling of the two consumers and overlapping the next S with this softmax address.
 // ============================================================================
+// ============================================================================
+// Step 12: tc_pingpong -- the two consumers take turns on the tensor cores.
+//
+// What limits step 11: inside a consumer warpgroup the work is a chain, S (tensor cores)
+// -> softmax (ALUs, MUFU) -> P V (tensor cores), and nothing orders the two warpgroups, so
+// they drift into lockstep: both run their softmax at once and the tensor cores idle.
+// Changes from step 11 (the same kernel, kPingPong = true):
+//  (a) The loop is regrouped into GEMM phases: phase j issues P_{j-1} V_{j-1} AND S_j =
+//      Q K_j^T as one group, then the warpgroup waits for both and runs the softmax of
+//      tile j. A last phase issues only P V of the last tile.
+//  (b) Ping-pong (FlashAttention-3's schedule): a warpgroup issues a GEMM phase only in its
+//      turn, a named barrier per warpgroup (Phases::wait_turn), and hands the turn over as
+//      soon as its wgmmas are issued (Phases::pass_turn: bar.arrive on the other's barrier).
+//      So one warpgroup's softmax runs under the other's GEMMs:
+//
+//        warpgroup 1:  [GEMM j ][softmax j   ][GEMM j+1][softmax j+1 ]
+//        warpgroup 2:           [GEMM j ][softmax j   ][GEMM j+1][softmax ...
+//
+//  (c) A stage's V is read one phase later than its K, so at d = 128 the ring gets a third
+//      stage (the producer would otherwise wait for the release of stage j-1 before it can
+//      load tile j+1, one softmax before it is needed).
+// Registers: as step 11 (P V of tile j-1 completes before the softmax of tile j rewrites P).
+// Prediction: with the softmax (~0.3 us per tile at d = 128) hidden under the other
+// warpgroup's GEMMs (~0.55 us), the tensor cores stay busy: +10-20% over step 11, ~600-650
+// TFLOP/s at d = 128 (0.95-1.05x cuDNN), ~450-500 at d = 64.
+// Measured: pending (GPU run)
+// ============================================================================
 namespace ws_step {
 
 constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
 constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
 
-template <int D>
+/// Named barriers of the ping-pong schedule (step 12): kTurnBarrier + w is consumer
+/// warpgroup w's turn to issue its GEMMs (0 is __syncthreads', 1 and 2 the epilogue's).
+constexpr int kTurnBarrier = 3;
+
+/// The K/V ring: 4 stages at d = 64; at d = 128 2 (step 11) or, for the ping-pong schedule,
+/// which holds a stage's V one GEMM phase longer, 3 (Q 32 KB + 3 x 64 KB: 225 KB of the 227).
+template <int D, bool kPingPong = false>
 struct Ring {
-  static constexpr int kStages = D == 64 ? 4 : 2;
+  static constexpr int kStages = D == 64 ? 4 : (kPingPong ? 3 : 2);
   static constexpr int kStageBytes = 2 * HopperTile<D>::kKVBytes;  ///< K tile, then V tile
   static constexpr int kBarrierOffset = HopperTile<D>::kQBytes + kStages * kStageBytes;
   static constexpr int kSmemBytes = kBarrierOffset + (2 * kStages + 1) * 8 + 1024;
@@ -417,13 +454,13 @@ struct WsParams {
   int q_head, q_batch, kv_head, kv_batch;
 };
 
-template <class Phases, int D, bool kCausal>
+template <class Phases, int D, bool kCausal, bool kPingPong>
 __global__ void __launch_bounds__(kThreads, 1)
     warp_specialized_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
                             const __grid_constant__ CUtensorMap tmap_v, const WsParams wp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = HopperTile<D>;
-  using R = Ring<D>;
+  using R = Ring<D, kPingPong>;
   const TcParams& p = wp.p;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = align_smem(smem_raw);
@@ -479,23 +516,76 @@ __global__ void __launch_bounds__(kThreads, 1)
     float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
     std::uint32_t pk[T::kBlockN / 8][2];
     cc::mbarrier_wait(q_bar, 0);  // always: O is staged where Q lands
-    for (int tile = 0; tile < num_tiles; ++tile, ring.advance<R::kStages>()) {
-      const KvStage st{s_kv + ring.stage * R::kStageBytes, full_bar + 8 * ring.stage, empty_bar + 8 * ring.stage,
-                       ring.phase};
-      const std::uint32_t k_tile = st.smem, v_tile = st.smem + T::kKVBytes;
-      const int kv0 = tile * T::kBlockN;
-      Phases::wait_kv_tile(st);  // K and V of this tile have landed
-      cc::wgmma_fence();
-      Phases::template issue_scores<T>(s, s_q, k_tile, 64 * cw);
-      cc::wgmma_commit();
-      cc::wgmma_wait<0>();
-      if (tile_needs_mask<kCausal, T::kBlockN>(p, warp_row0, kv0)) mask_scores<T, kCausal>(s, p, warp_row0, kv0);
-      softmax_update<T>(s, o, pk, row_max, row_sum, p.scale_log2);
-      cc::wgmma_fence();
-      Phases::template issue_pv<T>(o, pk, v_tile);
-      cc::wgmma_commit();
-      cc::wgmma_wait<0>();
-      Phases::release_kv_tile(st);  // this warpgroup is done with the stage
+    if constexpr (kPingPong) {
+      // Step 12: GEMM phase j issues P_{j-1} V_{j-1} and S_j = Q K_j^T together, in turn with
+      // the other warpgroup; the softmax of tile j runs while the other's GEMM phase does.
+      // Software-pipelined: phase 0 issues S_0 only, the last phase P V of the last tile only,
+      // so that the steady-state loop issues both unconditionally. Both warpgroups of a block
+      // run num_tiles + 1 phases; warpgroup 1 opens warpgroup 0's first turn and leaves out
+      // its last pass (nobody waits for it).
+      const auto stage_at = [&](const RingPosition& r) {
+        return KvStage{s_kv + r.stage * R::kStageBytes, full_bar + 8 * r.stage, empty_bar + 8 * r.stage, r.phase};
+      };
+      const auto softmax_of = [&](int tile) {
+        const int kv0 = tile * T::kBlockN;
+        if (tile_needs_mask<kCausal, T::kBlockN>(p, warp_row0, kv0)) mask_scores<T, kCausal>(s, p, warp_row0, kv0);
+        softmax_update<T>(s, o, pk, row_max, row_sum, p.scale_log2);
+      };
+      if (num_tiles > 0) {
+        if (cw == 1) Phases::pass_turn(cw);
+        KvStage prev = stage_at(ring);  // phase 0: S_0
+        Phases::wait_kv_tile(prev);
+        Phases::wait_turn(cw);
+        cc::wgmma_fence();
+        Phases::template issue_scores<T>(s, s_q, prev.smem, 64 * cw);
+        cc::wgmma_commit();
+        Phases::pass_turn(cw);
+        cc::wgmma_wait<0>();
+        softmax_of(0);
+        ring.advance<R::kStages>();
+        for (int tile = 1; tile < num_tiles; ++tile) {  // phase j: P_{j-1} V_{j-1} and S_j
+          const KvStage st = stage_at(ring);
+          Phases::wait_kv_tile(st);
+          Phases::wait_turn(cw);  // the tensor cores are this warpgroup's ...
+          cc::wgmma_fence();
+          Phases::template issue_pv<T>(o, pk, prev.smem + T::kKVBytes);
+          Phases::template issue_scores<T>(s, s_q, st.smem, 64 * cw);
+          cc::wgmma_commit();
+          Phases::pass_turn(cw);  // ... and, once issued, the other's
+          cc::wgmma_wait<0>();
+          Phases::release_kv_tile(prev);
+          softmax_of(tile);
+          prev = st;
+          ring.advance<R::kStages>();
+        }
+        Phases::wait_turn(cw);  // the last phase: P V of the last tile
+        cc::wgmma_fence();
+        Phases::template issue_pv<T>(o, pk, prev.smem + T::kKVBytes);
+        cc::wgmma_commit();
+        if (cw == 0) Phases::pass_turn(cw);
+        cc::wgmma_wait<0>();
+        Phases::release_kv_tile(prev);
+      }
+    } else {
+      // Step 11: S, softmax, P V, one tile after the other.
+      for (int tile = 0; tile < num_tiles; ++tile, ring.advance<R::kStages>()) {
+        const KvStage st{s_kv + ring.stage * R::kStageBytes, full_bar + 8 * ring.stage, empty_bar + 8 * ring.stage,
+                         ring.phase};
+        const std::uint32_t k_tile = st.smem, v_tile = st.smem + T::kKVBytes;
+        const int kv0 = tile * T::kBlockN;
+        Phases::wait_kv_tile(st);  // K and V of this tile have landed
+        cc::wgmma_fence();
+        Phases::template issue_scores<T>(s, s_q, k_tile, 64 * cw);
+        cc::wgmma_commit();
+        cc::wgmma_wait<0>();
+        if (tile_needs_mask<kCausal, T::kBlockN>(p, warp_row0, kv0)) mask_scores<T, kCausal>(s, p, warp_row0, kv0);
+        softmax_update<T>(s, o, pk, row_max, row_sum, p.scale_log2);
+        cc::wgmma_fence();
+        Phases::template issue_pv<T>(o, pk, v_tile);
+        cc::wgmma_commit();
+        cc::wgmma_wait<0>();
+        Phases::release_kv_tile(st);  // this warpgroup is done with the stage
+      }
     }
     // Epilogue: this warpgroup's rows only (its own rows of Q are no longer read).
     stage_output<T>(o, row_max, row_sum, smem, row0, p, bh, q0);
@@ -521,7 +611,7 @@ inline CUtensorMap attention_map(const bf16* base, std::int64_t heads, std::int6
   return make_tma_map_bf16(base, 4, dims, strides, box, TmaSwizzle::bytes128);
 }
 
-template <class Phases, int D, bool kCausal>
+template <class Phases, int D, bool kCausal, bool kPingPong>
 void launch(const AttentionArgsBf16& a, const TcParams& p) {
   WsParams wp{};
   wp.p = p;
@@ -530,10 +620,10 @@ void launch(const AttentionArgsBf16& a, const TcParams& p) {
   const CUtensorMap mk = attention_map(a.k, a.kv_heads, a.batch, a.seq_k, D, a.k_strides, &wp.kv_head, &wp.kv_batch);
   const CUtensorMap mv = attention_map(a.v, a.kv_heads, a.batch, a.seq_k, D, a.v_strides, &v_head, &v_batch);
   if (v_head != wp.kv_head || v_batch != wp.kv_batch)
-    throw Unsupported("attention step tc_warp_specialized",
+    throw Unsupported(kPingPong ? "attention step tc_pingpong" : "attention step tc_warp_specialized",
                       "K and V broadcast the same dimensions (a stride of 0 in one but not the other)");
-  constexpr auto kernel = warp_specialized_kernel<Phases, D, kCausal>;
-  constexpr int kSmem = Ring<D>::kSmemBytes;
+  constexpr auto kernel = warp_specialized_kernel<Phases, D, kCausal, kPingPong>;
+  constexpr int kSmem = Ring<D, kPingPong>::kSmemBytes;
   cc::opt_in_dynamic_smem<kernel>(kSmem);
   const dim3 grid(static_cast<unsigned>((a.seq_q + 127) / 128), static_cast<unsigned>(a.batch * a.heads));
   kernel<<<grid, kThreads, kSmem, a.stream>>>(mq, mk, mv, wp);
@@ -542,22 +632,25 @@ void launch(const AttentionArgsBf16& a, const TcParams& p) {
 
 }  // namespace ws_step
 
-/// Runs Hopper step `step` (tc_wgmma or tc_warp_specialized) with the phases `Phases`: the
-/// solution's (attention_tc_hopper_phases.cuh) or the exercise's.
+/// Runs Hopper step `step` (tc_wgmma, tc_warp_specialized or tc_pingpong) with the phases
+/// `Phases`: the solution's (attention_tc_hopper_phases.cuh) or the exercise's.
 template <class Phases>
 void run_step(m03::AttentionStep step, const AttentionArgsBf16& a) {
-  require_sm90a(step == m03::AttentionStep::tc_wgmma ? "attention step tc_wgmma"
-                                                    : "attention step tc_warp_specialized");
+  require_sm90a((std::string("attention step ") + m03::step_name(step)).c_str());
   const TcParams p = make_tc_params(a);
   cc::dispatch_value<m03::kHopperHeadDims>(a.head_dim, "head_dim", [&](auto d) {
     constexpr int D = decltype(d)::value;
-    if (step == m03::AttentionStep::tc_wgmma) {
-      if (a.causal) wgmma_step::launch<Phases, D, true>(p, a.batch * a.heads, a.stream);
-      else wgmma_step::launch<Phases, D, false>(p, a.batch * a.heads, a.stream);
-    } else {
-      if (a.causal) ws_step::launch<Phases, D, true>(a, p);
-      else ws_step::launch<Phases, D, false>(a, p);
-    }
+    const auto launch = [&](auto causal) {
+      constexpr bool kCausal = decltype(causal)::value;
+      if (step == m03::AttentionStep::tc_wgmma)
+        wgmma_step::launch<Phases, D, kCausal>(p, a.batch * a.heads, a.stream);
+      else if (step == m03::AttentionStep::tc_warp_specialized)
+        ws_step::launch<Phases, D, kCausal, false>(a, p);
+      else
+        ws_step::launch<Phases, D, kCausal, true>(a, p);
+    };
+    if (a.causal) launch(std::true_type{});
+    else launch(std::false_type{});
   });
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 /// @file attention_tc_hopper_phases.cuh
-/// @brief The solution's phases of the Hopper attention steps: the two wgmma products and the
-/// K/V ring's producer/consumer hand-off. attention_tc_hopper.cuh's kernels call them through
+/// @brief The solution's phases of the Hopper attention steps: the two wgmma products, the
+/// K/V ring's producer/consumer hand-off and the ping-pong turns. attention_tc_hopper.cuh's kernels call them through
 /// their `Phases` parameter; the exercise writes its own, and the planted bugs of
 /// module03_attention/tests/planted derive from these and replace one.
 
@@ -83,6 +83,21 @@ struct Phases {
   /// of the warpgroup arrives on "empty" (it expects one arrival per consumer warpgroup).
   __device__ __forceinline__ static void release_kv_tile(const KvStage& st) {
     if (threadIdx.x % 128 == 0) cc::mbarrier_arrive(st.empty);
+  }
+
+  // ---- step tc_pingpong: the turns
+
+  /// Wait until consumer warpgroup `cw` may issue its GEMM phase: a bar.sync on its named
+  /// barrier kTurnBarrier + cw, which completes when its 128 threads are there AND the other
+  /// warpgroup's 128 have arrived (pass_turn) -- 256 in all.
+  __device__ __forceinline__ static void wait_turn(int cw) {
+    cc::named_barrier_sync(attn_tc_hopper::ws_step::kTurnBarrier + cw, 256);
+  }
+
+  /// Hand the tensor cores to the other warpgroup (right after issuing, not after completing:
+  /// its wgmmas queue behind ours): bar.arrive on its barrier, counted without waiting.
+  __device__ __forceinline__ static void pass_turn(int cw) {
+    cc::named_barrier_arrive(attn_tc_hopper::ws_step::kTurnBarrier + (1 - cw), 256);
   }
 };
 

@@ -91,6 +91,7 @@ enum class AttentionStep {
   // Hopper steps (sm_90a only, head_dim 64 or 128; elsewhere they throw course::Unsupported).
   tc_wgmma,             ///< warpgroup MMA: S from shared-memory Q and K, O += P V with P from registers
   tc_warp_specialized,  ///< + TMA loads into an mbarrier ring, producer and consumer warpgroups, setmaxnreg
+  tc_pingpong,          ///< + the two consumer warpgroups take turns: one's softmax under the other's GEMMs
 };
 
 inline constexpr StepInfo<AttentionStep> kAttentionSteps[] = {
@@ -116,6 +117,8 @@ inline constexpr StepInfo<AttentionStep> kAttentionSteps[] = {
      "bf16, Hopper; wgmma for S = Q K^T (Q, K from swizzled smem) and O += P V (P from registers)"},
     {AttentionStep::tc_warp_specialized, "tc_warp_specialized",
      "bf16, Hopper; Q, K, V by TMA into an mbarrier ring; 1 producer + 2 consumer warpgroups, setmaxnreg"},
+    {AttentionStep::tc_pingpong, "tc_pingpong",
+     "bf16, Hopper; consumers take turns (named barriers): P V and next S issued together, softmax overlapped"},
 };
 static_assert(steps_in_enum_order(kAttentionSteps), "kAttentionSteps must list AttentionStep in enum order");
 
@@ -155,6 +158,7 @@ inline constexpr AttentionStepColumns kAttentionStepColumns[] = {
     {AttentionStep::tc_flash2, AttentionDType::bf16, {128, true, true, false, false}},
     {AttentionStep::tc_wgmma, AttentionDType::bf16, {128, true, true, false, false, true}},
     {AttentionStep::tc_warp_specialized, AttentionDType::bf16, {128, true, true, false, false, true}},
+    {AttentionStep::tc_pingpong, AttentionDType::bf16, {128, true, true, false, false, true}},
 };
 static_assert(columns_match_steps(kAttentionSteps, kAttentionStepColumns),
               "kAttentionStepColumns must have one row per row of kAttentionSteps, in the same order");

@@ -226,6 +226,17 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 #endif
 }
 
+/// `bar.arrive id, threads;` -- counts this warp's threads on named barrier `id` without
+/// waiting: the other side of named_barrier_sync (a producer of a turn hands it over and
+/// runs on; those who sync on `id` proceed once `threads` have arrived or synced).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+#else
+  (void)id, (void)threads;
+#endif
+}
+
 /// This block's rank in its cluster (`%cluster_ctarank`; 0 without clusters).
 __device__ __forceinline__ std::uint32_t cluster_ctarank() {
 #if COURSE_SM90_PTX
