@@ -60,7 +60,23 @@ largest sums are the dW over N rows).
 
 Gradients (--grads, m04_gpt's --dump-grads: step 1's fp32 gradients before clipping, the
 --dump-init format with magic "CRSGPTGR"). --time: the twin's training step, eager and
-under torch.compile. Exit 1 on a disagreement, 2 on bad input (sys.exit with a message), 77
+under torch.compile.
+
+The whole run's loss curve (--curve-csv): the twin trains --steps steps (the cosine's length
+stays --schedule-steps: pass m04_gpt's --steps) and writes m04_gpt's --csv columns (step, lr,
+loss, grad_norm, val_loss), the validation loss every --eval-every steps and at the last, the
+mean over --eval-batches validation batches drawn as m04_gpt draws them (split 1, batch index
+i as the step). With --course-csv of the same run, the losses of the first --compare-steps
+steps are compared as above, the validation losses of both are printed side by side, and the
+last one both have (the end of the run) must be within --tol-val (0.02, issue 28's target)
+absolute. The default run, side by side (scripts/make_results.py plots the two curves from
+docs/data/):
+
+    build/module04_training/m04_gpt --dump-init build/gpt_init.bin --csv build/m04_gpt_curve.csv
+    python3 scripts/gpt_twin.py --init build/gpt_init.bin --steps 2000 --course-csv build/m04_gpt_curve.csv \
+        --curve-csv build/gpt_twin_curve.csv
+
+Exit 1 on a disagreement, 2 on bad input (sys.exit with a message), 77
 when PyTorch or its CUDA is missing (the skip code of the CTest test).
 """
 import argparse
@@ -183,7 +199,9 @@ def main() -> int:
     ap.add_argument("--init", required=True, type=Path, help="m04_gpt --dump-init file")
     ap.add_argument("--course-csv", type=Path, help="m04_gpt --csv of the same run (compared when given)")
     ap.add_argument("--data", type=Path, default=Path("build/data/shakespeare"))
-    ap.add_argument("--steps", type=int, default=20, help="steps to train and compare")
+    ap.add_argument("--steps", type=int, default=20, help="steps to train")
+    ap.add_argument("--compare-steps", type=int, default=20,
+                    help="with --course-csv: compare the losses of the first min(--steps, this) steps")
     ap.add_argument("--schedule-steps", type=int, default=2000, help="m04_gpt's --steps (the cosine's length)")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seed", type=int, default=1337)
@@ -204,10 +222,21 @@ def main() -> int:
     ap.add_argument("--grad-factor", type=float, default=3.0)
     ap.add_argument("--grad-floor", type=float, default=1e-3)
     ap.add_argument("--grad-tol-fp32", type=float, default=1e-4, help="fp32: relative L2 error of every gradient")
+    ap.add_argument("--curve-csv", type=Path,
+                    help="write the twin's loss curve here (m04_gpt's --csv columns), with validation losses")
+    ap.add_argument("--eval-every", type=int, default=250,
+                    help="--curve-csv: steps between validation losses (0: only at the end), as m04_gpt")
+    ap.add_argument("--eval-batches", type=int, default=20, help="--curve-csv: validation batches per loss")
+    ap.add_argument("--log-every", type=int, default=250, help="--curve-csv: steps between progress lines")
+    ap.add_argument("--tol-val", type=float, default=0.02,
+                    help="--curve-csv with --course-csv: |diff| of the last validation loss both runs have")
     ap.add_argument("--time", action="store_true",
                     help="after the comparison, time training steps of the twin, eager and torch.compile'd")
     args = ap.parse_args()
     fp32 = args.precision == "fp32"
+    for name in ("steps", "compare_steps", "batch", "eval_every", "eval_batches", "log_every"):
+        if getattr(args, name) < (1 if name in ("steps", "batch", "log_every") else 0):
+            sys.exit(f"[gpt_twin] --{name.replace('_', '-')} {getattr(args, name)}: out of range")
 
     try:
         import numpy as np
@@ -233,6 +262,11 @@ def main() -> int:
     tokens, vocab = read_tokens(args.data / "train.bin")
     if vocab != cfg["vocab"]:
         sys.exit(f"[gpt_twin] the data's vocabulary ({vocab}) is not the init file's ({cfg['vocab']})")
+    val_tokens = None
+    if args.curve_csv:
+        val_tokens, val_vocab = read_tokens(args.data / "val.bin")
+        if val_vocab != vocab:
+            sys.exit(f"[gpt_twin] {args.data}: train.bin and val.bin disagree on the vocabulary size")
     dev = torch.device("cuda")
     model = build_model(cfg).to(dev)
     params = model.ordered()
@@ -254,10 +288,28 @@ def main() -> int:
     tok = torch.from_numpy(tokens.astype(np.int64)).to(dev)
     ar = torch.arange(T + 1, device=dev)
 
-    def batch(step):
-        offs = torch.tensor([batch_offset(args.seed, 0, step, b, n, T) for b in range(B)], device=dev)
-        seq = tok[offs[:, None] + ar[None, :]]
+    def batch(step, split=0, source=None):
+        src = tok if source is None else source
+        offs = torch.tensor([batch_offset(args.seed, split, step, b, len(src), T) for b in range(B)], device=dev)
+        seq = src[offs[:, None] + ar[None, :]]
         return seq[:, :-1], seq[:, 1:]
+
+    val_tok = None if val_tokens is None else torch.from_numpy(val_tokens.astype(np.int64)).to(dev)
+
+    def validate():
+        """m04_gpt's validation loss: the mean of --eval-batches batch losses of the validation
+        split (batch index i drawn as step i of split 1), in the run's precision, no gradients."""
+        total = torch.zeros((), device=dev)
+        with torch.no_grad():
+            for i in range(args.eval_batches):
+                ids_v, targets_v = batch(i, 1, val_tok)
+                if fp32:
+                    with exact_attention():
+                        total += model(ids_v, targets_v).float()
+                else:
+                    with torch.autocast("cuda", dtype=torch.bfloat16):
+                        total += model(ids_v, targets_v).float()
+        return total.item() / args.eval_batches
 
     grads_ok = True
     if args.grads:
@@ -308,11 +360,13 @@ def main() -> int:
                 print(f"   {name:12s} course {err_c:.2e}{twin}  bound {bound:.2e}{'' if ok_p else '  FAILS'}")
         print(f"[gpt_twin] gradients: worst error / bound {worst:.3f} over {len(params)} parameters: "
               f"{'agree' if grads_ok else 'DISAGREE'}")
-    losses = []
+    # The losses and norms stay on the device until the end (no synchronization per step).
+    loss_t, norm_t, rows = [], [], []
     for step in range(args.steps):
         ids, targets = batch(step)
+        lr = lr_at(step, args.lr, args.min_lr, args.warmup, args.schedule_steps)
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, args.lr, args.min_lr, args.warmup, args.schedule_steps)
+            g["lr"] = lr
         if fp32:
             with exact_attention():
                 loss = model(ids, targets)
@@ -323,21 +377,42 @@ def main() -> int:
                 loss = model(ids, targets)
             opt.zero_grad(set_to_none=True)
             loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, args.clip)
+        norm = torch.nn.utils.clip_grad_norm_(params, args.clip)  # the norm before clipping, as m04_gpt's
         opt.step()
-        losses.append(loss.item())
+        loss_t.append(loss.detach().float())
+        norm_t.append(norm.detach().float())
+        val = None
+        if args.curve_csv:
+            last = step + 1 == args.steps
+            if args.eval_batches > 0 and ((args.eval_every > 0 and (step + 1) % args.eval_every == 0) or last):
+                val = validate()
+            if (step + 1) % args.log_every == 0 or last or val is not None:
+                print(f"   step {step + 1:5d}/{args.steps}  loss {loss.item():.4f}  lr {lr:.2e}"
+                      + ("" if val is None else f"  validation loss {val:.4f}"), flush=True)
+        rows.append((step + 1, lr, val))
+    losses = torch.stack(loss_t).tolist()
+    norms = torch.stack(norm_t).tolist()
+    if args.curve_csv:
+        args.curve_csv.parent.mkdir(parents=True, exist_ok=True)
+        with open(args.curve_csv, "w") as f:
+            f.write("step,lr,loss,grad_norm,val_loss\n")
+            for (s_, lr_, v_), l_, g_ in zip(rows, losses, norms):
+                f.write(f"{s_},{lr_:.6g},{l_:.6f},{g_:.4f},{'' if v_ is None else f'{v_:.6f}'}\n")
+        print(f"[gpt_twin] loss curve of {args.steps} steps written to {args.curve_csv}")
+    compare_steps = min(args.steps, args.compare_steps)
 
-    course = None
+    course, course_rows = None, []
     if args.course_csv:
         with open(args.course_csv) as f:
-            course = [float(r["loss"]) for r in csv.DictReader(f)][:args.steps]
-        if len(course) < args.steps:
-            sys.exit(f"[gpt_twin] {args.course_csv} has {len(course)} steps, fewer than --steps {args.steps}")
+            course_rows = list(csv.DictReader(f))
+        course = [float(r["loss"]) for r in course_rows][:compare_steps]
+        if len(course) < compare_steps:
+            sys.exit(f"[gpt_twin] {args.course_csv} has {len(course)} steps, fewer than the {compare_steps} compared")
     print(f"[gpt_twin] {'fp32 (TF32 off, SDPA math)' if fp32 else 'bf16 autocast'}, {args.steps} steps, "
-          f"batch {B} x {T}")
+          f"batch {B} x {T}" + (f"; the first {compare_steps} losses" if args.steps > compare_steps else ""))
     print("   step   twin loss   course loss   |diff|")
     worst, worst_rel, ok = 0.0, 0.0, True
-    for i, l in enumerate(losses):
+    for i, l in enumerate(losses[:compare_steps]):
         if course is None:
             print(f"   {i + 1:4d}   {l:9.6f}")
             continue
@@ -352,6 +427,24 @@ def main() -> int:
                 else f"tolerance {args.tol_first} at step 1, {args.tol} after")
         print(f"[gpt_twin] {args.precision}: largest difference {worst:.2e} ({worst_rel:.2e} relative): "
               f"{'agree' if ok else 'DISAGREE'} ({rule})")
+    if args.curve_csv and course_rows:
+        # Issue 28's target: the validation loss within --tol-val of the twin's after the same
+        # steps, checked at the last validation step both runs have; the earlier ones are shown.
+        twin_val = {s_: v_ for s_, _, v_ in rows if v_ is not None}
+        pairs = [(int(r["step"]), float(r["val_loss"]), twin_val[int(r["step"])]) for r in course_rows
+                 if r.get("val_loss") and int(r["step"]) in twin_val]
+        if not pairs:
+            sys.exit(f"[gpt_twin] {args.course_csv} and the twin have no validation step in common "
+                     f"(the same --steps and --eval-every on both sides)")
+        print("   step   twin val loss   course val loss   course - twin")
+        for s_, cv, tv in pairs:
+            print(f"   {s_:4d}   {tv:13.4f}   {cv:15.4f}   {cv - tv:+13.4f}")
+        s_, cv, tv = pairs[-1]
+        val_ok = abs(cv - tv) <= args.tol_val
+        print(f"[gpt_twin] validation loss after {s_} steps: course {cv:.4f}, twin {tv:.4f}, |diff| {abs(cv - tv):.4f}: "
+              f"{'agree' if val_ok else 'DISAGREE'} (tolerance {args.tol_val}; largest |diff| over the "
+              f"{len(pairs)} validation steps {max(abs(c - t) for _, c, t in pairs):.4f})")
+        ok &= val_ok
     if args.time:
         # One training step as the loop above runs it (same batch each time: only speed is
         # measured), eager and compiled; CUDA events around 20 steps after 5 warm-up steps

@@ -3,9 +3,14 @@
 
 usage: scripts/make_results.py [RUN_DIR] [--docs docs] [--yours DIR] [--no-plots]
 RUN_DIR holds bench_<module>.json files and env.txt, as scripts/gpu_check.sh writes them,
-and optionally compare_torch.json (scripts/compare_torch.py --out) and
-m04_training_curve.csv (m04_train --out). Every input the page is built from is kept in
-docs/data/ (the benchmark rows as bench_results.json, with env.txt's facts); an input
+and optionally compare_torch.json (scripts/compare_torch.py --out),
+m04_training_curve.csv (m04_train --out), and module 4's GPT: gpt_profile_bf16.csv and
+gpt_profile_fp32.csv (m04_gpt --profile --profile-csv, per phase of a step; plot
+gpt_profile.png), m04_gpt_curve.csv and gpt_twin_curve.csv (m04_gpt --csv and
+scripts/gpt_twin.py --curve-csv of the same run; plot gpt_loss_curves.png, drawn when both
+exist); gpt_runs.txt (optional): one line per such file, "FILE: GPU, command". The option
+--gpt-profile-text CSV prints a profile as the lesson's text bar chart. Every input the page
+is built from is kept in docs/data/ (the benchmark rows as bench_results.json, with env.txt's facts); an input
 that RUN_DIR lacks comes from there, so `scripts/make_results.py` alone rebuilds the page
 from the stored data (no GPU needed), and a run of one kind (say, only compare_torch.json)
 keeps the other sections.
@@ -474,6 +479,229 @@ def training_curve_section(path, images, plots):
             ["![m04_train training curve](images/results_m04_training_curve.png)", ""] if image.exists() else [])
 
 
+# ---------------------------------------------------------------------------------------
+# The GPT trainer (module 4, m04_gpt): where a step's time goes, the loss curve beside the twin's
+# ---------------------------------------------------------------------------------------
+
+# m04_gpt --profile's phases in four groups (demos/gpt.cpp marks them). A GEMM phase holds its
+# matmul_tc calls with their epilogues (bias, GELU, residual) and, backward, the bias gradient's
+# column sum; "other" is the glue: the batch gather, the embeddings, the loss, GELU's backward,
+# AdamW.
+GPT_PHASE_GROUPS = [
+    ("GEMMs", ("fwd.qkv", "fwd.proj", "fwd.fc", "fwd.fc_proj", "fwd.head", "bwd.head_dx", "bwd.fc_proj", "bwd.fc",
+               "bwd.proj", "bwd.qkv", "bwd.head_dw")),
+    ("attention", ("fwd.attention", "bwd.attention")),
+    ("LayerNorm", ("fwd.ln1", "fwd.ln2", "fwd.lnf", "bwd.ln1", "bwd.ln2", "bwd.lnf")),
+    ("other", None),
+]
+GPT_GROUP_COLOURS = {"GEMMs": "#4c72b0", "attention": "#dd8452", "LayerNorm": "#55a868", "other": "#8c8c8c"}
+GPT_PROFILES = (("bf16", "gpt_profile_bf16.csv"), ("fp32", "gpt_profile_fp32.csv"))
+GPT_CURVES = ("m04_gpt_curve.csv", "gpt_twin_curve.csv")  # m04_gpt --csv, scripts/gpt_twin.py --curve-csv
+GPT_VAL_TOLERANCE = 0.02  # issue 28: the validation loss within 0.02 of the twin's after the same steps
+GPT_RUNS = "gpt_runs.txt"  # optional: "FILE: the GPU and command it came from", one line per input file
+
+
+def gpt_run_notes(runs_path, names):
+    """The lines of docs/data/gpt_runs.txt about the given input files, as a list for the page."""
+    if runs_path is None:
+        return []
+    notes = [l.strip() for l in runs_path.read_text().splitlines()
+             if any(l.strip().startswith(n + ":") for n in names)]
+    return [f"- `{n.split(':', 1)[0]}`:{n.split(':', 1)[1]}" for n in notes] + ([""] if notes else [])
+
+
+def gpt_phase_group(phase):
+    return next(name for name, phases in GPT_PHASE_GROUPS if phases is None or phase in phases)
+
+
+def read_gpt_profile(path):
+    """m04_gpt --profile-csv (phase, ms_per_step, share) -> [(phase, ms, share)] in step order."""
+    with path.open(newline="") as f:
+        return [(r["phase"], float(r["ms_per_step"]), float(r["share"])) for r in csv.DictReader(f)]
+
+
+def gpt_profile_groups(rows):
+    """[(group, ms, share, [(phase, ms, share)] largest first)] in GPT_PHASE_GROUPS order; a
+    group's share is of the sum of the phases (one profiled step)."""
+    total = sum(ms for _, ms, _ in rows) or 1.0
+    out = []
+    for name, _ in GPT_PHASE_GROUPS:
+        members = sorted((r for r in rows if gpt_phase_group(r[0]) == name), key=lambda r: -r[1])
+        if members:
+            ms = sum(r[1] for r in members)
+            out.append((name, ms, ms / total, members))
+    return out
+
+
+def gpt_profile_text(rows, width=40):
+    """The profile as a monospace bar chart (the lesson's picture): a line per group, then its
+    phases largest first, each with a bar of '#' (the largest phase gets `width` of them)."""
+    top = max((ms for _, ms, _ in rows), default=0.0) or 1.0
+    lines = [f"{'phase':<19s} {'ms':>6s}  {'share':>6s}   ({sum(ms for _, ms, _ in rows):.2f} ms per step in all)"]
+    for name, ms, share, members in gpt_profile_groups(rows):
+        lines.append(f"{name:<19s} {ms:6.3f}  {100 * share:5.1f}%")
+        for phase, p_ms, p_share in members:
+            lines.append(f"  {phase:<17s} {p_ms:6.3f}  {100 * p_share:5.1f}%  {'#' * round(width * p_ms / top)}".rstrip())
+    return lines
+
+
+def gpt_profile_plot(profiles, image):
+    """Horizontal bars, one panel per precision: every phase, grouped and coloured as the text
+    chart, labelled with ms and share."""
+    fig, axes = plt.subplots(1, len(profiles), figsize=(6.2 * len(profiles), 7.5), squeeze=False)
+    for ax, (precision, rows) in zip(axes[0], profiles):
+        labels, values, colours, notes = [], [], [], []
+        for name, _, share, members in gpt_profile_groups(rows):
+            for phase, ms, p_share in members:
+                labels.append(phase)
+                values.append(ms)
+                colours.append(GPT_GROUP_COLOURS[name])
+                notes.append(f"{ms:.3f} ms  {100 * p_share:.1f}%")
+        pos = list(range(len(labels)))[::-1]  # the first group on top
+        ax.barh(pos, values, color=colours, height=0.7)
+        for y, v, note in zip(pos, values, notes):
+            ax.annotate(note, (v, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
+        ax.set_yticks(pos, labels, fontsize=8)
+        ax.set_xlim(0, max(values) * 1.45)
+        ax.set_xlabel("ms per step (summed over the layers)")
+        total = sum(values)
+        ax.set_title(f"{precision}: {total:.2f} ms per step, "
+                     + ", ".join(f"{n} {100 * s:.0f}%" for n, _, s, _ in gpt_profile_groups(rows)), fontsize=9)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in GPT_GROUP_COLOURS.values()]
+    axes[0][-1].legend(handles, list(GPT_GROUP_COLOURS), loc="lower right", fontsize=8)
+    fig.suptitle("m04_gpt --profile: where a training step's time goes")
+    fig.tight_layout()
+    fig.savefig(image, dpi=110)
+    plt.close(fig)
+
+
+def gpt_profile_section(paths, images, plots, runs_path=None):
+    """m04_gpt --profile's tables (docs/data/gpt_profile_<precision>.csv): per group and per
+    phase, bf16 beside fp32 where both exist, and the bar chart; the runs' notes from
+    gpt_runs.txt. Returns the page's lines."""
+    profiles = [(p, read_gpt_profile(path)) for p, path in paths if path]
+    profiles = [(p, rows) for p, rows in profiles if rows]
+    if not profiles:
+        return []
+    names = [p for p, _ in profiles]
+    grouped = {p: gpt_profile_groups(rows) for p, rows in profiles}
+    out = ['<a id="results_gpt_profile"></a>', "## GPT: where a training step's time goes", "",
+           "`m04_gpt --profile` (module 4's GPT, default configuration): CUDA events between the phases of 10 "
+           "training steps, each phase summed over the 6 layers; a step's total is the sum of its phases (the "
+           "events and a synchronization per profiled step put it a little above an unprofiled step). From "
+           + ", ".join(f"`{path.name}`" for _, path in paths if path) + ". GEMM phases include their epilogues "
+           "and, backward, the bias gradient; other: the batch, the embeddings, the loss, GELU backward, AdamW.", ""]
+    out += gpt_run_notes(runs_path, [path.name for _, path in paths if path])
+    out += ["| group | " + " | ".join(f"{p} ms/step | {p} share" for p in names) + " |",
+           "| --- |" + " ---: | ---: |" * len(names)]
+    by_group = {p: {g: (ms, share) for g, ms, share, _ in grouped[p]} for p in names}
+    for g, _ in GPT_PHASE_GROUPS:
+        cells = [by_group[p].get(g) for p in names]
+        if any(cells):
+            out.append(f"| {g} | " + " | ".join("- | -" if c is None else f"{c[0]:.3f} | {100 * c[1]:.1f}%"
+                                                    for c in cells) + " |")
+    out.append("| **step** | " + " | ".join(f"**{sum(ms for _, ms, _ in rows):.3f}** | 100%" for _, rows in profiles)
+               + " |")
+    out += ["", "| phase | group | " + " | ".join(f"{p} ms/step | {p} share" for p in names) + " |",
+            "| --- | --- |" + " ---: | ---: |" * len(names)]
+    per_phase = {p: {ph: (ms, share) for ph, ms, share in rows} for p, rows in profiles}
+    order = list(dict.fromkeys(ph for _, rows in profiles for ph, _, _ in rows))
+    for ph in order:
+        cells = [per_phase[p].get(ph) for p in names]
+        out.append(f"| {ph} | {gpt_phase_group(ph)} | "
+                   + " | ".join("- | -" if c is None else f"{c[0]:.3f} | {100 * c[1]:.1f}%" for c in cells) + " |")
+    image = images / "gpt_profile.png"
+    if plots:
+        gpt_profile_plot(profiles, image)
+    return out + [""] + (["![m04_gpt --profile](images/gpt_profile.png)", ""] if image.exists() else [])
+
+
+def read_curve(path):
+    """m04_gpt --csv or gpt_twin.py --curve-csv -> ([(step, loss)], {step: val_loss})."""
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    train = [(int(r["step"]), float(r["loss"])) for r in rows]
+    val = {int(r["step"]): float(r["val_loss"]) for r in rows if r.get("val_loss")}
+    return train, val
+
+
+def smoothed(values, window):
+    """Trailing mean over `window` values (fewer at the start)."""
+    out, acc = [], 0.0
+    for i, v in enumerate(values):
+        acc += v
+        if i >= window:
+            acc -= values[i - window]
+        out.append(acc / min(i + 1, window))
+    return out
+
+
+def gpt_curves_plot(course, twin, image, window=50):
+    """Top: both runs' training loss (trailing mean of `window` steps) and validation losses.
+    Bottom: m04_gpt minus the twin, training (smoothed) and validation, with the +-0.02 band."""
+    fig, (ax, ax_d) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1.3]})
+    smooth = {}
+    for key, (train, val), label, colour in (("course", course, "m04_gpt (course kernels)", "#4c72b0"),
+                                             ("twin", twin, "PyTorch twin", "#dd8452")):
+        smooth[key] = dict(zip([s for s, _ in train], smoothed([l for _, l in train], window)))
+        ax.plot(list(smooth[key]), list(smooth[key].values()), color=colour, lw=1.2,
+                label=f"{label}: training loss, mean of {window} steps")
+        steps = sorted(val)
+        ax.plot(steps, [val[s] for s in steps], "o--", color=colour, ms=5, lw=0.8,
+                label=f"{label}: validation loss")
+    ax.set_ylabel("cross-entropy (nats per character)")
+    top = max(list(course[1].values()) + list(twin[1].values()) + [2.5])
+    ax.set_ylim(min(l for train, _ in (course, twin) for _, l in train) * 0.95, min(top * 1.1, 4.6))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("m04_gpt beside its PyTorch twin: same initial parameters, same batches")
+    both = sorted(set(smooth["course"]) & set(smooth["twin"]))
+    ax_d.plot(both, [smooth["course"][s] - smooth["twin"][s] for s in both], color="#555555", lw=1,
+              label=f"training loss (mean of {window})")
+    common = sorted(set(course[1]) & set(twin[1]))
+    ax_d.plot(common, [course[1][s] - twin[1][s] for s in common], "o", color="#c44e52", ms=5,
+              label="validation loss")
+    ax_d.axhspan(-GPT_VAL_TOLERANCE, GPT_VAL_TOLERANCE, color="#55a868", alpha=0.15,
+                 label=f"+-{GPT_VAL_TOLERANCE} (the target)")
+    ax_d.axhline(0.0, color="#888888", lw=0.8)
+    ax_d.set_ylabel("m04_gpt - twin")
+    ax_d.set_xlabel("step")
+    ax_d.grid(alpha=0.3)
+    ax_d.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(image, dpi=110)
+    plt.close(fig)
+
+
+def gpt_curves_section(course_path, twin_path, images, plots, runs_path=None):
+    """m04_gpt's loss curve beside its PyTorch twin's (docs/data/m04_gpt_curve.csv,
+    gpt_twin_curve.csv): the validation losses side by side and the plot. Returns the page's
+    lines (none unless both files exist)."""
+    if course_path is None or twin_path is None:
+        return []
+    course, twin = read_curve(course_path), read_curve(twin_path)
+    common = sorted(set(course[1]) & set(twin[1]))
+    if not common:
+        return []
+    out = ['<a id="results_gpt_loss_curves"></a>', "## GPT: the loss curve beside the PyTorch twin", "",
+           f"`m04_gpt --csv` (`{course_path.name}`) and `scripts/gpt_twin.py --curve-csv` (`{twin_path.name}`): the "
+           "same model from the same initial parameters (`--dump-init`), trained on the same batches with the same "
+           "schedule, bf16 on both sides (the twin under autocast); validation loss: the mean over the same 20 "
+           f"validation batches. Target (issue 28): within {GPT_VAL_TOLERANCE} of the twin's after the same steps.",
+           ""]
+    out += gpt_run_notes(runs_path, [course_path.name, twin_path.name])
+    out += ["| step | m04_gpt validation loss | twin validation loss | m04_gpt - twin | within "
+           f"{GPT_VAL_TOLERANCE} |", "| ---: | ---: | ---: | ---: | --- |"]
+    for s in common:
+        d = course[1][s] - twin[1][s]
+        out.append(f"| {s} | {course[1][s]:.4f} | {twin[1][s]:.4f} | {d:+.4f} | "
+                   f"{'yes' if abs(d) <= GPT_VAL_TOLERANCE else 'no'} |")
+    image = images / "gpt_loss_curves.png"
+    if plots:
+        gpt_curves_plot(course, twin, image)
+    return out + [""] + (["![m04_gpt and its PyTorch twin](images/gpt_loss_curves.png)", ""] if image.exists() else [])
+
+
 def compare_torch_table(rows):
     """One line per (op, shape): the best solution step as a fraction of the best PyTorch row
     (time ratio), every solution step's fraction, and the accuracy rule's verdict."""
@@ -712,7 +940,12 @@ def main():
     ap.add_argument("--merge", action="store_true",
                     help="RUN_DIR's benchmark rows replace the stored rows of the same name and the other stored "
                          "rows stay (a run of some benchmarks only); without it a run's rows replace them all")
+    ap.add_argument("--gpt-profile-text", type=pathlib.Path, metavar="CSV",
+                    help="only print m04_gpt --profile-csv's table as the lesson's text bar chart, then exit")
     args = ap.parse_args()
+    if args.gpt_profile_text:
+        print("\n".join(gpt_profile_text(read_gpt_profile(args.gpt_profile_text))))
+        return
     plots = not args.no_plots
     if plots:
         try:
@@ -753,9 +986,13 @@ def main():
     groups = in_course_order(group_records(records))
     compare_path = input_file(args.run_dir, args.docs, "compare_torch.json")
     curve_path = input_file(args.run_dir, args.docs, "m04_training_curve.csv")
+    gpt_inputs = {name: input_file(args.run_dir, args.docs, name)
+                  for name in [n for _, n in GPT_PROFILES] + list(GPT_CURVES) + [GPT_RUNS]}
     if args.run_dir:
         keep_input(compare_path, args.docs, "compare_torch.json")
         keep_input(curve_path, args.docs, "m04_training_curve.csv")
+        for name, path in gpt_inputs.items():
+            keep_input(path, args.docs, name)
     compare = json.loads(compare_path.read_text()) if compare_path else None
     yours, yours_sources = load_yours(args.yours)
     images = args.docs / "images"
@@ -814,6 +1051,9 @@ def main():
         out += [""] + ([f"![{op} {shape}](images/{image.name})", ""] if image.exists() else [])
     out += compare_torch_section(compare_path, compare, images, plots)
     out += training_curve_section(curve_path, images, plots)
+    out += gpt_profile_section([(p, gpt_inputs[name]) for p, name in GPT_PROFILES], images, plots,
+                               gpt_inputs[GPT_RUNS])
+    out += gpt_curves_section(*(gpt_inputs[name] for name in GPT_CURVES), images, plots, gpt_inputs[GPT_RUNS])
     (args.docs / "results.md").write_text("\n".join(out) + "\n")
     print(f"wrote {args.docs / 'results.md'} with {len(groups)} tables and a {len(anchors)}-link summary")
 
