@@ -90,7 +90,7 @@ def store_bench(path, records, env, source):
         out = {k: r[k] for k in ("module", "op", "impl", "step", "shape", "unit")}
         for k in ("value", "copy"):
             v = r.get(k)
-            out[k] = None if v is None else float(f"{v:.6g}")
+            out[k] = None if v is None else float(f"{v:.9g}")
         if out["copy"] is None:
             del out["copy"]
         if r.get("diagnostic"):

@@ -510,7 +510,13 @@ inline void validate_attention_args(const AttentionArgs& a, AttentionStep step, 
 //  - head_dim in {32, 64, 96, 128} (kTcHeadDims); the Hopper steps 64 or 128 (kHopperHeadDims);
 //  - every stride a multiple of 8 elements, so each row starts 16-byte aligned (one
 //    cp.async copies 16 bytes = 8 bf16), pointers 16-byte aligned;
-//  - grouped-query attention (kv_heads < heads) in every tc step; no RoPE, ALiBi or workspace.
+//  - grouped-query attention (kv_heads < heads) in every tc step; no RoPE, ALiBi or workspace;
+//  - the Hopper steps (tc_wgmma, tc_warp_specialized, tc_pingpong; StepSupport::hopper) need
+//    an sm_90a build on a compute-capability-9.0 GPU (else course::Unsupported naming the
+//    step) and head_dim 64 or 128. The TMA steps map Q, K and V as 4-D tensors (column, row,
+//    head, batch): the rules above (16-byte aligned pointers, strides in multiples of 8
+//    elements) are exactly the TMA's; a stride of 0 (a broadcast batch or head) is mapped
+//    as extent 1, and K and V must broadcast the same dimensions (else Unsupported).
 
 /// Head dimensions the tensor-core kernels are instantiated for.
 inline constexpr int kTcHeadDims[] = {32, 64, 96, 128};
