@@ -1,8 +1,15 @@
-/// @file attention_backward_flash.cu
+#pragma once
+/// @file attention_backward_flash.cuh
 /// @brief Steps 2 and 3 of the attention-backward ladder: flash (K/V-tile parallel, dQ by
-/// fp32 atomics) and flash_deterministic (the same without atomics, dQ in its own
-/// query-parallel kernel). Both start with launch_row_dot (attention_backward.cu), which
-/// writes D = rowsum(dO * O) into the workspace.
+/// fp32 atomics) and flash_deterministic (the same kernel, dQ's additions admitted one K/V
+/// tile at a time, in index order, by a turn counter per query tile). Both start with
+/// launch_row_dot (attention_backward.cu), which writes D = rowsum(dO * O) into the
+/// workspace, zeroes dQ and (flash_deterministic) resets the turn counters.
+///
+/// A header: the solution's attention_backward_flash.cu runs these kernels, and the planted
+/// bugs of module04_training/tests/planted run them with another turn policy (`Turns`).
+/// Internal linkage (an anonymous namespace), as attention_backward_tc.cuh: each
+/// translation unit that includes it gets its own copy of the kernels.
 ///
 /// Numbers below are for the benchmark shape B*H = 64 (B = 4, H = 16), N_q = N_k = N = 4096,
 /// d = 64 on an H200 (132 SMs, fp32 FMA peak ~67 TFLOP/s, ~4.8 TB/s HBM), where the backward
@@ -14,6 +21,7 @@
 
 #include "course/cuda/launch.cuh"
 #include "course/cuda/mma_ptx.cuh"
+#include "course/cuda/turns.cuh"
 #include "course/cuda/vec.cuh"
 #include "course/error.hpp"
 #include "module04/attention_backward.hpp"
@@ -90,9 +98,10 @@ namespace cc = course::cuda;
 // 2*B*H*N^2*4 = 8.6 GB of scratch. Causal: ~half the tile pairs, ~12.5 ms (~1.85x faster).
 // d = 128: 1 block of 256 threads per SM (166 KB of shared memory, 224 registers), 4 x 4
 // score micro-tiles (~5.3 FMAs per shared wavefront): ~22-25 TFLOP/s.
-// Resources (ptxas, sm_90a; flash / deterministic K/V kernel): d = 16: 164 / 128 registers,
-// 54 KB, 3 blocks per SM; d = 32: 168 / 168, 70 KB, 3; d = 64: 254 / 254, 102 KB, 2;
-// d = 96: 206 / 198, 134 KB, 1 (256 threads); d = 128: 224 / 216, 166 KB, 1. No spills.
+// Resources (ptxas, sm_90a, non-causal; flash / flash_deterministic, the same kernel plus
+// the turns): d = 16: 164 / 162 registers, 54 KB, 3 blocks per SM; d = 32: 168 / 168, 70 KB,
+// 3; d = 64: 254 / 254, 102 KB, 2; d = 96: 206 / 204, 134 KB, 1 (256 threads); d = 128:
+// 224 / 226, 166 KB, 1. No spills.
 // Measured (results: attn_bwd_f32/solution/flash/B4_H16_N4096_d64): 36.6 TFLOP/s = 1.14 of cublas_materialized
 // Measured (results: attn_bwd_f32/solution/flash/B4_H16_N4096_d64_causal): 36.6 TFLOP/s = 2.28 of cublas_materialized
 // Measured (results: attn_bwd_f32/solution/flash/B4_H16_N4096_d128): 34.7 TFLOP/s = 0.85 of cublas_materialized
@@ -101,35 +110,49 @@ namespace cc = course::cuda;
 // ~22-25, though cuBLAS's GEMMs are faster still there.
 //
 // ============================================================================
-// Step 3: flash_deterministic -- the same K/V kernel with the dQ part compiled out
-// (template flag), then a query-parallel kernel for dQ:
+// Step 3: flash_deterministic -- flash's kernel, with dQ_i's additions in a FIXED order.
 //
-// Grid: (ceil(N_q / 64), B * H). A block owns 64 query rows of one head: Q_i, dO_i in
-// shared memory, lse_i, D_i and the dQ_i accumulator in registers; it loops over the key
-// tiles (causal: only up to the diagonal, heaviest query tiles launched first as in the
-// forward) and recomputes
-//   dP = dO_i V_j^T | S = Q_i K_j^T | P = exp2(...) | dS = P * (dP - D_i) -> smem as dS^T
-//   dQ_i += dS K_j
-// then stores scale * dQ_i once, with plain stores. No atomics and a fixed summation order:
-// the results are bit-identical run to run. The price: S and dP are computed twice (once
-// per kernel), 7 GEMMs instead of 5.
-// Pipeline per key tile (single-buffered K and V, 4 barriers): wait V_j | sync | dP GEMM |
-// wait K_j | sync | cp.async V_{j+1} | S GEMM, dS -> smem | sync | dQ GEMM | sync |
-// cp.async K_{j+1}: V_{j+1} lands during the S and dQ GEMMs, K_{j+1} during the next dP GEMM.
+// Every K/V tile j of a head adds its dQ_i += scale * dS K_j into the same rows; with
+// atomics the order is whoever gets there first. Here a turn counter per (batch, head,
+// query tile) -- B*H*ceil(N_q / 64) ints in the workspace, reset by launch_row_dot --
+// admits the K/V tiles one at a time, in index order: block j waits until the counter of
+// dQ_i reads j (course::cuda::wait_turn: thread 0 polls with acquire loads, a barrier holds
+// the rest), adds its values (the same vector atomics as flash: each element once per
+// block, so within a turn the order does not matter), then sets j + 1
+// (course::cuda::pass_turn: a barrier, then a release store). That is tc_deterministic's
+// hand-off (attention_backward_tc.cuh), with the same helper. dQ_i is then
+// (((0 + c_0) + c_1) + c_2) + ... in K/V-tile order, every run; dK_j, dV_j are summed in
+// registers over the group's query heads in loop order: bit-identical results.
 //
-// Prediction (d = 64): K/V kernel without dQ: 4/5 of the FMAs, no atomics, ~18.5 ms. dQ
-// kernel: 3 GEMMs, 412 GFLOP, the forward's structure (8 x 4 micro-tiles, 85 KB of shared
-// memory, 254 registers: 2 blocks per SM) at ~48% of peak: ~12.9 ms. Total ~31 ms, ~1.35x
-// flash: the 1.3x target needs the two kernels to run ~5% more efficiently than flash's
-// (no atomics, fewer live registers). Causal: both kernels skip the same half: ~16 ms.
-// Measured (results: attn_bwd_f32/solution/flash_deterministic/B4_H16_N4096_d64): 26.7 TFLOP/s = 0.73 of attn_bwd_f32/solution/flash/B4_H16_N4096_d64
-// Measured (results: attn_bwd_f32/solution/flash_deterministic/{B4_H16_N4096_d64_causal,B4_H16_N4096_d128}): 25.7 / 24.2 TFLOP/s = 0.70 / 0.70 of attn_bwd_f32/solution/flash/{B4_H16_N4096_d64_causal,B4_H16_N4096_d128}
-// 36.3 / 26.5 = 1.37x flash's time at d = 64 (1.42x causal and at d = 128): near the
-// ~1.35x predicted, but the 1.3x target is MISSED. The dQ pass recomputes S = Q K^T and
-// dP = dO V^T, so the step runs 7 GEMM-sized products instead of 5: 1.4x flash's work,
-// the floor of this design (it lands just under by running slightly faster per FLOP).
-// Beating 1.3x needs FA2's ordered accumulation instead (per-query-tile semaphores, so
-// that key blocks add dQ in a fixed order, in one kernel): not implemented.
+// Why it cannot deadlock: block (j, head) waits only for block (j - 1, head), which
+// visits the same (head, query tile) pairs in the same order (causal: it starts at the
+// same query tile or an earlier one) and has a lower linear block number in both block
+// orders (kv_block_coordinates), so it is running or done. Every chain starts at key tile
+// 0, which never waits. A query tile no key tile visits (causal, rows that see no key)
+// keeps the dQ = 0 of the preprocessing.
+//
+// What it costs, against flash (same five GEMMs, same bytes: the counters are 16 KB, the
+// polls one 4-byte L2 load per tile pair; no recomputation, 687 instead of 962 GFLOP for
+// the old query-parallel dQ pass):
+//  - per tile pair, c ~ 1-2 us where flash's REDs were fire-and-forget: thread 0's poll (an
+//    L2 round trip, ~0.7 us, even when the turn is already there), two barriers, and the
+//    release fence, which waits for the block's 64 x d REDs to be acknowledged (~1 us); the
+//    other warps stop at the next tile's barrier. One tile pair takes T ~ 19 us (flash's
+//    36.6 TFLOP/s quoted above is 18.8 ms for 4096 * 64 tile pairs on 264 block slots at
+//    d = 64; ~20 us at d = 128, 132 slots).
+//  - the staircase: key tile j can add to dQ_i only after key tile j - 1 has, so the 64 key
+//    tiles of a head end up a hand-off (~c plus the store's propagation) apart: block 63
+//    finishes ~63 hand-offs after block 0. Non-causal, the 64 tiles of a head start
+//    together in the first wave; later waves start staggered (slots free up in staircase
+//    order), so it is paid about once. Causal, key tile j starts at query tile j and waits
+//    ~one tile pair for tile j - 1 there; the light tiles then no longer fill the last wave
+//    early.
+// A scheduling model (blocks in launch order on 264 / 132 slots, T per tile pair, c per
+// turn, 1.5-2.5 us per hand-off) gives 1.07-1.14x flash's time at d = 64 (1.10-1.15x
+// causal) and ~1.03-1.08x at d = 128 (T is twice as long per hand-off); a block that waits
+// lends its SM's issue slots to the other resident block at d <= 64, so the low end is
+// likelier. Predicted: ~1.05-1.15x flash, ~32-35 TFLOP/s at d = 64 (target: at most 1.15x).
+// Measured: pending (GPU run)
 // ============================================================================
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -139,6 +162,7 @@ struct BwdTile {
   static constexpr int kThreads = D <= 64 ? 128 : 256;
   static constexpr int kGroups = kThreads / 16;  // row groups (ty); 16 lanes (tx) each
   static constexpr int kBlock = 64;              // keys per K/V tile = queries per Q tile
+  static_assert(kBlock == m04::kFlashBackwardQTile, "one dQ turn counter per query tile");
   static constexpr int kRows = kBlock / kGroups;  // rows of a 64-row tile per thread: 8 or 4
   static constexpr int kCols = kBlock / 16;       // columns of a 64-column tile per thread: 4
   static constexpr int kOutCols = D / 16;         // columns of a [64 x d] accumulator per thread
@@ -150,8 +174,6 @@ struct BwdTile {
   static constexpr int kXFloats = kBlock * kLdX;
   /// K/V kernel: K, V, Q, dO tiles + P and dS.
   static constexpr std::size_t kKvSmemBytes = static_cast<std::size_t>(4 * kTileFloats + 2 * kXFloats) * sizeof(float);
-  /// dQ kernel: Q, dO, K, V tiles + dS^T.
-  static constexpr std::size_t kDqSmemBytes = static_cast<std::size_t>(4 * kTileFloats + kXFloats) * sizeof(float);
   /// Blocks per SM (d = 64: 102 KB of shared memory -> 2); registers are capped to match.
   static constexpr int kMinBlocks = D <= 32 ? 3 : (D <= 64 ? 2 : 1);
   static_assert(kRows % 4 == 0 && kGroups * kRows == kBlock, "rows in groups of 4");
@@ -347,10 +369,10 @@ __device__ __forceinline__ void row_stats(const Params& p, long long bh, long lo
   }
 }
 
-/// scale * dq into the dQ rows q0 + tile_row(ty, ii) of head h of batch b (rows past N_q
-/// skipped): added with vector atomics (kAtomic: step flash, every key tile adds into the
-/// same rows) or stored (the dQ kernel of flash_deterministic, the one writer of its rows).
-template <bool kAtomic, int kGroups, int kVec, int kRows, int kOutCols>
+/// scale * dq added into the dQ rows q0 + tile_row(ty, ii) of head h of batch b (rows past
+/// N_q skipped) with vector atomics: every key tile adds into the same rows (flash: in any
+/// order; flash_deterministic: one key tile at a time, in its turn).
+template <int kGroups, int kVec, int kRows, int kOutCols>
 __device__ __forceinline__ void write_dq_rows(const Params& p, const float (&dq)[kRows][kOutCols], long long q0, int b,
                                               int h, int tx, int ty) {
   constexpr int kOutChunks = kOutCols / kVec;
@@ -360,22 +382,18 @@ __device__ __forceinline__ void write_dq_rows(const Params& p, const float (&dq)
     if (q < p.seq_q) {
       float* dq_row = p.dq + row_offset(p.dqs, b, h, q);
 #pragma unroll
-      for (int u = 0; u < kOutChunks; ++u) {
-        if constexpr (kAtomic)
-          atomic_add_vec<kVec>(dq_row + out_col<kVec>(tx, u), &dq[ii][u * kVec], p.scale);
-        else
-          cc::store_vec<kVec>(dq_row + out_col<kVec>(tx, u), &dq[ii][u * kVec], p.scale);
-      }
+      for (int u = 0; u < kOutChunks; ++u)
+        atomic_add_vec<kVec>(dq_row + out_col<kVec>(tx, u), &dq[ii][u * kVec], p.scale);
     }
   }
 }
 
-// ---- The phases of the two kernels below, besides the GEMM (gemm_rows, gemm_acc_xt,
+// ---- The phases of the kernel below, besides the GEMM (gemm_rows, gemm_acc_xt,
 // gemm_acc_x), transposed-store and dQ helpers above. Each takes the thread's micro-tiles by
-// reference and is forceinline: the kernels compile to the code they had with the phases
-// written out (checked on the sm_90a SASS). The masked exponentials (P^T in the K/V kernel,
-// P and dS in the dQ kernel) stay in the kernels: moved into a function, their need_mask
-// test compiles to other branches in the causal instantiations.
+// reference and is forceinline: the kernel compiles to the code it had with the phases
+// written out (checked on the sm_90a SASS). The masked exponential (P^T) stays in the
+// kernel: moved into a function, its need_mask test compiles to other branches in the
+// causal instantiations.
 
 /// The forward's statistics of the thread's kCols query columns q0 + tx + 16 jj: lse (log2
 /// units) and D (global loads, used after the GEMMs).
@@ -420,10 +438,28 @@ __device__ __forceinline__ void write_dk_dv(const Params& p, const float (&dk)[k
 
 // The block order (kv_block_coordinates) is module 3's attention_indexing.cuh.
 
+/// How the K/V tiles' dQ additions are ordered (the kernel's `Turns` parameter).
+/// AnyOrder (step flash): no turns, the atomics land in whatever order the blocks reach them.
+struct AnyOrder {
+  static constexpr bool kOrdered = false;
+  __device__ __forceinline__ static void wait(int*, int) {}
+  __device__ __forceinline__ static void pass(int*, int) {}
+};
+
+/// KvTileOrder (step flash_deterministic): K/V tile j adds to dQ_i when the counter of
+/// (b, h, i) reads j, then hands the turn to j + 1 (course/cuda/turns.cuh, the helper of
+/// tc_deterministic too). The planted bugs derive from it and replace wait or pass.
+struct KvTileOrder {
+  static constexpr bool kOrdered = true;
+  __device__ __forceinline__ static void wait(int* turn, int kv_tile) { cc::wait_turn(turn, kv_tile); }
+  __device__ __forceinline__ static void pass(int* turn, int kv_tile) { cc::pass_turn(turn, kv_tile); }
+};
+
 /// Phases: load_tile_async (K_j, V_j, then Q_i and dO_i in turn), load_column_stats,
 /// gemm_rows (S^T, dP^T), the masked P^T, store_transposed / load_transposed, ds_from_dp,
-/// gemm_acc_xt (dK, dV), gemm_acc_x + write_dq_rows (dQ atomics), write_dk_dv.
-template <int D, bool kCausal, bool kDq>
+/// gemm_acc_xt (dK, dV), gemm_acc_x + write_dq_rows (dQ atomics; with Turns::kOrdered,
+/// between Turns::wait and Turns::pass on the query tile's counter), write_dk_dv.
+template <int D, bool kCausal, class Turns>
 __global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
     flash_backward_kv_kernel(const Params p) {
   using T = BwdTile<D>;
@@ -529,12 +565,17 @@ __global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
       // ---- dV_j += P^T dO_i.
       gemm_acc_xt<D, kGroups, kRows, kVec, kLdX>(dv, p_tile, do_tile, tx, ty);
 
-      // ---- dQ_i += scale * dS K_j, added to global memory.
-      if constexpr (kDq) {
-        float dq[kRows][kOutCols];
-        zero_fill(dq);
-        gemm_acc_x<D, kGroups, kRows, kVec, kLdX>(dq, ds_tile, k_tile, tx, ty);
-        write_dq_rows<true, kGroups, kVec>(p, dq, q0, b, h, tx, ty);
+      // ---- dQ_i += scale * dS K_j, added to global memory (ordered: in this tile's turn).
+      float dq[kRows][kOutCols];
+      zero_fill(dq);
+      gemm_acc_x<D, kGroups, kRows, kVec, kLdX>(dq, ds_tile, k_tile, tx, ty);
+      if constexpr (Turns::kOrdered) {
+        int* turn = p.dq_turns + bh * p.q_tiles + first_q_tile + t % tiles_per_head;
+        Turns::wait(turn, kv_tile);
+        write_dq_rows<kGroups, kVec>(p, dq, q0, b, h, tx, ty);
+        Turns::pass(turn, kv_tile);
+      } else {
+        write_dq_rows<kGroups, kVec>(p, dq, q0, b, h, tx, ty);
       }
     }
     cc::cp_async_wait<0>();
@@ -543,12 +584,12 @@ __global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
   write_dk_dv<kGroups, kVec>(p, dk, dv, j0, b, hk, tx, ty);
 }
 
-// Both launchers: > 48 KB of dynamic shared memory must be opted into; the largest
-// carveout lets kMinBlocks blocks fit on an SM (course/cuda/launch.cuh).
-template <int D, bool kCausal, bool kDq>
+// > 48 KB of dynamic shared memory must be opted into; the largest carveout lets
+// kMinBlocks blocks fit on an SM (course/cuda/launch.cuh).
+template <int D, bool kCausal, class Turns>
 void launch_kv(const Params& p, std::int64_t batch, cudaStream_t stream) {
   using T = BwdTile<D>;
-  constexpr auto kernel = flash_backward_kv_kernel<D, kCausal, kDq>;
+  constexpr auto kernel = flash_backward_kv_kernel<D, kCausal, Turns>;
   cc::opt_in_dynamic_smem<kernel>(static_cast<int>(T::kKvSmemBytes));
   const dim3 grid(static_cast<unsigned>((static_cast<long long>(p.seq_k) + T::kBlock - 1) / T::kBlock),
                   static_cast<unsigned>(batch * p.kv_heads));
@@ -556,140 +597,15 @@ void launch_kv(const Params& p, std::int64_t batch, cudaStream_t stream) {
   COURSE_CHECK_LAUNCH("flash_backward_kv_kernel");
 }
 
-// ---------------------------------------------------------------- query-parallel dQ kernel ----
-
-/// Phases: load_tile_async (Q_i, dO_i, then K_t and V_t in turn), row_stats, gemm_rows (dP,
-/// S), the masked P and dS, store_transposed, gemm_acc_xt (dQ), write_dq_rows.
-template <int D, bool kCausal>
-__global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
-    flash_backward_dq_kernel(const Params p) {
-  using T = BwdTile<D>;
-  constexpr int kThreads = T::kThreads, kGroups = T::kGroups, kRows = T::kRows, kCols = T::kCols;
-  constexpr int kOutCols = T::kOutCols, kVec = T::kVec, kLdX = T::kLdX;
-  constexpr int kBlock = T::kBlock;
-
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  float* q_tile = reinterpret_cast<float*>(smem_raw);
-  float* do_tile = q_tile + T::kTileFloats;
-  float* k_tile = do_tile + T::kTileFloats;
-  float* v_tile = k_tile + T::kTileFloats;
-  float* dst_tile = v_tile + T::kTileFloats;  // dS^T as [key][query]
-
-  const int tx = static_cast<int>(threadIdx.x % 16), ty = static_cast<int>(threadIdx.x / 16);
-  int q_tile_idx, bh;
-  block_coordinates(kCausal, q_tile_idx, bh);  // module 3's order: heaviest query tiles first
-  const int b = bh / p.heads, h = bh % p.heads, hk = h / p.group;
-  const long long q0 = static_cast<long long>(q_tile_idx) * kBlock;
-  const long long off = p.causal_offset;
-  const float* k_head = p.k + row_offset(p.ks, b, hk, 0);
-  const float* v_head = p.v + row_offset(p.vs, b, hk, 0);
-
-  // Keys this query tile sees: causal, up to the last row's diagonal, clamped to [0, N_k].
-  long long kv_end = p.seq_k;
-  if (kCausal) {
-    const long long last_q = (q0 + kBlock < p.seq_q ? q0 + kBlock : p.seq_q) - 1;
-    kv_end = last_q + off + 1;
-    kv_end = kv_end < 0 ? 0 : (kv_end > p.seq_k ? p.seq_k : kv_end);
-  }
-  const int num_kv_tiles = static_cast<int>((kv_end + kBlock - 1) / kBlock);
-
-  float lse_log2[kRows], d_row[kRows];
-#pragma unroll
-  for (int ii = 0; ii < kRows; ++ii) row_stats(p, bh, q0 + tile_row<kGroups>(ty, ii), lse_log2[ii], d_row[ii]);
-
-  float dq[kRows][kOutCols];
-  zero_fill(dq);
-
-  if (num_kv_tiles > 0) {
-    // Prologue: groups [Q_i + dO_i + V_0], [K_0].
-    load_tile_async<D, kThreads>(q_tile, p.q + row_offset(p.qs, b, h, 0), p.qs.seq, q0, p.seq_q);
-    load_tile_async<D, kThreads>(do_tile, p.dout + row_offset(p.dos, b, h, 0), p.dos.seq, q0, p.seq_q);
-    load_tile_async<D, kThreads>(v_tile, v_head, p.vs.seq, 0, p.seq_k);
-    cc::cp_async_commit();
-    load_tile_async<D, kThreads>(k_tile, k_head, p.ks.seq, 0, p.seq_k);
-    cc::cp_async_commit();
-
-    for (int t = 0; t < num_kv_tiles; ++t) {
-      const long long kv0 = static_cast<long long>(t) * kBlock;
-      cc::cp_async_wait<1>();  // everything but the newest group (K_t) has landed: V_t
-      __syncthreads();
-
-      // ---- dP = dO_i V_t^T: 8 (4) query rows x 4 keys per thread.
-      float dp[kRows][kCols];
-      zero_fill(dp);
-      gemm_rows<D, kGroups, kRows, kCols>(dp, do_tile, v_tile, tx, ty);
-      cc::cp_async_wait<0>();  // K_t has landed
-      __syncthreads();         // ... for every thread, and v_tile is free
-      if (t + 1 < num_kv_tiles) load_tile_async<D, kThreads>(v_tile, v_head, p.vs.seq, kv0 + kBlock, p.seq_k);
-      cc::cp_async_commit();  // (possibly empty) group V_{t+1}
-
-      // ---- S = Q_i K_t^T, P, dS = P * (dP - D) -> dS^T[key][query].
-      float s[kRows][kCols];
-      zero_fill(s);
-      gemm_rows<D, kGroups, kRows, kCols>(s, q_tile, k_tile, tx, ty);
-      const bool need_mask = kv0 + kBlock > p.seq_k || (kCausal && kv0 + kBlock - 1 > q0 + off);
-#pragma unroll
-      for (int ii = 0; ii < kRows; ++ii) {
-        const long long q = q0 + tile_row<kGroups>(ty, ii);
-#pragma unroll
-        for (int jj = 0; jj < kCols; ++jj) {
-          const long long j = kv0 + tx + 16 * jj;
-          float pr = exp2f(fmaf(s[ii][jj], p.scale_log2, -lse_log2[ii]));
-          if (need_mask && (j >= p.seq_k || (kCausal && j > q + off))) pr = 0.f;
-          s[ii][jj] = pr * (dp[ii][jj] - d_row[ii]);
-        }
-      }
-      store_transposed<kGroups, kRows, kCols, kLdX>(dst_tile, s, tx, ty);
-      __syncthreads();  // dS^T complete
-
-      // ---- dQ_i += dS K_t.
-      gemm_acc_xt<D, kGroups, kRows, kVec, kLdX>(dq, dst_tile, k_tile, tx, ty);
-      __syncthreads();  // k_tile and dst_tile are free
-      if (t + 1 < num_kv_tiles) load_tile_async<D, kThreads>(k_tile, k_head, p.ks.seq, kv0 + kBlock, p.seq_k);
-      cc::cp_async_commit();  // (possibly empty) group K_{t+1}
-    }
-    cc::cp_async_wait<0>();
-  }
-
-  // ---- epilogue: dQ = scale * dS K, one plain store per element (rows past N_q skipped).
-  write_dq_rows<false, kGroups, kVec>(p, dq, q0, b, h, tx, ty);
-}
-
-template <int D, bool kCausal>
-void launch_dq(const Params& p, std::int64_t batch, cudaStream_t stream) {
-  using T = BwdTile<D>;
-  constexpr auto kernel = flash_backward_dq_kernel<D, kCausal>;
-  cc::opt_in_dynamic_smem<kernel>(static_cast<int>(T::kDqSmemBytes));
-  const dim3 grid(static_cast<unsigned>((static_cast<long long>(p.seq_q) + T::kBlock - 1) / T::kBlock),
-                  static_cast<unsigned>(batch * p.heads));
-  kernel<<<grid, T::kThreads, T::kDqSmemBytes, stream>>>(p);
-  COURSE_CHECK_LAUNCH("flash_backward_dq_kernel");
-}
-
-template <int D, bool kCausal>
-void launch_steps_d(const Params& p, const m04::AttentionBackwardArgs& a, bool deterministic) {
-  if (deterministic) {
-    launch_kv<D, kCausal, false>(p, a.batch, a.stream);
-    launch_dq<D, kCausal>(p, a.batch, a.stream);
-  } else {
-    launch_kv<D, kCausal, true>(p, a.batch, a.stream);
-  }
-}
-
-void launch_flash_steps(const m04::AttentionBackwardArgs& a, bool deterministic) {
-  // D = rowsum(dO * O) into the workspace; flash also zeroes dQ (its atomics add into it).
-  launch_row_dot(a, a.workspace, !deterministic);
-  const Params p = make_params(a);
+/// The K/V kernel of a flash step for args.head_dim and args.causal. The caller has run the
+/// preprocessing (D; dQ = 0; for ordered Turns, the counters at p.dq_turns reset to 0).
+template <class Turns>
+void launch_flash_kernel(const Params& p, const m04::AttentionBackwardArgs& a) {
   cc::dispatch_value<m03::kHeadDims>(a.head_dim, "head_dim", [&](auto d) {
-    if (a.causal) launch_steps_d<decltype(d)::value, true>(p, a, deterministic);
-    else launch_steps_d<decltype(d)::value, false>(p, a, deterministic);
+    if (a.causal) launch_kv<decltype(d)::value, true, Turns>(p, a.batch, a.stream);
+    else launch_kv<decltype(d)::value, false, Turns>(p, a.batch, a.stream);
   });
 }
 
 }  // namespace
-
-void launch_flash(const m04::AttentionBackwardArgs& args) { launch_flash_steps(args, false); }
-
-void launch_flash_deterministic(const m04::AttentionBackwardArgs& args) { launch_flash_steps(args, true); }
-
 }  // namespace course::solution::attn_bwd
