@@ -4,11 +4,13 @@
 /// Read module04_training/README.md (the lesson: the softmax Jacobian, why D = rowsum(dO * O)
 /// replaces it, the chain through attention) and include/module04/attention_backward.hpp
 /// (the formulas, strides, the causal convention, grouped-query heads) first. Then, in order:
-///   0. row_dot_kernel        D_i = dO_i . O_i for every query row (and dQ = 0 for flash);
-///                            both flash steps start with it
+///   0. row_dot_kernel        D_i = dO_i . O_i for every query row (and dQ = 0 for the flash
+///                            steps); both flash steps start with it
 ///   1. naive                 recompute_p_kernel + the pipeline of GEMMs and softmax backward
 ///   2. flash                 the per-tile math of the K/V-parallel kernel, dQ by atomics
-///   3. flash_deterministic   the query-parallel dQ pass (no atomics)
+///   3. flash_deterministic   dQ added in a fixed order: the K/V blocks take turns per query
+///                            tile (wait_dq_turn, pass_dq_turn) and sum their share in a fixed
+///                            order (add_dq_tile)
 /// (Steps 1-3 are kAttentionBackwardSteps of module04/attention_backward.hpp.)
 /// The kernels here may be simpler than the solution's (a thread per key row, a thread per
 /// query row): they must be correct, not fast. Measure them against the solution afterwards.
@@ -18,11 +20,13 @@
 /// (all of them: exercises/module04_training/hints/attention_backward.md).
 
 #include "course/cuda/launch.cuh"
+#include "course/error.hpp"
 #include "module02/batched_gemm.hpp"
 #include "module03/attention_indexing.cuh"
 #include "module04/attention_backward.hpp"
 #include "module04/softmax_backward.hpp"
 
+#include <cuda/atomic>  // ::cuda::atomic_ref, for the dQ turns of flash_deterministic
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -51,6 +55,8 @@ struct Params {
   float* dk;
   float* dv;
   float* d_row;  ///< [B*H*N_q], D_i = dO_i . O_i (the workspace of the flash steps)
+  int* dq_turns;  ///< flash_deterministic: [B*H, q_tiles] turn counters (the workspace, after D)
+  int q_tiles;    ///< ceil(N_q / kTurnRows): query tiles of 64 rows per head
   AttentionStrides qs, ks, vs, os, dos, dqs, dks, dvs;
   int heads, kv_heads, group, seq_q, seq_k, head_dim;
   int causal_offset;  ///< N_k - N_q: query i sees key j iff j <= i + causal_offset
@@ -70,6 +76,9 @@ Params make_params(const AttentionBackwardArgs& a) {
   p.dk = a.dk;
   p.dv = a.dv;
   p.d_row = a.workspace;
+  p.dq_turns = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(a.workspace) +
+                                      m04::flash_backward_turns_offset(a.batch, a.heads, a.seq_q));
+  p.q_tiles = static_cast<int>((a.seq_q + m04::kFlashBackwardQTile - 1) / m04::kFlashBackwardQTile);
   p.qs = a.q_strides;
   p.ks = a.k_strides;
   p.vs = a.v_strides;
@@ -97,8 +106,8 @@ unsigned grid_stride_blocks(long long work, int threads) {
 
 // ----------------------------------------------------------------------------
 // Step 0: row_dot_kernel, the preprocessing.  D_i = sum_c dO_ic * O_ic  for every query row
-// r = (b*H + h)*N_q + i, written to p.d_row[r]; when zero_dq, also dQ row r = 0 (step flash
-// adds into dQ with atomics, so it must start from zero; the launch is already there).
+// r = (b*H + h)*N_q + i, written to p.d_row[r]; when zero_dq, also dQ row r = 0 (both flash
+// steps add into dQ, so it must start from zero; the launch is already there).
 // This dot product of length d replaces sum_j P_ij dP_ij, one of length N_k: see the lesson.
 // TODO(row_dot): write the kernel body; then set kRowDotWritten to true.
 // Hints, one at a time: bash scripts/course.sh hint attention_backward/row_dot
@@ -190,10 +199,11 @@ void launch_naive(const AttentionBackwardArgs& a) {
 //     dV_j += P * dO_i
 //     dP   = dO_i . v_j                           dS = P * (dP - D_i)
 //     dK_j += dS * q_i                            (times scale once, at the store)
+//     ds_tile[r][threadIdx.x] = dS                (flash_deterministic adds dQ from it)
 //     dQ_i += scale * dS * k_j                    many key threads add into the same dQ_i:
 //                                                 atomicAdd (step flash only: kAtomicDq)
-// flash_deterministic runs the same kernel with kAtomicDq = false and computes dQ in its
-// own pass.
+// flash_deterministic runs the same kernel with kAtomicDq = false and adds dQ in its turn
+// (step 3 below).
 // TODO(flash): write the per-row math marked below; then set kFlashWritten to true.
 // Hints, one at a time: bash scripts/course.sh hint attention_backward/flash
 // ----------------------------------------------------------------------------
@@ -201,6 +211,59 @@ constexpr bool kFlashWritten = false;  // TODO(flash): true once the per-row mat
 
 constexpr int kKvRows = 32;  // keys per block = threads per block
 constexpr int kQRows = 16;   // query rows per shared-memory tile
+constexpr int kTurnRows = m04::kFlashBackwardQTile;  // query rows per dQ turn (64: 4 tiles)
+
+// ----------------------------------------------------------------------------
+// Step 3: flash_deterministic -- dQ added in a FIXED order, without recomputing anything.
+// With atomics, the K/V blocks of a head add into dQ_i in whatever order they get there,
+// and float addition is not associative: the last bits change run to run. Here each
+// (batch, head, query tile of kTurnRows rows) has a turn counter in the workspace (p.dq_turns,
+// zeroed before the kernel): K/V block j (blockIdx.x) waits until the counter reads j, adds
+// its share of dQ for the tile's rows, and sets it to j + 1. Within the block the share is
+// summed in a fixed order too: add_dq_tile gives each thread whole dQ elements and sums the
+// block's 32 keys in key order, from ds_tile and k_tile in shared memory.
+// Why no deadlock: block (j, head) only waits for block (j - 1, head), whose linear block
+// index is lower, so it was started before (blocks start in index order) and is running or
+// done; it visits the same query tiles in the same order (the loop below starts every block
+// at a multiple of kTurnRows, so a turn tile is always visited from its first row on).
+// The block holds the turn from its first sub-tile's additions to its last one's: simple,
+// if slower than the solution's, which computes a whole 64-row tile before its turn.
+// TODO(flash_deterministic): write wait_dq_turn, add_dq_tile and pass_dq_turn; then set
+// kDqTurnsWritten to true.
+// Hints, one at a time: bash scripts/course.sh hint attention_backward/flash_deterministic
+// ----------------------------------------------------------------------------
+constexpr bool kDqTurnsWritten = false;  // TODO(flash_deterministic): true once written
+
+/// Returns (in every thread of the block) once *turn == kv_block. Contains __syncthreads().
+__device__ void wait_dq_turn(int* turn, int kv_block) {
+  // TODO(flash_deterministic): one thread polls *turn (acquire) until it reads kv_block;
+  // then every thread waits at a barrier.
+  (void)turn;
+  (void)kv_block;
+}
+
+/// Hands the turn to kv_block + 1 once every thread's additions are issued. Contains
+/// __syncthreads().
+__device__ void pass_dq_turn(int* turn, int kv_block) {
+  // TODO(flash_deterministic): a barrier, then one thread stores kv_block + 1 (release).
+  (void)turn;
+  (void)kv_block;
+}
+
+/// dQ_i += scale * sum_t ds_tile[r][t] * k_tile[t] for the rows i = q0 + r < N_q of the tile,
+/// the keys t = 0 .. kKvRows - 1 in this order: the block's share of dQ, in its turn.
+template <int D>
+__device__ void add_dq_tile(const Params& p, const float (&ds_tile)[kQRows][kKvRows], const float (&k_tile)[kKvRows][D],
+                            int b, int h, int q0) {
+  // TODO(flash_deterministic): split the kQRows x D elements over the block's threads; each
+  // sums its element over the keys in order and adds it to dQ.
+  (void)p;
+  (void)ds_tile;
+  (void)k_tile;
+  (void)b;
+  (void)h;
+  (void)q0;
+}
 
 template <int D, bool kAtomicDq>
 __global__ void __launch_bounds__(kKvRows) flash_kv_kernel(const Params p) {
@@ -208,6 +271,8 @@ __global__ void __launch_bounds__(kKvRows) flash_kv_kernel(const Params p) {
   __shared__ float do_tile[kQRows][D];
   __shared__ float lse_tile[kQRows];
   __shared__ float d_tile[kQRows];
+  __shared__ float ds_tile[kQRows][kKvRows];  // dS of the tile's rows x the block's keys
+  __shared__ float k_tile[kKvRows][D];        // flash_deterministic: the block's keys
 
   const int bhk = blockIdx.y, b = bhk / p.kv_heads, hk = bhk % p.kv_heads;
   const int j0 = blockIdx.x * kKvRows;
@@ -224,11 +289,15 @@ __global__ void __launch_bounds__(kKvRows) flash_kv_kernel(const Params p) {
       v_row[c] = active ? vr[c] : 0.f;
       dk[c] = 0.f;
       dv[c] = 0.f;
+      if (!kAtomicDq) k_tile[threadIdx.x][c] = k_row[c];  // read after the loop's first barrier
     }
   }
 
-  // Causal: row i sees key j0 (the block's first) only from i = j0 - causal_offset on.
-  const int q_begin = p.causal ? std::max(0, std::min(p.seq_q, j0 - p.causal_offset)) : 0;
+  // Causal: row i sees key j0 (the block's first) only from i = j0 - causal_offset on; the
+  // loop starts at the turn tile (kTurnRows rows) holding that row. Rows before it are
+  // hidden from every key of the block (the per-row math skips them).
+  const int q_first = p.causal ? std::max(0, std::min(p.seq_q, j0 - p.causal_offset)) : 0;
+  const int q_begin = q_first / kTurnRows * kTurnRows;
   for (int h = hk * p.group; h < (hk + 1) * p.group; ++h) {
     const long long bh = static_cast<long long>(b) * p.heads + h;
     for (int q0 = q_begin; q0 < p.seq_q; q0 += kQRows) {
@@ -244,13 +313,27 @@ __global__ void __launch_bounds__(kKvRows) flash_kv_kernel(const Params p) {
         lse_tile[r] = i < p.seq_q ? p.lse[bh * p.seq_q + i] : -INFINITY;
         d_tile[r] = i < p.seq_q ? p.d_row[bh * p.seq_q + i] : 0.f;
       }
+      for (int r = 0; r < kQRows; ++r) ds_tile[r][threadIdx.x] = 0.f;  // hidden keys add 0
       __syncthreads();
-      if (!active) continue;  // no return: the other threads still need this one at __syncthreads
-      for (int r = 0; r < kQRows; ++r) {
-        const int i = q0 + r;
-        // TODO(flash): the per-row math (see above): s, P, dv +=, dP, dS, dk +=, and the
-        // dQ atomics when kAtomicDq. Skip the row when key j is hidden from it.
-        (void)i;
+      if (active) {  // no `continue`: every thread must reach the barriers of the dQ turn
+        for (int r = 0; r < kQRows; ++r) {
+          const int i = q0 + r;
+          // TODO(flash): the per-row math (see above): s, P, dv +=, dP, dS, dk +=,
+          // ds_tile[r][threadIdx.x] = dS, and the dQ atomics when kAtomicDq. Skip the row
+          // when key j is hidden from it.
+          (void)i;
+        }
+      }
+      if (!kAtomicDq) {
+        // The block's share of dQ for these kQRows rows, in its turn: the turn of the query
+        // tile (kTurnRows rows) is taken at its first sub-tile and passed after its last.
+        int* turn = p.dq_turns + bh * p.q_tiles + q0 / kTurnRows;
+        const bool first_rows = q0 % kTurnRows == 0;
+        const bool last_rows = (q0 + kQRows) % kTurnRows == 0 || q0 + kQRows >= p.seq_q;
+        __syncthreads();  // ds_tile (and, the first time, k_tile) complete
+        if (first_rows) wait_dq_turn(turn, static_cast<int>(blockIdx.x));
+        add_dq_tile<D>(p, ds_tile, k_tile, b, h, q0);
+        if (last_rows) pass_dq_turn(turn, static_cast<int>(blockIdx.x));
       }
     }
   }
@@ -266,101 +349,29 @@ __global__ void __launch_bounds__(kKvRows) flash_kv_kernel(const Params p) {
 }
 
 // ----------------------------------------------------------------------------
-// Step 3: flash_deterministic -- dQ without atomics. The K/V kernel above runs with
-// kAtomicDq = false (dK, dV only); then this kernel, one thread per query row i (grid:
-// x = tiles of kDqRows rows, y = (batch, head)), walks the keys in shared-memory tiles of
-// kDqKeys and sums dQ_i = scale * sum_j dS_ij k_j in a fixed order: the same bits every run.
-// It recomputes s, P, dP and dS for every (i, j) -- that recomputation is the price of
-// determinism, which the lesson measures.
-// TODO(flash_deterministic): write the per-key math marked below; then set kDqPassWritten
-// to true.
-// Hints, one at a time: bash scripts/course.sh hint attention_backward/flash_deterministic
-// ----------------------------------------------------------------------------
-constexpr bool kDqPassWritten = false;  // TODO(flash_deterministic): true once written
-
-constexpr int kDqRows = 64;  // query rows per block = threads per block
-constexpr int kDqKeys = 16;  // keys per shared-memory tile
-
-template <int D>
-__global__ void __launch_bounds__(kDqRows) flash_dq_kernel(const Params p) {
-  __shared__ float k_tile[kDqKeys][D];
-  __shared__ float v_tile[kDqKeys][D];
-
-  const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads, hk = h / p.group;
-  const int q0 = blockIdx.x * kDqRows;
-  const int i = q0 + threadIdx.x;  // this thread's query row
-  const bool active = i < p.seq_q;
-
-  float q_row[D], do_row[D], dq[D];
-  {
-    const float* qr = p.q + row_offset(p.qs, b, h, active ? i : 0);
-    const float* gr = p.dout + row_offset(p.dos, b, h, active ? i : 0);
-#pragma unroll
-    for (int c = 0; c < D; ++c) {
-      q_row[c] = active ? qr[c] : 0.f;
-      do_row[c] = active ? gr[c] : 0.f;
-      dq[c] = 0.f;
-    }
-  }
-  const float lse = active ? p.lse[static_cast<long long>(bh) * p.seq_q + i] : -INFINITY;
-  const float d_i = active ? p.d_row[static_cast<long long>(bh) * p.seq_q + i] : 0.f;
-
-  // Causal: the block's last row sees keys up to last + causal_offset; none past that.
-  const int last = std::min(p.seq_q - 1, q0 + kDqRows - 1);
-  const int kv_end = p.causal ? std::max(0, std::min(p.seq_k, last + p.causal_offset + 1)) : p.seq_k;
-  for (int kv0 = 0; kv0 < kv_end; kv0 += kDqKeys) {
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < kDqKeys * D; idx += kDqRows) {
-      const int t = idx / D, c = idx % D, j = kv0 + t;
-      const bool in = j < p.seq_k;
-      k_tile[t][c] = in ? p.k[row_offset(p.ks, b, hk, j) + c] : 0.f;
-      v_tile[t][c] = in ? p.v[row_offset(p.vs, b, hk, j) + c] : 0.f;
-    }
-    __syncthreads();
-    if (!active) continue;
-    for (int t = 0; t < kDqKeys; ++t) {
-      const int j = kv0 + t;
-      // TODO(flash_deterministic): the per-key math (see above): skip hidden keys, then s, P,
-      // dP, dS and dq += dS * k_tile[t].
-      (void)j;
-      (void)lse;
-      (void)d_i;
-    }
-  }
-
-  if (!active) return;
-  float* dq_out = p.dq + row_offset(p.dqs, b, h, i);
-#pragma unroll
-  for (int c = 0; c < D; ++c) dq_out[c] = p.scale * dq[c];
-}
-
-// ----------------------------------------------------------------------------
 // The launches of flash and flash_deterministic (given).
 // ----------------------------------------------------------------------------
 template <int D>
 void launch_flash_d(const Params& p, const AttentionBackwardArgs& a, bool deterministic) {
   const dim3 kv_grid(static_cast<unsigned>((a.seq_k + kKvRows - 1) / kKvRows),
                      static_cast<unsigned>(a.batch * a.kv_heads));
-  if (deterministic) {
-    flash_kv_kernel<D, false><<<kv_grid, kKvRows, 0, a.stream>>>(p);
-    COURSE_CHECK_LAUNCH("flash_kv_kernel");
-    const dim3 q_grid(static_cast<unsigned>((a.seq_q + kDqRows - 1) / kDqRows),
-                      static_cast<unsigned>(a.batch * a.heads));
-    flash_dq_kernel<D><<<q_grid, kDqRows, 0, a.stream>>>(p);
-    COURSE_CHECK_LAUNCH("flash_dq_kernel");
-  } else {
-    flash_kv_kernel<D, true><<<kv_grid, kKvRows, 0, a.stream>>>(p);
-    COURSE_CHECK_LAUNCH("flash_kv_kernel");
-  }
+  if (deterministic) flash_kv_kernel<D, false><<<kv_grid, kKvRows, 0, a.stream>>>(p);
+  else flash_kv_kernel<D, true><<<kv_grid, kKvRows, 0, a.stream>>>(p);
+  COURSE_CHECK_LAUNCH("flash_kv_kernel");
 }
 
 void launch_flash(const AttentionBackwardArgs& a, bool deterministic) {
   if (!kFlashWritten) throw NotImplemented("attention_backward step flash (flash_kv_kernel, step 3)", __FILE__);
-  if (deterministic && !kDqPassWritten)
-    throw NotImplemented("attention_backward step flash_deterministic (flash_dq_kernel, step 4)", __FILE__);
+  if (deterministic && !kDqTurnsWritten)
+    throw NotImplemented("attention_backward step flash_deterministic (wait_dq_turn, add_dq_tile, pass_dq_turn, step 4)",
+                         __FILE__);
   const Params p = make_params(a);
-  // D (and dQ = 0 when dQ is accumulated with atomics), then the K/V pass (and the dQ pass).
-  launch_row_dot(p, a.batch * a.heads * a.seq_q, /*zero_dq=*/!deterministic, a.stream);
+  // D and dQ = 0 (both steps add into dQ), the turn counters = 0 (flash_deterministic), then
+  // the K/V pass.
+  launch_row_dot(p, a.batch * a.heads * a.seq_q, /*zero_dq=*/true, a.stream);
+  if (deterministic)
+    COURSE_CUDA_CHECK(cudaMemsetAsync(p.dq_turns, 0, static_cast<std::size_t>(a.batch * a.heads) * p.q_tiles * sizeof(int),
+                                      a.stream));
   cuda::dispatch_value<m03::kHeadDims>(a.head_dim, "head_dim",
                                       [&](auto d) { launch_flash_d<decltype(d)::value>(p, a, deterministic); });
 }

@@ -15,7 +15,8 @@
 // FlashAttention convention 10*B*H*N^2*d (backward = 2.5 x forward, halved when causal; the
 // library row computes every score and is credited the same), and mem_MB: the device bytes
 // the call needs (Q, K, V, O, dO, lse, dQ, dK, dV and the step's workspace: 2*B*H*N^2 floats
-// for naive and the library row, B*H*N floats for the flash steps).
+// for naive and the library row, B*H*N floats for the flash steps, + B*H*N/64 ints of dQ turn
+// counters for flash_deterministic).
 // Step naive is skipped where its O(N^2) workspace exceeds 20 GB (N = 8192: 34 GB); the
 // library row runs wherever its workspace fits in free device memory.
 // Inputs: Q, K, V, dO distinct random data; O and lse from module 3's fused forward.
@@ -60,13 +61,13 @@ struct Shape {
 
 /// Random Q, K, V, dO and the forward's O and lse, in enough copies (rotated per iteration)
 /// that small problems do not find their inputs in L2 from the previous iteration; one set
-/// of gradients and the flash steps' workspace (D).
+/// of gradients and the flash steps' workspace (D, and flash_deterministic's turn counters).
 struct Buffers {
   struct Inputs {
     DeviceBuffer<float> q, k, v, o, dout, lse;
   };
   bench::Rotation<Inputs> inputs;
-  DeviceBuffer<float> dq, dk, dv, d_rows;
+  DeviceBuffer<float> dq, dk, dv, flash_ws;
 
   explicit Buffers(const Shape& s) {
     const std::int64_t n = kB * kH * s.N * s.d, rows = kB * kH * s.N;
@@ -93,7 +94,10 @@ struct Buffers {
     dq = DeviceBuffer<float>(un);
     dk = DeviceBuffer<float>(un);
     dv = DeviceBuffer<float>(un);
-    d_rows = DeviceBuffer<float>(static_cast<std::size_t>(rows));
+    // The larger of the two flash steps' workspaces (flash_deterministic's: D + counters).
+    const std::size_t ws_bytes = course::m04::attention_backward_workspace_bytes(
+        AttentionBackwardStep::flash_deterministic, kB, kH, s.N, s.N);
+    flash_ws = DeviceBuffer<float>((ws_bytes + sizeof(float) - 1) / sizeof(float));
     COURSE_CUDA_CHECK(cudaDeviceSynchronize());
   }
 };
@@ -148,7 +152,7 @@ void bench_step(benchmark::State& state, AttentionBackwardFn attention_backward,
         return;
       }
     } else {
-      a.workspace = b.d_rows.data();
+      a.workspace = b.flash_ws.data();
     }
     bench::time_calls(state, [&] { return on_next_copy(b, a); },
                       [&](const AttentionBackwardArgs& args) { attention_backward(step, args); });

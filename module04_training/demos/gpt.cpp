@@ -253,9 +253,9 @@ class Gpt {
     ids_ = DeviceBuffer<std::int32_t>(sz(N));
     targets_ = DeviceBuffer<std::int32_t>(sz(N));
 
-    // Workspaces: the attention backward's (bf16: D, lse2, fp32 dQ; fp32: D), LayerNorm
-    // backward's partials, the bf16 bias gradient's partials, the embedding backward's sort
-    // and partial sums, AdamW's tensor table.
+    // Workspaces: the attention backward's (bf16: D, lse2, fp32 dQ; fp32: D, and the dQ turn
+    // counters when deterministic), LayerNorm backward's partials, the bf16 bias gradient's
+    // partials, the embedding backward's sort and partial sums, AdamW's tensor table.
     std::size_t att_ws_bytes = 0;
     if constexpr (kF32)
       att_ws_bytes = m04::attention_backward_workspace_bytes(att_bwd_, c.batch, c.heads, c.context, c.context);

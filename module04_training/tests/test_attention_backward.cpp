@@ -454,6 +454,28 @@ TEST_F(PlantedAttentionBackwardControl, SimpleKernelsWithoutABugPass) {
   EXPECT_TRUE(check_cases(course::planted::attention_backward_simple, kFlash, planted_cases(), seed()));
 }
 
+/// Step flash_deterministic's own kernel with its dQ turn never awaited (the planted bug of
+/// attention_backward_flash_planted.cu): the K/V tiles' additions race again, and the
+/// repeated runs that promise identical bits must see the difference. 32 K/V tiles add to
+/// every query tile of each of the 4 heads. The real step passes the same check above
+/// (RepeatedRunsAreDeterministicWherePromised): a failure here is the skipped wait's.
+/// "Large": 21 runs at N = 2048, left out of the compute-sanitizer run.
+class PlantedAttentionBackwardTurnTest : public GpuTest {};
+
+TEST_F(PlantedAttentionBackwardTurnTest, LargeUnawaitedTurnBreaksDeterminism) {
+  constexpr AttentionBackwardStep kStep = AttentionBackwardStep::flash_deterministic;
+  const Case c = make_case(1, 4, 2048, 2048, 64, BHND, false);
+  const Inputs in = make_inputs(c, seed());
+  DeviceProblem problem(c, in, kStep);
+  const Grads first = problem.run(&course::planted::attention_backward_flash_turn_not_awaited, kStep);
+  int differing = 0;
+  for (int r = 0; r < 20 && differing == 0; ++r) {
+    const Grads again = problem.run(&course::planted::attention_backward_flash_turn_not_awaited, kStep);
+    differing += std::memcmp(first.dq.data(), again.dq.data(), first.dq.storage().size() * sizeof(float)) != 0;
+  }
+  EXPECT_GT(differing, 0) << "an unordered dQ gave identical bits 21 times";
+}
+
 // ----------------------------------------- host-side checks (no GPU needed) -----
 
 TEST(AttentionBackwardWorkspaceTest, NaiveNeedsPAndDpFlashNeedsD) {
@@ -461,8 +483,15 @@ TEST(AttentionBackwardWorkspaceTest, NaiveNeedsPAndDpFlashNeedsD) {
   EXPECT_EQ(attention_backward_workspace_bytes(kNaive, 4, 16, 4096, 2048),
             std::size_t{2} * 4 * 16 * 4096 * 2048 * sizeof(float));
   EXPECT_EQ(attention_backward_workspace_bytes(kFlash, 4, 16, 4096, 2048), std::size_t{4} * 16 * 4096 * sizeof(float));
+  // flash_deterministic: D, then one turn counter per (batch, head, query tile of 64 rows).
   EXPECT_EQ(attention_backward_workspace_bytes(AttentionBackwardStep::flash_deterministic, 4, 16, 4096, 2048),
-            std::size_t{4} * 16 * 4096 * sizeof(float));
+            std::size_t{4} * 16 * 4096 * sizeof(float) + std::size_t{4} * 16 * 64 * sizeof(int));
+  // N_q = 65: D takes 4 * 65 * 4 = 1040 bytes (16-byte aligned already), then 4 * 2 counters.
+  EXPECT_EQ(course::m04::flash_backward_turns_offset(2, 2, 65), std::size_t{1040});
+  EXPECT_EQ(attention_backward_workspace_bytes(AttentionBackwardStep::flash_deterministic, 2, 2, 65, 7),
+            std::size_t{1040} + 4 * 2 * sizeof(int));
+  // N_q = 1: 4 floats of D (16 bytes), then B*H = 4 counters.
+  EXPECT_EQ(course::m04::flash_backward_turns_offset(1, 3, 1), std::size_t{16});
 }
 
 /// Valid host-side arguments (never dereferenced: validation throws first), broken one at a

@@ -6,13 +6,15 @@
 ///                           workspace; module 2's batched GEMMs and the softmax backward.
 ///   2. flash                (attention_backward_flash.cu) D, then one kernel per K/V tile:
 ///                           P recomputed from lse on chip, dK/dV in registers, dQ by atomics.
-///   3. flash_deterministic  (attention_backward_flash.cu) flash without atomics: dK/dV per
-///                           K/V tile, dQ in a query-parallel kernel; bit-identical runs.
+///   3. flash_deterministic  (attention_backward_flash.cu) flash with dQ's additions in
+///                           K/V-tile order, one tile at a time behind a turn counter per
+///                           query tile; bit-identical runs.
 ///
 /// The preprocessing (here): D_i = sum_c dO_ic O_ic, the row term of the softmax Jacobian
 /// (sum_j P_ij dP_ij = sum_j P_ij dO_i . V_j = dO_i . O_i), one dot product of length d per
-/// query row instead of one of length N_k -- and, for flash, dQ = 0 in the same pass.
-/// Memory-bound: it reads dO and O once (2 * B*H*N_q*d floats), writes D (and dQ).
+/// query row instead of one of length N_k -- and, for the flash steps, dQ = 0 in the same
+/// pass (flash_deterministic: its turn counters = 0 too). Memory-bound: it reads dO and O
+/// once (2 * B*H*N_q*d floats), writes D (and dQ).
 
 #include "attention_backward_device.cuh"
 
@@ -27,14 +29,15 @@ namespace course::solution {
 namespace attn_bwd {
 namespace {
 
-/// D[r] = dO_r . O_r for rows r = (b*H + h)*N_q + i, and dQ row r = 0 when zero_dq.
+/// D[r] = dO_r . O_r for rows r = (b*H + h)*N_q + i, and dQ row r = 0 when zero_dq; the
+/// first row of each query tile of 64 resets that tile's turn counter when `turns` is set.
 /// A group of `lanes` lanes (4, 8, 16 or 32: the power of two >= d/4, at most 32) handles one
 /// row with float4 loads, so a warp covers 32 / lanes rows at once; the partial dot products
 /// are summed with xor shuffles inside the group. Any strides (rows start 16-byte aligned).
 __global__ void row_dot_kernel(const float* __restrict__ dout, AttentionStrides dos, const float* __restrict__ o,
                                AttentionStrides os, float* __restrict__ dq, AttentionStrides dqs,
-                               float* __restrict__ d_out, int heads, int seq_q, long long rows, int chunks,
-                               int lanes, bool zero_dq) {
+                               float* __restrict__ d_out, int* __restrict__ turns, int q_tiles, int heads,
+                               int seq_q, long long rows, int chunks, int lanes, bool zero_dq) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int sub = lane / lanes, lane_in_row = lane % lanes;
   const long long rows_per_warp = 32 / lanes;
@@ -54,6 +57,8 @@ __global__ void row_dot_kernel(const float* __restrict__ dout, AttentionStrides 
         acc = fmaf(u.x, w.x, fmaf(u.y, w.y, fmaf(u.z, w.z, fmaf(u.w, w.w, acc))));
         if (zero_dq) z[c] = make_float4(0.f, 0.f, 0.f, 0.f);
       }
+      if (turns != nullptr && lane_in_row == 0 && i % m04::kFlashBackwardQTile == 0)
+        turns[bh * q_tiles + i / m04::kFlashBackwardQTile] = 0;
     }
     for (int offset = lanes / 2; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
     if (r < rows && lane_in_row == 0) d_out[r] = acc;
@@ -62,7 +67,7 @@ __global__ void row_dot_kernel(const float* __restrict__ dout, AttentionStrides 
 
 }  // namespace
 
-void launch_row_dot(const m04::AttentionBackwardArgs& a, float* d, bool zero_dq) {
+void launch_row_dot(const m04::AttentionBackwardArgs& a, float* d, bool zero_dq, int* turns) {
   const int chunks = static_cast<int>(a.head_dim / 4);
   int lanes = 4;
   while (lanes < chunks && lanes < 32) lanes *= 2;
@@ -71,7 +76,8 @@ void launch_row_dot(const m04::AttentionBackwardArgs& a, float* d, bool zero_dq)
   const long long rows_per_block = (kThreads / 32) * (32 / lanes);
   const long long blocks = std::min<long long>((rows + rows_per_block - 1) / rows_per_block, 1LL << 20);
   row_dot_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, a.stream>>>(
-      a.dout, a.do_strides, a.o, a.o_strides, a.dq, a.dq_strides, d, static_cast<int>(a.heads),
+      a.dout, a.do_strides, a.o, a.o_strides, a.dq, a.dq_strides, d, turns,
+      static_cast<int>((a.seq_q + m04::kFlashBackwardQTile - 1) / m04::kFlashBackwardQTile), static_cast<int>(a.heads),
       static_cast<int>(a.seq_q), rows, chunks, lanes, zero_dq);
   COURSE_CHECK_LAUNCH("row_dot_kernel");
 }

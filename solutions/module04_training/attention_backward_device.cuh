@@ -3,7 +3,7 @@
 /// @brief The launchers of the attention-backward steps, shared by the files of
 /// solutions/module04_training (dispatcher: attention_backward.cu; step naive:
 /// attention_backward_naive.cu; steps flash and flash_deterministic:
-/// attention_backward_flash.cu). Private to the solution. The stride arithmetic, the
+/// attention_backward_flash.cu, kernels in attention_backward_flash.cuh). Private to the solution. The stride arithmetic, the
 /// block order and the shared parameter fields are module 3's public
 /// module03/attention_indexing.cuh.
 
@@ -42,6 +42,8 @@ struct Params {
   int seq_q;     ///< N_q
   int seq_k;     ///< N_k
   long long causal_offset;  ///< N_k - N_q: query i sees key j iff j <= i + causal_offset
+  int* dq_turns;  ///< flash_deterministic: [B*H, q_tiles] dQ turn counters (the workspace), else null
+  int q_tiles;    ///< ceil(N_q / m04::kFlashBackwardQTile): query tiles per head
   float scale;              ///< softmax scale (dQ and dK are multiplied by it)
   float scale_log2;         ///< scale * log2(e): P = exp2(s * scale_log2 - lse * log2(e))
 };
@@ -60,6 +62,8 @@ inline Params make_params(const m04::AttentionBackwardArgs& a) {
   p.dvs = a.dv_strides;
   p.kv_heads = static_cast<int>(a.kv_heads);
   p.causal_offset = static_cast<long long>(a.seq_k) - static_cast<long long>(a.seq_q);
+  p.dq_turns = nullptr;
+  p.q_tiles = static_cast<int>((a.seq_q + m04::kFlashBackwardQTile - 1) / m04::kFlashBackwardQTile);
   p.scale = m04::effective_scale(a);
   p.scale_log2 = static_cast<float>(static_cast<double>(p.scale) * 1.4426950408889634073599246810019);
   return p;
@@ -68,11 +72,13 @@ inline Params make_params(const m04::AttentionBackwardArgs& a) {
 /// Step naive: S, P and dP materialized in args.workspace (module 2 GEMMs + softmax backward).
 void launch_naive(const m04::AttentionBackwardArgs& args);
 /// D[b, h, i] = dO_i . O_i into `d` ([B, H, N_q] contiguous); when `zero_dq`, also dQ = 0
-/// (the flash step accumulates dQ with atomics into a zeroed dq).
-void launch_row_dot(const m04::AttentionBackwardArgs& args, float* d, bool zero_dq);
+/// (the flash steps accumulate dQ with atomics into a zeroed dq); when `turns` is not null,
+/// also the dQ turn counters of flash_deterministic ([B*H, ceil(N_q / 64)] ints) = 0.
+void launch_row_dot(const m04::AttentionBackwardArgs& args, float* d, bool zero_dq, int* turns = nullptr);
 /// Step flash: D, then the K/V-parallel kernel with dQ atomics.
 void launch_flash(const m04::AttentionBackwardArgs& args);
-/// Step flash_deterministic: D, the K/V-parallel kernel without dQ, the query-parallel dQ kernel.
+/// Step flash_deterministic: D (and the turns reset), the K/V-parallel kernel with dQ added
+/// in K/V-tile order.
 void launch_flash_deterministic(const m04::AttentionBackwardArgs& args);
 
 }  // namespace course::solution::attn_bwd

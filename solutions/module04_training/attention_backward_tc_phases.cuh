@@ -8,8 +8,7 @@
 #include "attention_backward_tc.cuh"
 
 #include "course/cuda/mma_ptx.cuh"
-
-#include <cuda/atomic>
+#include "course/cuda/turns.cuh"
 
 namespace course::solution::attn_bwd_tc_phases {
 
@@ -52,25 +51,14 @@ struct Phases {
   }
 
   /// tc_deterministic: block `kv_tile` waits until the counter of its query tile says it is
-  /// its turn (K/V tiles 0, 1, 2, ... in order). One thread polls with acquire loads; the
-  /// barrier then holds every warp until the turn has come.
-  __device__ __forceinline__ static void wait_dq_turn(int* turn, int kv_tile) {
-    if (threadIdx.x == 0) {
-      ::cuda::atomic_ref<int, ::cuda::thread_scope_device> counter(*turn);
-      while (counter.load(::cuda::memory_order_acquire) != kv_tile) __nanosleep(32);
-    }
-    __syncthreads();
-  }
+  /// its turn (K/V tiles 0, 1, 2, ... in order): course/cuda/turns.cuh, which the fp32
+  /// flash_deterministic step uses too. One thread polls with acquire loads; the barrier
+  /// then holds every warp until the turn has come.
+  __device__ __forceinline__ static void wait_dq_turn(int* turn, int kv_tile) { cuda::wait_turn(turn, kv_tile); }
 
   /// Hands the turn to K/V tile kv_tile + 1 once every warp's additions are issued: the
   /// barrier orders them before thread 0's release store, which the next block acquires.
-  __device__ __forceinline__ static void pass_dq_turn(int* turn, int kv_tile) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      ::cuda::atomic_ref<int, ::cuda::thread_scope_device> counter(*turn);
-      counter.store(kv_tile + 1, ::cuda::memory_order_release);
-    }
-  }
+  __device__ __forceinline__ static void pass_dq_turn(int* turn, int kv_tile) { cuda::pass_turn(turn, kv_tile); }
 };
 
 }  // namespace course::solution::attn_bwd_tc_phases

@@ -34,9 +34,10 @@
 ///   its share of dQ with fp32 atomics. Causal tiles above the diagonal are skipped. O(N)
 ///   extra memory. dQ's summation order depends on scheduling: results differ run to run in
 ///   the last bits (within tolerance).
-/// - flash_deterministic: flash without atomics -- dK/dV in the K/V-parallel kernel, dQ in a
-///   second, query-parallel kernel that recomputes P and dP itself. Bit-identical run to run;
-///   the recomputation is its price (measured in the lesson).
+/// - flash_deterministic: flash with dQ's additions in a fixed order -- a turn counter per
+///   (batch, head, query tile of kFlashBackwardQTile rows) admits the K/V tiles one at a time,
+///   in index order (course/cuda/turns.cuh, as tc_deterministic). Bit-identical run to run;
+///   the waiting is its price (measured in the lesson).
 /// The tensor-core steps (bf16 tensors, AttentionBackwardArgsBf16; contract further below):
 /// - tc_mma: flash's structure on mma.sync fragments. Each warp computes S^T = K_w Q^T and
 ///   dP^T = V_w dO^T for its 16 keys, so that P^T and dS^T are, as accumulators, already the
@@ -51,7 +52,8 @@
 /// - batch, heads, kv_heads, seq_q, seq_k >= 1, heads % kv_heads == 0, batch * heads <= 65535,
 ///   seq_q, seq_k <= 2^31 - 1; head_dim in {16, 32, 64, 96, 128} (m03::kHeadDims).
 /// - Step naive: kv_heads == heads (no grouped-query attention) and a workspace of
-///   attention_backward_workspace_bytes(); the flash steps need a workspace too (D, O(N)).
+///   attention_backward_workspace_bytes(); the flash steps need a workspace too (D, O(N);
+///   flash_deterministic also its dQ turn counters).
 /// - q, k, v, o, dout, dq, dk, dv non-null and 16-byte aligned; lse non-null, 4-byte aligned,
 ///   [B, H, N_q] contiguous; strides >= 0, multiples of 4, seq strides >= head_dim. Input
 ///   batch/head strides may be 0 (broadcast); each gradient maps distinct elements to
@@ -100,7 +102,7 @@ inline constexpr StepInfo<AttentionBackwardStep> kAttentionBackwardSteps[] = {
     {AttentionBackwardStep::flash, "flash",
      "one kernel per K/V tile: P recomputed from lse, dK/dV in registers, dQ by fp32 atomics"},
     {AttentionBackwardStep::flash_deterministic, "flash_deterministic",
-     "flash without atomics: dK/dV per K/V tile, dQ in a query-parallel pass; bit-identical runs"},
+     "flash with dQ added in K/V-tile order behind a turn counter per query tile; bit-identical runs"},
     {AttentionBackwardStep::tc_mma, "tc_mma",
      "bf16; mma.sync: S^T = K Q^T on fragments, P^T and dS^T reused as A operands, dS via smem for dQ"},
     {AttentionBackwardStep::tc_pipelined, "tc_pipelined",
@@ -230,9 +232,22 @@ inline AttentionBackwardArgs make_attention_backward_args(
 /// The scale actually used: args.scale, or 1/sqrt(d) when it is 0.
 inline float effective_scale(const AttentionBackwardArgs& a) { return m03::detail::scale_or_default(a); }
 
+/// Query rows per dQ turn of flash_deterministic: one turn counter per (batch, head, tile of
+/// this many query rows), the K/V-parallel kernel's query tile.
+inline constexpr int kFlashBackwardQTile = 64;
+
+/// Byte offset of flash_deterministic's turn counters in its workspace: after D (B*H*N_q
+/// floats), rounded up to 16 bytes. The counters are B*H*ceil(N_q / kFlashBackwardQTile) ints.
+inline std::size_t flash_backward_turns_offset(std::int64_t batch, std::int64_t heads, std::int64_t seq_q) {
+  const auto rows = static_cast<std::size_t>(batch) * static_cast<std::size_t>(heads) * static_cast<std::size_t>(seq_q);
+  return (rows * sizeof(float) + 15) / 16 * 16;
+}
+
 /// Scratch bytes `step` needs.
 ///  - naive: P and dP (dS overwrites dP in place), 2 * B*H*N_q*N_k floats: O(N^2).
-///  - flash, flash_deterministic: D, B*H*N_q floats: O(N).
+///  - flash: D, B*H*N_q floats: O(N).
+///  - flash_deterministic: D, then the dQ turn counters (flash_backward_turns_offset()):
+///    B*H*ceil(N_q / kFlashBackwardQTile) ints more.
 inline std::size_t attention_backward_workspace_bytes(AttentionBackwardStep step, std::int64_t batch,
                                                       std::int64_t heads, std::int64_t seq_q, std::int64_t seq_k) {
   require_arg(step_dtype(step) == AttentionBackwardDType::f32, "attention_backward_workspace_bytes", "step",
@@ -240,6 +255,11 @@ inline std::size_t attention_backward_workspace_bytes(AttentionBackwardStep step
   if (batch <= 0 || heads <= 0 || seq_q <= 0 || seq_k <= 0) return 0;
   const auto rows = static_cast<std::size_t>(batch) * static_cast<std::size_t>(heads) * static_cast<std::size_t>(seq_q);
   if (step == AttentionBackwardStep::naive) return 2 * rows * static_cast<std::size_t>(seq_k) * sizeof(float);
+  if (step == AttentionBackwardStep::flash_deterministic) {
+    const auto tiles = (static_cast<std::size_t>(seq_q) + kFlashBackwardQTile - 1) / kFlashBackwardQTile;
+    return flash_backward_turns_offset(batch, heads, seq_q) +
+           static_cast<std::size_t>(batch) * static_cast<std::size_t>(heads) * tiles * sizeof(int);
+  }
   return rows * sizeof(float);
 }
 inline std::size_t attention_backward_workspace_bytes(AttentionBackwardStep step, const AttentionBackwardArgs& a) {
@@ -511,7 +531,8 @@ void validate_backward_args(const Args& a, AttentionBackwardStep step, const cha
       require_arg(!gradient_views_overlap(grads[g], grad_dims[g], grads[other], grad_dims[other]), fn,
                   grads[g].name, grads[g].p, msg("overlaps '", grads[other].name, "'").c_str());
 
-  // The workspace: D (flash steps, O(N)) or P and dP (naive, O(N^2)).
+  // The workspace: D (flash steps, O(N); flash_deterministic: + turn counters) or P and dP
+  // (naive, O(N^2)).
   const std::size_t need = attention_backward_workspace_bytes(step, a);
   require_arg(a.workspace_bytes >= need, fn, "workspace_bytes", a.workspace_bytes,
               msg("must be >= attention_backward_workspace_bytes(step, ...) = ", need, " (step ", sname,

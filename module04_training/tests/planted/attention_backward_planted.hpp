@@ -49,6 +49,16 @@ void attention_backward_running_max(m04::AttentionBackwardStep step, const m04::
 void attention_backward_dk_swapped_strides(m04::AttentionBackwardStep step,
                                            const m04::AttentionBackwardArgs& args);
 
+/// Step flash_deterministic's own kernel (solutions/module04_training/
+/// attention_backward_flash.cuh) with its dQ turn passed on but never awaited: every K/V
+/// tile adds its dQ share as soon as it gets there, so the gradients are as accurate as
+/// flash's but their last bits change from run to run. Not in kPlantedAttentionBackward
+/// (the accuracy checks cannot see it): the determinism test must (attention_backward_
+/// flash_planted.cu; the step argument is ignored, the arguments are validated as for
+/// flash_deterministic, whose workspace it uses).
+void attention_backward_flash_turn_not_awaited(m04::AttentionBackwardStep step,
+                                               const m04::AttentionBackwardArgs& args);
+
 struct PlantedAttentionBackward {
   const char* name;  ///< gtest parameter name
   AttentionBackwardFn fn;

@@ -1,0 +1,47 @@
+#pragma once
+/// @file turns.cuh
+/// @brief Blocks that add into one accumulator in a FIXED order take turns: a counter in
+/// global memory names the block whose turn it is; a block waits until the counter reads
+/// its number, adds, and hands the turn to the next number. Floating-point additions are
+/// not associative, so the order fixes the bits: the result is the same on every run.
+///
+/// Taught in module 4 (the deterministic attention backward: lesson section 5, "Where dQ's
+/// additions go"). Used by (solutions/):
+/// - module 4: attention_backward_tc_phases.cuh (tc_deterministic, the solution's
+///   Phases::wait_dq_turn / pass_dq_turn), attention_backward_flash.cuh
+///   (flash_deterministic); the exercises write their own.
+///
+/// Why it cannot deadlock: a block only ever waits for a block with a LOWER linear block
+/// number (the turn before its own), and the GPU starts blocks in increasing linear order,
+/// so the block it waits for is running or done. The caller's grid must keep that property
+/// (module03/attention_blocks.cuh: kv_block_coordinates does).
+///
+/// Both calls contain __syncthreads(): every thread of the block must make them.
+
+#include <cuda/atomic>
+#include <cuda_runtime.h>
+
+namespace course::cuda {
+
+/// Returns once *counter == turn. One thread polls with acquire loads (device scope), with a
+/// short sleep between polls; the barrier then holds every thread of the block, and orders
+/// the additions after the acquire: they see everything the earlier turns added.
+__device__ __forceinline__ void wait_turn(int* counter, int turn) {
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+    ::cuda::atomic_ref<int, ::cuda::thread_scope_device> c(*counter);
+    while (c.load(::cuda::memory_order_acquire) != turn) __nanosleep(32);
+  }
+  __syncthreads();
+}
+
+/// Hands the turn to `turn + 1` once every thread's additions are issued: the barrier orders
+/// them before one thread's release store, which the next block's acquire load observes.
+__device__ __forceinline__ void pass_turn(int* counter, int turn) {
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+    ::cuda::atomic_ref<int, ::cuda::thread_scope_device> c(*counter);
+    c.store(turn + 1, ::cuda::memory_order_release);
+  }
+}
+
+}  // namespace course::cuda
