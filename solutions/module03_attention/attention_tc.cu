@@ -6,9 +6,9 @@
 ///   7. tc_swizzled_pipelined  + XOR-swizzled tiles, 2-stage cp.async K/V ring, Q fragments in registers
 ///   8. tc_register_softmax    (attention_tc_flash.cu) softmax on the accumulator fragments
 ///   9. tc_flash2              (attention_tc_flash.cu) FlashAttention-2's tile shapes
-///  10. tc_wgmma               (attention_tc_hopper.cu, sm_90a) both products on warpgroup MMA
-///  11. tc_warp_specialized    (attention_tc_hopper.cu, sm_90a) TMA loads, an mbarrier K/V ring,
-///                             producer and consumer warpgroups
+///   10. tc_wgmma              (attention_tc_hopper.cu, sm_90a) both products on warpgroup MMA
+///   11. tc_warp_specialized   (attention_tc_hopper.cu, sm_90a) TMA loads, an mbarrier K/V ring,
+///                              producer and consumer warpgroups
 /// Every step: any N_q, N_k (tails masked), causal (bottom-right; tiles past the
 /// diagonal skipped, heaviest query tiles first), [B,H,N,d] and [B,N,H,d] strides,
 /// grouped-query attention, fp32 lse; d in {32, 64, 96, 128} (tc_wgmma and
