@@ -524,8 +524,12 @@ TEST(FuzzGenerators, AttentionTcCasesAreValidAndCoverTheContract) {
       cov.count("N_q>N_k", c.N_q > c.N_k);
       cov.count("N_q<N_k", c.N_q < c.N_k);
       cov.count("B*H>=400", c.B * c.H >= 400);
-      cov.count("d=32", c.d == 32);
-      cov.count("d=96", c.d == 96);
+      // Every head dim the step takes, the odd ones (32, 96) named where it takes them; the
+      // Hopper steps take 64 and 128 only (step_takes_head_dim), so those two are theirs.
+      for (const int d : {32, 64, 96, 128})
+        if (course::m03::step_takes_head_dim(info.step, d) &&
+            (d == 32 || d == 96 || !course::m03::step_takes_head_dim(info.step, 32)))
+          cov.count("d=" + std::to_string(d), c.d == d);
       cov.count("BNHD", c.layout == BNHD);
       cov.count("O layout differs", c.o_layout != c.layout);
       cov.count("padded rows", c.pad > 0);
