@@ -7,7 +7,8 @@
 #      over the steps that need a GPU and stops at one it can check here;
 #   3. a stub with a syntax error: `check` stops with the compiler's error and runs no test;
 #   4. module 3's row_offset (its tests run on the host; attention_device.cuh) given the solution's body:
-#      `check` reports it done, and so does `list`.
+#      `check` reports it done, and so does `list`;
+#   5. without a GPU, `bench STEP` says so before building anything.
 # The stubs are restored on exit. Reuses the CI build folder: only module 3's exercise test
 # binaries are rebuilt.
 set -euo pipefail
@@ -89,4 +90,16 @@ echo "$out" | tail -5
 echo "$out" | grep -q "$step: DONE" || fail "check did not report $step as done"
 states > "$work/solved.txt"
 grep -qx "$step done" "$work/solved.txt" || fail "list does not report $step as done"
+# 5. Without a GPU, `bench STEP` says so at once and builds no benchmark binary.
+if ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }; then
+  bdir=build-$PRESET; [[ $PRESET == default ]] && bdir=build
+  bench_bin=$(ls "$bdir"/module01_basics/m01_bench 2>/dev/null || true)
+  before=$([[ -n "$bench_bin" ]] && stat -c %Y "$bench_bin" || echo none)
+  out=$("${tool[@]}" bench reductions/atomic_naive 2>&1) || fail "bench without a GPU exited non-zero: $out"
+  echo "$out" | head -2
+  echo "$out" | grep -q "no NVIDIA GPU found: bench reductions/atomic_naive runs m01_bench" ||
+    fail "bench without a GPU did not say so"
+  after=$([[ -n "$bench_bin" ]] && stat -c %Y "$bench_bin" || echo none)
+  [[ "$before" == "$after" ]] || fail "bench without a GPU rebuilt m01_bench"
+fi
 echo "[ci:course-tool] passed in $((SECONDS - start)) s"

@@ -255,7 +255,8 @@ def bench_reductions(run, op, quick):
 
 
 def bench_softmax(run, quick):
-    shapes = [(65536, 1024, 1)] if quick else [(65536, 1024, 1), (16384, 4096, 1), (4096, 32768, 1), (16384, 4096, 0)]
+    shapes = [(65536, 1024, 1)] if quick else [(65536, 1024, 1), (16384, 4096, 1), (4096, 32768, 1), (16384, 4096, 0),
+                                                   (4096, 32768, 0)]
     for rows, cols, dim in shapes:
         x = torch.randn(rows, cols, device="cuda") * 4
         ref = torch.softmax(x.double(), dim)

@@ -15,14 +15,21 @@ n-th region of the stub pairs with the n-th of the solution and must carry the s
 
     python3 scripts/exercises.py check      # CI: every converted stub is what generate writes
     python3 scripts/exercises.py generate   # rewrite the converted stubs from their solutions
-    python3 scripts/exercises.py list       # which stubs are converted, shared or hand-kept
+    python3 scripts/exercises.py list       # generated, shared, partly shared or hand-kept stubs
 
 generate refuses (exit 1, naming file and line) to rewrite a stub whose lines outside its
 regions are not what the solution generates there: those lines would be lost. Move what
 belongs to the learner into a region, put given code in the solution, or pass --force.
 
-A stub that includes its solution's header instead (module 4's attention_backward_tc.cu)
-already has one source and needs no markers. Python 3 standard library only.
+A stub that includes its solution's kernels instead (module 4's attention_backward_tc.cu,
+module 3's attention_tc_hopper.cu) and writes only phases has one source by construction and
+needs no markers. list tells such a stub from one that includes a solution header but still
+keeps hand-kept copies of given code (module 3's attention_tc.cu): for each stub that is not
+generated it counts the code lines that also stand in a solution file of its module (its
+"mirror lines", the code that can drift; comments, signatures -- the compiler checks those
+against their callers -- and thin lines such as `}` or `__syncthreads();` do not count).
+A stub that includes a solution file and has no mirror line is one source; one that has
+some is "partly shared". Python 3 standard library only.
 """
 
 from __future__ import annotations
@@ -41,7 +48,10 @@ SUFFIXES = (".cu", ".cuh")
 
 BEGIN = re.compile(r"^\s*// @step (\S+)")
 END = re.compile(r"^\s*// @end\b")
-SHARED_INCLUDE = re.compile(r'^#include "\.\./\.\./solutions/')
+SHARED_INCLUDE = re.compile(r'^#include "\.\./\.\./(solutions/[^"]+)"')
+SIGNATURE = re.compile(r"\b__(device|global|host)__\b")
+QUALIFIED_CALL = re.compile(r"[\w:]+::\w+(<.*>)?\(.*\);")  # a call into shared code, e.g. m04::validate_...(...);
+TOKEN = re.compile(r"[A-Za-z_]\w*|\d+")
 
 
 class MarkerError(Exception):
@@ -137,10 +147,66 @@ def lost_lines(stub: Path, solution: Path) -> list[tuple[int, str]]:
     return lost
 
 
-def classify() -> tuple[list[tuple[Path, Path]], list[Path], list[Path]]:
-    """(converted stub, its solution) pairs; stubs that include their solution's code;
-    hand-kept stubs (neither)."""
-    converted, shared, hand = [], [], []
+def code_lines(text: str) -> list[tuple[int, str]]:
+    """(1-based line, normalised text) of the lines of code that could be a hand-kept copy of
+    given code. Left out: blank lines, comments, preprocessor lines, `namespace` and `using`
+    lines, lines naming `solution::` (they use the shared code), a whole-line call of a
+    qualified function (a call into shared code), function signatures (`template <...>`,
+    lines with __device__/__global__/__host__, an unindented `name(...)` header, up to the
+    line ending in `{` or `;`: the compiler checks a signature against its callers), and
+    thin lines of fewer than three names and numbers (`}`, `return;`, `__syncthreads();`)."""
+    out = []
+    in_signature = False
+    for i, line in enumerate(text.splitlines()):
+        s = line.strip()
+        if not s or s.startswith(("//", "/*", "*", "#")):
+            continue
+        s = re.sub(r"\s*//.*$", "", s)
+        starts = s.startswith("template") or SIGNATURE.search(s) or (
+            not line[:1].isspace() and "(" in s and not s.endswith(";"))
+        if in_signature or starts:
+            in_signature = not s.endswith(("{", ";", "}"))
+            continue
+        if "solution::" in s or s.startswith(("using ", "namespace ")) or QUALIFIED_CALL.fullmatch(s):
+            continue
+        if len(TOKEN.findall(s)) < 3:
+            continue
+        out.append((i + 1, re.sub(r"\s+", " ", s).replace("course::solution", "course::exercise")))
+    return out
+
+
+def mirror_lines(stub: Path) -> list[int]:
+    """The stub's code lines (code_lines) that also stand in a solution file of its module."""
+    pool: set[str] = set()
+    for solution in sorted((SOLUTIONS / stub.parent.relative_to(EXERCISES)).glob("*")):
+        if solution.suffix in SUFFIXES:
+            pool.update(text for _, text in code_lines(solution.read_text()))
+    return [n for n, text in code_lines(stub.read_text()) if text in pool]
+
+
+def ranges(numbers: list[int], gap: int = 8) -> str:
+    """[3, 4, 5, 9, 30] -> '3-9, 30': runs of lines, a gap of up to `gap` lines joined."""
+    spans: list[list[int]] = []
+    for n in numbers:
+        if spans and n - spans[-1][1] <= gap:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+@dataclass
+class Unconverted:
+    stub: Path
+    includes: list[str]  # the solution files it includes (repository paths)
+    mirror: list[int]  # its mirror lines (mirror_lines)
+
+
+def classify() -> tuple[list[tuple[Path, Path]], list[Unconverted], list[Unconverted], list[Unconverted]]:
+    """(converted stub, its solution) pairs; stubs that include a solution file and keep no
+    mirror line (one source by construction); stubs that include a solution file but keep
+    mirror lines (partly shared); stubs that include none (hand-kept)."""
+    converted, shared, partly, hand = [], [], [], []
     for stub in sorted(p for p in EXERCISES.rglob("*") if p.suffix in SUFFIXES):
         text = stub.read_text()
         solution = SOLUTIONS / stub.relative_to(EXERCISES)
@@ -148,29 +214,43 @@ def classify() -> tuple[list[tuple[Path, Path]], list[Path], list[Path]]:
             if not solution.exists():
                 raise MarkerError(f"{rel(stub)} has '// @step' regions but no solution {rel(solution)}")
             converted.append((stub, solution))
-        elif any(SHARED_INCLUDE.match(line) for line in text.splitlines()):
-            shared.append(stub)
+            continue
+        includes = [m.group(1) for m in map(SHARED_INCLUDE.match, text.splitlines()) if m]
+        entry = Unconverted(stub, includes, mirror_lines(stub))
+        if not includes:
+            hand.append(entry)
+        elif entry.mirror:
+            partly.append(entry)
         else:
-            hand.append(stub)
-    return converted, shared, hand
+            shared.append(entry)
+    return converted, shared, partly, hand
 
 
-def coverage(converted, shared, hand) -> None:
+def coverage(converted, shared, partly, hand) -> None:
     print(f"[exercises] generated from their solutions ({len(converted)}):")
     for stub, solution in converted:
         n = len(parse(solution).regions)
         print(f"    {rel(stub)}  <- {rel(solution)}  ({n} regions)")
+    lines = lambda m: f"{len(m)} code line{'' if len(m) == 1 else 's'} that also stand{'s' if len(m) == 1 else ''}"  # noqa: E731
+    module = lambda e: f"solutions/{e.stub.parent.relative_to(EXERCISES)}/"  # noqa: E731
     if shared:
-        print(f"[exercises] include their solution's kernels, one source already ({len(shared)}):")
-        for stub in shared:
-            print(f"    {rel(stub)}")
+        print(f"[exercises] include their solution's kernels and write only phases, one source by construction "
+              f"({len(shared)}):")
+        for e in shared:
+            print(f"    {rel(e.stub)}  (includes {', '.join(e.includes)})")
+    if partly:
+        print(f"[exercises] partly shared: include a solution header, but keep hand-kept copies of given code, "
+              f"not checked ({len(partly)}):")
+        for e in partly:
+            print(f"    {rel(e.stub)}  (includes {', '.join(e.includes)}; keeps {lines(e.mirror)} "
+                  f"in {module(e)}, in lines {ranges(e.mirror)})")
     print(f"[exercises] still hand-kept copies, not checked ({len(hand)}):")
-    for stub in hand:
-        print(f"    {rel(stub)}")
+    for e in hand:
+        print(f"    {rel(e.stub)}  ({lines(e.mirror).replace(' that', '')} in {module(e)})")
 
 
 def cmd_check(args) -> int:
-    converted, shared, hand = classify()
+    converted, shared, partly, hand = classify()
     bad = 0
     for stub, solution in converted:
         want = generate(stub, solution)
@@ -186,7 +266,7 @@ def cmd_check(args) -> int:
             print("    " + line, file=sys.stderr)
         if len(diff) > args.lines:
             print(f"    ... {len(diff) - args.lines} more diff lines", file=sys.stderr)
-    coverage(converted, shared, hand)
+    coverage(converted, shared, partly, hand)
     if bad:
         print(f"[exercises] {bad} stub(s) drifted. Fix the given code in the solution (or a region in "
               "the stub), then: python3 scripts/exercises.py generate", file=sys.stderr)
@@ -196,7 +276,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    converted, _, _ = classify()
+    converted = classify()[0]
     wanted = {Path(f).resolve() for f in args.files}
     refused = 0
     for stub, solution in converted:
@@ -243,7 +323,8 @@ def main() -> int:
                    help="write even when stub lines outside the regions would be dropped (they are listed)")
     g.add_argument("--lines", type=int, default=40, help="dropped lines listed per stub (default 40)")
     g.set_defaults(fn=cmd_generate)
-    sub.add_parser("list", help="which stubs are converted").set_defaults(fn=cmd_list)
+    sub.add_parser("list", help="which stubs are generated, shared, partly shared or hand-kept").set_defaults(
+        fn=cmd_list)
     args = ap.parse_args()
     try:
         return args.fn(args)

@@ -123,7 +123,7 @@ __global__ void row_dot_kernel(const Params p, long long rows, bool zero_dq) {
 }
 
 void launch_row_dot(const Params& p, long long rows, bool zero_dq, cudaStream_t stream) {
-  if (!kRowDotWritten) throw NotImplemented("attention_backward: row_dot_kernel (step 1)", __FILE__);
+  if (!kRowDotWritten) throw NotImplemented("attention_backward: row_dot_kernel (step 0, the preprocessing)", __FILE__);
   constexpr int kThreads = 256;
   row_dot_kernel<<<grid_stride_blocks(rows, kThreads), kThreads, 0, stream>>>(p, rows, zero_dq);
   COURSE_CHECK_LAUNCH("row_dot_kernel");

@@ -9,7 +9,7 @@ from typing import Dict, List, Tuple
 
 from .build import build_targets
 from .catalog import step_of_param
-from .common import CourseError, rel, say
+from .common import CourseError, gpu_absent, rel, say
 from .runner import Course
 
 
@@ -46,6 +46,13 @@ def cmd_bench(args) -> int:
     course = Course(args)
     step = course.find(args.step)
     target = f"{step.module.short}_bench"
+    absent = gpu_absent()
+    if absent:  # say so before building a benchmark binary that would have nothing to run
+        say(f"[course] no NVIDIA GPU found: bench {step.id} runs {target} ({step.module.dir}), which needs one; "
+            "nothing built, nothing run. On a GPU machine this command prints your row beside the solution's "
+            "and the library's.")
+        say(f"[course]   ({absent})")
+        return 0
     build_targets(course.build, course.preset, [target])
     binary = course.build / step.module.dir / target
     r = subprocess.run([str(binary), "--benchmark_list_tests"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

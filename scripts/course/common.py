@@ -2,6 +2,8 @@
 learner-facing error (CourseError), and a short excerpt of a long message."""
 from __future__ import annotations
 
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -36,6 +38,17 @@ class CourseError(Exception):
     def __init__(self, msg: str, status: int = 1):
         super().__init__(msg)
         self.status = status
+
+
+def gpu_absent() -> str:
+    """'' when `nvidia-smi -L` lists a GPU; else what the system said (course.sh's have_gpu
+    and no_gpu_note ask the same)."""
+    if not shutil.which("nvidia-smi"):
+        return "nvidia-smi: command not found"
+    r = subprocess.run(["nvidia-smi", "-L"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if r.returncode == 0 and "GPU" in r.stdout:
+        return ""
+    return "nvidia-smi: " + (r.stdout.strip().splitlines() or ["(no output)"])[0]
 
 
 def first_lines(text: str, k: int) -> str:

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """scripts/exercises.py on a small tree in a temporary folder: generate writes what check
 expects, and refuses -- exit 1, naming the stub's file and line -- to drop stub lines outside
-the regions unless --force is given. No build, no GPU; well under a second.
+the regions unless --force is given; list tells a stub that includes its solution's kernels
+and writes only phases (one source) from one that includes a solution header but keeps
+copies of given code (partly shared) and from a hand-kept one. No build, no GPU; well under
+a second.
 Run: python3 scripts/tests/test_exercises.py (CI: .ci/run, next to `exercises.py check`).
 """
 import contextlib
@@ -164,6 +167,81 @@ class Tree(unittest.TestCase):
         rc, _, err = self.run_tool("generate")
         self.assertEqual(rc, 1)
         self.assertIn("mark different regions", err)
+
+
+HEADER = """\
+/// @file op_tc.cuh
+/// @brief Solution: the op's kernel on a Phases parameter.
+
+namespace course::solution {
+template <class Phases>
+__global__ void kernel(float* out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = Phases::value(i);
+}
+}  // namespace course::solution
+"""
+
+PHASES_ONLY = """\
+/// @file op_tc.cu
+/// @brief YOUR op: only the phase.
+
+#include "../../solutions/m/op_tc.cuh"
+
+namespace course::exercise {
+struct Phases {
+  /// TODO 1: the value of element i.
+  __device__ static float value(int i) { return 0.f * i; }
+};
+void launch(float* out, int n) { solution::kernel<Phases><<<1, 32>>>(out, n); }
+}  // namespace course::exercise
+"""
+
+KEEPS_A_COPY = """\
+/// @file op_tc2.cu
+/// @brief YOUR op: a kernel of its own beside the shared header.
+
+#include "../../solutions/m/op_tc.cuh"
+
+namespace course::exercise {
+__global__ void kernel(float* out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = 0.f;  // TODO 1
+}
+}  // namespace course::exercise
+"""
+
+
+class Listing(Tree):
+    def setUp(self):
+        super().setUp()
+        root = Path(self.tmp.name)
+        (root / "solutions" / "m" / "op_tc.cuh").write_text(HEADER)
+        (root / "exercises" / "m" / "op_tc.cu").write_text(PHASES_ONLY)
+        (root / "exercises" / "m" / "op_tc2.cu").write_text(KEEPS_A_COPY)
+        hand = KEEPS_A_COPY.replace('#include "../../solutions/m/op_tc.cuh"', '#include "op.hpp"')
+        (root / "exercises" / "m" / "op_hand.cu").write_text(hand)
+
+    def test_shared_partly_and_hand_kept(self):
+        converted, shared, partly, hand = exercises.classify()
+        self.assertEqual([s.name for s, _ in converted], ["op.cu"])
+        self.assertEqual([e.stub.name for e in shared], ["op_tc.cu"])
+        self.assertEqual(shared[0].includes, ["solutions/m/op_tc.cuh"])
+        # The copied index line of the kernel; not its signature, not `}`, not the changed guard.
+        self.assertEqual([e.stub.name for e in partly], ["op_tc2.cu"])
+        self.assertEqual(partly[0].mirror, [8])
+        self.assertEqual([(e.stub.name, e.mirror) for e in hand], [("op_hand.cu", [8])])
+        rc, out, _ = self.run_tool("list")
+        self.assertEqual(rc, 0)
+        self.assertIn("one source by construction (1):\n    exercises/m/op_tc.cu  (includes solutions/m/op_tc.cuh)",
+                      out)
+        self.assertIn("exercises/m/op_tc2.cu  (includes solutions/m/op_tc.cuh; keeps 1 code line that also stands "
+                      "in solutions/m/, in lines 8)", out)
+        self.assertIn("exercises/m/op_hand.cu  (1 code line also stands in solutions/m/)", out)
+
+    def test_ranges(self):
+        self.assertEqual(exercises.ranges([3, 4, 5, 9, 30]), "3-9, 30")
+        self.assertEqual(exercises.ranges([]), "")
 
 
 if __name__ == "__main__":

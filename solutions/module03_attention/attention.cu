@@ -11,7 +11,10 @@
 ///   7. tc_swizzled_pipelined  (attention_tc.cu) XOR-swizzled tiles, 2-stage cp.async K/V ring
 ///   8. tc_register_softmax    (attention_tc_flash.cu) online softmax on the S accumulators
 ///   9. tc_flash2              (attention_tc_flash.cu) FlashAttention-2's tile shapes
-/// The bf16 steps, tc_mma to tc_flash2, have their own dispatcher in attention_tc.cu.
+///   10. tc_wgmma              (attention_tc_hopper.cu, sm_90a) both products on warpgroup MMA
+///   11. tc_warp_specialized   (attention_tc_hopper.cu, sm_90a) TMA loads, an mbarrier K/V ring, producer and
+///                              consumer warpgroups
+/// The bf16 steps, tc_mma to tc_warp_specialized, have their own dispatcher in attention_tc.cu.
 ///
 /// Predictions are for an H100 SXM (132 SMs, fp32 FMA peak ~67 TFLOP/s, ~3 TB/s HBM) on
 /// the benchmark shape B*H = 64 (B = 4, H = 16), N_q = N_k = N = 4096, d = 64, where

@@ -1,6 +1,7 @@
 /// @file attention_fused.cu
-/// @brief Steps 4 and 5 of the attention ladder: the register-blocked fused kernel, and
-/// its positional options (RoPE, ALiBi) and grouped-query attention.
+/// @brief Steps 4 and 5 of the attention ladder (fp32; the whole ladder: attention.cu):
+///   4. fused          8x4 register micro-tiles per thread, P through shared memory, cp.async K/V
+///   5. fused_options  fused plus RoPE, ALiBi and grouped-query K/V heads
 
 #include "attention_device.cuh"
 

@@ -1,14 +1,18 @@
 /// @file attention_tc.cu
 /// @brief The tensor-core steps of the attention ladder (bf16 Q, K, V, O; fp32
 /// accumulation, softmax statistics and lse), tc_mma and tc_swizzled_pipelined, and the
-/// dispatcher of all four (numbers as in kAttentionSteps, module03/attention.hpp):
+/// dispatcher of all six (numbers as in kAttentionSteps, module03/attention.hpp):
 ///   6. tc_mma                 mma.sync m16n8k16 + ldmatrix (V via .trans); S and P through shared memory
 ///   7. tc_swizzled_pipelined  + XOR-swizzled tiles, 2-stage cp.async K/V ring, Q fragments in registers
 ///   8. tc_register_softmax    (attention_tc_flash.cu) softmax on the accumulator fragments
 ///   9. tc_flash2              (attention_tc_flash.cu) FlashAttention-2's tile shapes
+///   10. tc_wgmma              (attention_tc_hopper.cu, sm_90a) both products on warpgroup MMA
+///   11. tc_warp_specialized   (attention_tc_hopper.cu, sm_90a) TMA loads, an mbarrier K/V ring,
+///                              producer and consumer warpgroups
 /// Every step: any N_q, N_k (tails masked), causal (bottom-right; tiles past the
 /// diagonal skipped, heaviest query tiles first), [B,H,N,d] and [B,N,H,d] strides,
-/// grouped-query attention, d in {32, 64, 96, 128}, fp32 lse.
+/// grouped-query attention, fp32 lse; d in {32, 64, 96, 128} (tc_wgmma and
+/// tc_warp_specialized: 64 and 128, on sm_90a only; elsewhere course::Unsupported).
 ///
 /// Predictions are for an H200 (132 SMs, ~1.98 GHz, 128 B/clk of shared memory per SM;
 /// mma.sync m16n8k16 bf16 = 4096 FLOPs, ~60-70% of the wgmma peak of 989 TFLOP/s) at the

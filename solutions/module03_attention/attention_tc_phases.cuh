@@ -6,7 +6,7 @@
 /// tc_register_softmax and tc_flash2) and the exercise
 /// (exercises/module03_attention/attention_tc.cu). The phases a learner writes are not here:
 /// each side has its own, under the same names and signatures -- scores_qk and accumulate_pv
-/// (step 6), softmax_on_fragments and a_fragment (step 8).
+/// (tc_mma), softmax_on_fragments and a_fragment (tc_register_softmax).
 ///
 /// Every phase is a forceinline function template on the kernel's tile configuration (T:
 /// SmemSoftmaxTile, Cfg: FlashConfig) and, where it reads the parameter block, on its type

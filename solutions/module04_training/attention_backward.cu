@@ -9,6 +9,10 @@
 ///   3. flash_deterministic  (attention_backward_flash.cu) flash with dQ's additions in
 ///                           K/V-tile order, one tile at a time behind a turn counter per
 ///                           query tile; bit-identical runs.
+///   4. tc_mma               (attention_backward_tc.cu, bf16) the five products on mma.sync fragments
+///   5. tc_pipelined         (attention_backward_tc.cu) + XOR-swizzled tiles, a 2-stage cp.async ring
+///   6. tc_deterministic     (attention_backward_tc.cu) + dQ added in K/V-tile order: bit-identical
+/// The bf16 steps, tc_mma to tc_deterministic, have their own entry point in attention_backward_tc.cu.
 ///
 /// The preprocessing (here): D_i = sum_c dO_ic O_ic, the row term of the softmax Jacobian
 /// (sum_j P_ij dP_ij = sum_j P_ij dO_i . V_j = dO_i . O_i), one dot product of length d per

@@ -1,9 +1,10 @@
 /// @file attention_backward_naive.cu
-/// @brief Attention backward, step naive: the gradients of module 3's attention by
-/// composition -- module 2's batched GEMMs (with their a_transposed / b_transposed
-/// options), one small kernel that recomputes P, and this module's softmax backward.
-/// The flash steps live in attention_backward_flash.cu, the dispatcher in
-/// attention_backward.cu.
+/// @brief Step 1 of the attention-backward ladder (fp32; the whole ladder: attention_backward.cu):
+///   1. naive  S, P and dP materialized in an O(N^2) workspace
+/// The gradients of module 3's attention by composition -- module 2's batched GEMMs (with
+/// their a_transposed / b_transposed options), one small kernel that recomputes P, and this
+/// module's softmax backward. The flash steps live in attention_backward_flash.cu, the
+/// dispatcher in attention_backward.cu.
 
 #include "attention_backward_device.cuh"
 

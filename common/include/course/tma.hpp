@@ -6,6 +6,10 @@
 /// (course/cuda/hopper_ptx.cuh). Pass the map to the kernel by value as a
 /// `const __grid_constant__ CUtensorMap` parameter.
 ///
+/// Used by module 1's matmul_tc_hopper.cu (make_tma_map_bf16_2d: A and B tiles) and module
+/// 3's attention_tc_hopper.cuh (make_tma_map_bf16 of rank 4: Q, K, V as (d, N, H, B), read
+/// with tma_load_4d), which the exercises of the same names share or mirror.
+///
 /// The driver function that encodes the map (cuTensorMapEncodeTiled) is looked up
 /// through the CUDA runtime (cudaGetDriverEntryPointByVersion), so nothing links
 /// against the driver library and programs still start on machines without a GPU.

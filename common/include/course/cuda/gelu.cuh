@@ -1,7 +1,10 @@
 #pragma once
 /// @file gelu.cuh
-/// @brief GELU in GPT-2's tanh approximation, on the device: the one home of its formula
-/// (module 1's tensor-core epilogue, module 4's GELU ladder and the GPT trainer use it).
+/// @brief GELU in GPT-2's tanh approximation, on the device: the one home of its device
+/// formula. Used by module 1's tensor-core matmul epilogue (solutions/module01_basics/
+/// matmul_tc_parts.cuh: the GELU option of TcMatmulArgs, which the GPT trainer's fused
+/// linear layers run). Module 4's GELU ladder (gelu.cu) writes its own forms of the formula,
+/// from the same two constants stated in module04/gelu.hpp.
 ///
 ///     gelu(x)  = x/2 * (1 + tanh(u)),    u = sqrt(2/pi) * (x + 0.044715 x^3)
 ///     gelu'(x) = (1 + tanh(u))/2 + x/2 * (1 - tanh(u)^2) * sqrt(2/pi) * (1 + 3 * 0.044715 x^2)

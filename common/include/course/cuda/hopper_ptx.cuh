@@ -19,6 +19,15 @@
 ///
 /// Where a wrapper needs sm_90 and the pass compiles for an older target, it traps;
 /// hosts check sm90a_code_available() (or the compute capability) before launching.
+///
+/// Used by (solutions/, and the exercises/ file of the same name where there is one):
+/// - module 1: matmul_tc_hopper.cu (TMA 2-D copies and multicast, mbarrier ring, clusters,
+///   setmaxnreg); tests/planted/matmul_tc_planted.cu
+/// - module 2: batched_gemm_tensor_core.cu (wgmma: fence_proxy_async_smem, sm90a_code_available)
+/// - module 3: attention_tc_hopper.cuh, attention_tc_hopper_phases.cuh and the exercise's
+///   attention_tc_hopper.cu (tma_load_4d, the mbarrier K/V ring, setmaxnreg,
+///   named_barrier_sync in the epilogue)
+/// - common: course/tma.hpp (the host side of the tensor maps)
 
 #include <cuda_runtime.h>
 

@@ -11,11 +11,14 @@
 ///   ldmatrix, mma.sync, swizzle); matmul_tc_hopper.cu (cp.async, wgmma);
 ///   softmax.cu (cp.async in cluster_columns); tests/planted/matmul_tc_planted.cu
 /// - module 2: batched_gemm_fp32.cu (cp.async); batched_gemm_tensor_core.cu (mma.sync, wgmma)
-/// - module 3: attention_device.cuh, attention_fused.cu, solution and exercise (cp.async);
-///   attention_tc_device.cuh, attention_tc.cu, attention_tc_flash.cu (the
-///   tensor-core steps, ex2 too); attention_tc_hopper.cu (wgmma, P from registers);
-///   tests/planted/attention_tc_planted.cu
-/// - module 4: attention_backward_flash.cu (cp.async)
+/// - module 3: attention_device.cuh, solution and exercise, attention_fused.cu (cp.async);
+///   attention_tc_device.cuh, attention_tc_phases.cuh, attention_tc.cu, attention_tc_flash.cu
+///   and the exercise's attention_tc.cu (the mma.sync steps, ex2 too); attention_tc_hopper.cuh,
+///   attention_tc_hopper_phases.cuh and the exercise's attention_tc_hopper.cu (the Hopper
+///   steps: wgmma, P from registers); tests/planted/attention_tc_planted.cu
+/// - module 4: attention_backward_flash.cu (cp.async); attention_backward_tc.cuh,
+///   attention_backward_tc_phases.cuh and the exercise's attention_backward_tc.cu (mma.sync,
+///   ldmatrix, cp.async); tests/planted/attention_backward_tc_planted.cu
 /// - common: course/cuda/tile.cuh (smem_u32, swizzle_chunk)
 ///
 /// Why PTX and not a C++ API: these instructions have no stable C++ wrapper that

@@ -4,9 +4,9 @@
 /// floats into one fragment register, the byte offset of a 16-byte chunk in a plain or
 /// XOR-swizzled tile, the aligned base of dynamic shared memory, and a cp.async copier of
 /// whole tiles.
-/// Used by module 3's tensor-core attention steps (solutions: attention_tc_device.cuh;
-/// exercises: attention_tc.cu) and module 4's tensor-core attention backward
-/// (attention_backward_tc.cuh).
+/// Used by module 3's mma.sync attention steps (solutions: attention_tc_device.cuh,
+/// attention_tc_phases.cuh; exercises: attention_tc.cu) and module 4's tensor-core
+/// attention backward (attention_backward_tc.cuh, which its exercise includes).
 
 #include "course/cuda/mma_ptx.cuh"
 

@@ -7,7 +7,9 @@
 /// - module 1: solutions/ and exercises/ softmax.cu (cluster_columns' stores),
 ///   bench/bench_softmax_order.cu (the column_order_* rows)
 /// - module 3: solutions/ and exercises/ attention_fused.cu (O epilogue, V reads)
-/// - module 4: solutions/ attention_backward_flash.cu (dK, dV, dQ), softmax_backward.cu
+/// - module 4: solutions/ and exercises/ adamw.cu and softmax_backward.cu; solutions/
+///   attention_backward_flash.cu (dK, dV, dQ)
+/// - common: course/cuda/elem16.cuh (its fp32 16-byte loads and stores)
 ///
 /// The stores go through store_global4 / store_global2: one explicit st.global.v4 / .v2
 /// each. A plain `*reinterpret_cast<float4*>(p) = v` is only a request: in several course
