@@ -403,7 +403,16 @@ void launch(const TcParams& p, std::int64_t batch_heads, cudaStream_t stream) {
 // Prediction: with the softmax (~0.3 us per tile at d = 128) hidden under the other
 // warpgroup's GEMMs (~0.55 us), the tensor cores stay busy: +10-20% over step 11, ~600-650
 // TFLOP/s at d = 128 (0.95-1.05x cuDNN), ~450-500 at d = 64.
-// Measured: pending (GPU run)
+// Outcome (H100, m03_bench, steps 11 and 12 in one run; not yet on the results page, whose
+// Hopper rows come from an H200 run): d = 128 non-causal 1.07-1.11x step 11 (450-615
+// TFLOP/s, the most at N = 16384), causal 1.01-1.07x; d = 64 0.98-1.03x (316-413): half of
+// the predicted gain at d = 128, none at d = 64. Tests, 515 fuzz cases and memcheck,
+// racecheck and synccheck: clean. Not profiled yet. The likely reason at d = 64: a GEMM
+// phase there (64 x 128 x 64 twice) is short beside the softmax of 128 scores per row, so
+// the turns wait for the softmax rather than hide it; and at every d the chain inside a
+// warpgroup remains (its softmax still waits for its own S). FlashAttention-3's next
+// step -- issue S_{j+1} before the softmax of tile j, so that a warpgroup's own GEMM runs
+// under its softmax -- is what this ladder lacks.
 // ============================================================================
 namespace ws_step {
 

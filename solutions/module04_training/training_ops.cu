@@ -87,7 +87,10 @@ __global__ void embedding_forward_kernel(const std::int32_t* __restrict__ ids, c
 // dout, ~8-10 us) 30-35 us for the whole call, against the ceiling of one 25 MB read,
 // ~10 us. A vocabulary above kSharedVocab counts in global memory (a cudaMemsetAsync and
 // an L2 round trip per 32 rows): correct, slower (tens of microseconds for 50K ids).
-// Measured: pending (GPU run).
+// Outcome (H200, m04_gpt --profile, default model): the phase bwd.embedding (this call and
+// the bf16 -> fp32 conversion of dx before it) 0.056 ms per step, from 1.29 ms with the
+// earlier kernel (one block per vocabulary entry, each scanning all 16384 ids): the step
+// went from 10.02 to 8.83 ms (two calls on the same kind of card).
 
 constexpr int kSortWarps = 4;        ///< tiles (one warp each) per block of the count kernel
 constexpr int kSharedVocab = 2048;   ///< the count kernel keeps its counters in shared memory up to this vocab
