@@ -811,26 +811,6 @@ class Gpt {
 // =====================================================================================
 // Files: --dump-init and checkpoints
 
-constexpr i64 kFileVersion = 1;
-
-void write_header(std::ofstream& f, const char* magic, const gpt::GptConfig& c, i64 step) {
-  f.write(magic, 8);
-  const i64 fields[7] = {kFileVersion, c.vocab, c.context, c.layers, c.heads, c.d_model, step};
-  f.write(reinterpret_cast<const char*>(fields), sizeof fields);
-}
-
-/// The tensors of a padded buffer, back to back.
-void write_tensors(std::ofstream& f, const gpt::ParamLayout& L, const std::vector<float>& padded) {
-  for (const gpt::ParamTensor& t : L.tensors)
-    f.write(reinterpret_cast<const char*>(padded.data() + t.offset), static_cast<std::streamsize>(t.numel * 4));
-}
-
-void read_tensors(std::ifstream& f, const gpt::ParamLayout& L, std::vector<float>& padded) {
-  padded.assign(static_cast<std::size_t>(L.total), 0.f);
-  for (const gpt::ParamTensor& t : L.tensors)
-    f.read(reinterpret_cast<char*>(padded.data() + t.offset), static_cast<std::streamsize>(t.numel * 4));
-}
-
 std::ofstream open_out(const std::string& path, const char* flag) {
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent);
@@ -842,8 +822,8 @@ std::ofstream open_out(const std::string& path, const char* flag) {
 void dump_init(const std::string& path, const gpt::GptConfig& c, const gpt::ParamLayout& L,
                const std::vector<float>& p) {
   std::ofstream f = open_out(path, "--dump-init");
-  write_header(f, "CRSGPTIN", c, 0);
-  write_tensors(f, L, p);
+  gpt::write_gpt_header(f, "CRSGPTIN", c, 0);
+  gpt::write_gpt_tensors(f, L, p);
   std::printf("   initial parameters (%lld fp32, ParamLayout order) written to %s\n", static_cast<long long>(L.count),
               path.c_str());
 }
@@ -854,8 +834,8 @@ template <class Act>
 void dump_grads(const std::string& path, const gpt::GptConfig& c, const gpt::ParamLayout& L, Gpt<Act>& model) {
   COURSE_CUDA_CHECK(cudaStreamSynchronize(model.stream()));  // the backward pass runs on the model's stream
   std::ofstream f = open_out(path, "--dump-grads");
-  write_header(f, "CRSGPTGR", c, 0);
-  write_tensors(f, L, model.grads().download());
+  gpt::write_gpt_header(f, "CRSGPTGR", c, 0);
+  gpt::write_gpt_tensors(f, L, model.grads().download());
   if (!f) throw course::Error("writing the gradients " + path + " failed");
   std::printf("   step 1's gradients (fp32, ParamLayout order) written to %s\n", path.c_str());
 }
@@ -863,42 +843,24 @@ void dump_grads(const std::string& path, const gpt::GptConfig& c, const gpt::Par
 template <class Act>
 void save_checkpoint(const std::string& path, const gpt::GptConfig& c, const gpt::ParamLayout& L, Gpt<Act>& model,
                      i64 step) {
-  std::ofstream f = open_out(path, "--save");
-  write_header(f, "CRSGPTCK", c, step);
-  write_tensors(f, L, model.parameters());
-  write_tensors(f, L, model.m().download());
-  write_tensors(f, L, model.v().download());
-  if (!f) throw course::Error("writing the checkpoint " + path + " failed");
+  open_out(path, "--save");  // creates the folder and names the flag if the path cannot be written
+  gpt::GptCheckpoint ck;
+  ck.step = step;
+  ck.params = model.parameters();
+  ck.m = model.m().download();
+  ck.v = model.v().download();
+  gpt::write_gpt_checkpoint(path, c, L, ck);
   std::printf("   checkpoint after step %lld written to %s\n", static_cast<long long>(step), path.c_str());
 }
 
 /// Loads a checkpoint into `model`; returns the steps it had trained.
 template <class Act>
 i64 load_checkpoint(const std::string& path, const gpt::GptConfig& c, const gpt::ParamLayout& L, Gpt<Act>& model) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw course::Error("--resume " + path + ": cannot be opened");
-  char magic[8];
-  i64 fields[7];
-  f.read(magic, 8);
-  f.read(reinterpret_cast<char*>(fields), sizeof fields);
-  if (!f || std::memcmp(magic, "CRSGPTCK", 8) != 0 || fields[0] != kFileVersion)
-    throw course::Error("--resume " + path + ": not a version-1 m04_gpt checkpoint");
-  const i64 want[5] = {c.vocab, c.context, c.layers, c.heads, c.d_model};
-  const char* names[5] = {"vocab", "context", "layers", "heads", "d_model"};
-  for (int i = 0; i < 5; ++i)
-    if (fields[1 + i] != want[i])
-      throw course::Error(course::demo::format("--resume %s: the checkpoint has %s = %lld, this run %lld", path.c_str(),
-                                               names[i], static_cast<long long>(fields[1 + i]),
-                                               static_cast<long long>(want[i])));
-  std::vector<float> p, m, v;
-  read_tensors(f, L, p);
-  read_tensors(f, L, m);
-  read_tensors(f, L, v);
-  if (!f) throw course::Error("--resume " + path + ": truncated");
-  model.set_parameters(p);
-  model.m().upload(m);
-  model.v().upload(v);
-  return fields[6];
+  const gpt::GptCheckpoint ck = gpt::read_gpt_checkpoint(path, c, L);
+  model.set_parameters(ck.params);
+  model.m().upload(ck.m);
+  model.v().upload(ck.v);
+  return ck.step;
 }
 
 // =====================================================================================

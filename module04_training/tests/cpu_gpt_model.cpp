@@ -1,8 +1,8 @@
 // CPU tests of the GPT trainer's host side (module04/gpt_model.hpp): the parameter layout
 // and count, the initialization, the learning-rate schedule, the batch sampler's hash (its
 // values are pinned: scripts/gpt_twin.py repeats them in Python), the token-file reader,
-// the sampling of a token from logits, the --precision names and the --profile table. No GPU
-// needed.
+// the sampling of a token from logits, the --precision names, the --profile table and the
+// checkpoint file (save, resume, refusals). No GPU needed.
 
 #include "course/error.hpp"
 #include "module04/gpt_model.hpp"
@@ -248,6 +248,59 @@ TEST(GptData, ReadsTokenAndVocabFiles) {
   ASSERT_EQ(v.size(), 2u);
   EXPECT_EQ(v[0], "\n");
   EXPECT_EQ(v[1], "\xc3\xa9");
+  std::filesystem::remove_all(dir);
+}
+
+/// save -> resume: a checkpoint written for one configuration reads back bit for bit (the
+/// parameters, AdamW's moments and the step, padding zero), and a checkpoint of another
+/// model size, another file kind or a cut-off file is refused, naming what is wrong.
+TEST(GptFiles, CheckpointRoundTripAndRefusals) {
+  const auto dir = std::filesystem::temp_directory_path() / "cpu_gpt_checkpoint_test";
+  std::filesystem::create_directories(dir);
+  const gpt::GptConfig c{65, 17, 2, 2, 128, 3};
+  const gpt::ParamLayout L(c);
+  gpt::GptCheckpoint ck;
+  ck.step = 1234;
+  ck.params = gpt::gpt_init_parameters(c, L, 7);
+  ck.m = gpt::gpt_init_parameters(c, L, 8);
+  ck.v = gpt::gpt_init_parameters(c, L, 9);
+  for (float& x : ck.v) x = x * x;  // second moments are >= 0
+  const std::string path = (dir / "ck.bin").string();
+  gpt::write_gpt_checkpoint(path, c, L, ck);
+  EXPECT_EQ(static_cast<std::int64_t>(std::filesystem::file_size(path)), 64 + 3 * 4 * L.count);
+  const gpt::GptCheckpoint back = gpt::read_gpt_checkpoint(path, c, L);
+  EXPECT_EQ(back.step, 1234);
+  ASSERT_EQ(back.params.size(), ck.params.size());
+  EXPECT_EQ(std::memcmp(back.params.data(), ck.params.data(), 4 * ck.params.size()), 0);
+  EXPECT_EQ(std::memcmp(back.m.data(), ck.m.data(), 4 * ck.m.size()), 0);
+  EXPECT_EQ(std::memcmp(back.v.data(), ck.v.data(), 4 * ck.v.size()), 0);
+
+  gpt::GptConfig other = c;
+  other.layers = 3;
+  try {
+    gpt::read_gpt_checkpoint(path, other, gpt::ParamLayout(other));
+    FAIL() << "a checkpoint of another model size was read";
+  } catch (const course::Error& e) {
+    EXPECT_TRUE(contains(e.what(), "layers = 2, this run 3")) << e.what();
+  }
+  {
+    std::ofstream f((dir / "init.bin").string(), std::ios::binary);
+    gpt::write_gpt_header(f, "CRSGPTIN", c, 0);
+    gpt::write_gpt_tensors(f, L, ck.params);
+  }
+  try {
+    gpt::read_gpt_checkpoint((dir / "init.bin").string(), c, L);
+    FAIL() << "a --dump-init file was read as a checkpoint";
+  } catch (const course::Error& e) {
+    EXPECT_TRUE(contains(e.what(), "not a version-1 m04_gpt checkpoint")) << e.what();
+  }
+  std::filesystem::resize_file(path, 64 + 2 * 4 * L.count);
+  try {
+    gpt::read_gpt_checkpoint(path, c, L);
+    FAIL() << "a truncated checkpoint was read";
+  } catch (const course::Error& e) {
+    EXPECT_TRUE(contains(e.what(), "truncated")) << e.what();
+  }
   std::filesystem::remove_all(dir);
 }
 

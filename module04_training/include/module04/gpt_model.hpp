@@ -301,6 +301,78 @@ inline std::vector<std::string> read_vocab_file(const std::string& path) {
 }
 
 // ----------------------------------------------------------------------------------------
+// Files: --dump-init, --dump-grads and checkpoints (the formats are in demos/gpt.cpp's header
+// comment: a 64-byte header -- magic, then int64 version, vocab, context, layers, heads,
+// d_model, step -- then fp32 tensors back to back in ParamLayout order, no padding)
+
+inline constexpr std::int64_t kGptFileVersion = 1;
+
+inline void write_gpt_header(std::ostream& f, const char* magic, const GptConfig& c, std::int64_t step) {
+  f.write(magic, 8);
+  const std::int64_t fields[7] = {kGptFileVersion, c.vocab, c.context, c.layers, c.heads, c.d_model, step};
+  f.write(reinterpret_cast<const char*>(fields), sizeof fields);
+}
+
+/// The tensors of a padded buffer (ParamLayout::total elements), back to back.
+inline void write_gpt_tensors(std::ostream& f, const ParamLayout& L, const std::vector<float>& padded) {
+  for (const ParamTensor& t : L.tensors)
+    f.write(reinterpret_cast<const char*>(padded.data() + t.offset), static_cast<std::streamsize>(t.numel * 4));
+}
+
+/// Reads the tensors into a padded buffer (padding 0).
+inline std::vector<float> read_gpt_tensors(std::istream& f, const ParamLayout& L) {
+  std::vector<float> padded(static_cast<std::size_t>(L.total), 0.f);
+  for (const ParamTensor& t : L.tensors)
+    f.read(reinterpret_cast<char*>(padded.data() + t.offset), static_cast<std::streamsize>(t.numel * 4));
+  return padded;
+}
+
+/// A checkpoint's contents, in the padded layout.
+struct GptCheckpoint {
+  std::int64_t step = 0;  ///< steps already trained
+  std::vector<float> params, m, v;
+};
+
+/// Writes a checkpoint ("CRSGPTCK": parameters, then AdamW's m and v). Throws course::Error
+/// when the file cannot be written.
+inline void write_gpt_checkpoint(const std::string& path, const GptConfig& c, const ParamLayout& L,
+                                 const GptCheckpoint& ck) {
+  std::ofstream f(path, std::ios::binary);
+  if (!f) throw Error("--save " + path + ": cannot be opened for writing");
+  write_gpt_header(f, "CRSGPTCK", c, ck.step);
+  write_gpt_tensors(f, L, ck.params);
+  write_gpt_tensors(f, L, ck.m);
+  write_gpt_tensors(f, L, ck.v);
+  if (!f) throw Error("--save " + path + ": writing the checkpoint failed");
+}
+
+/// Reads a checkpoint written for configuration `c`; throws course::Error naming what is
+/// wrong (not a checkpoint, another version, a model size that differs, a truncated file).
+inline GptCheckpoint read_gpt_checkpoint(const std::string& path, const GptConfig& c, const ParamLayout& L) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error("--resume " + path + ": cannot be opened");
+  char magic[8];
+  std::int64_t fields[7];
+  f.read(magic, 8);
+  f.read(reinterpret_cast<char*>(fields), sizeof fields);
+  if (!f || std::memcmp(magic, "CRSGPTCK", 8) != 0 || fields[0] != kGptFileVersion)
+    throw Error("--resume " + path + ": not a version-1 m04_gpt checkpoint");
+  const std::int64_t want[5] = {c.vocab, c.context, c.layers, c.heads, c.d_model};
+  const char* names[5] = {"vocab", "context", "layers", "heads", "d_model"};
+  for (int i = 0; i < 5; ++i)
+    if (fields[1 + i] != want[i])
+      throw Error("--resume " + path + ": the checkpoint has " + names[i] + " = " + std::to_string(fields[1 + i]) +
+                  ", this run " + std::to_string(want[i]));
+  GptCheckpoint ck;
+  ck.step = fields[6];
+  ck.params = read_gpt_tensors(f, L);
+  ck.m = read_gpt_tensors(f, L);
+  ck.v = read_gpt_tensors(f, L);
+  if (!f) throw Error("--resume " + path + ": truncated");
+  return ck;
+}
+
+// ----------------------------------------------------------------------------------------
 // Sampling
 
 /// The next token from one row of logits: softmax(logits / temperature) in double, then the
