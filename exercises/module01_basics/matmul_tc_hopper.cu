@@ -56,31 +56,7 @@ constexpr std::uint32_t kBBlockBytes = kBK * 64 * 2;      //  8 KB: one [64 k][6
 constexpr std::uint32_t kBBytes = kBN * kBK * 2;          // 32 KB: four blocks
 constexpr std::uint32_t kStageBytes = kABytes + kBBytes;  // 48 KB per pipeline stage
 
-/// Tiles of C are handed to blocks in groups of kGroup tile-rows: consecutive blocks walk
-/// down a column of kGroup tiles before moving right, so the blocks running at the same
-/// time share rows of A and columns of B in L2. Maps the 1-D index `pid` to (tile_m, tile_n).
-template <int kGroup = 8>
-__device__ __forceinline__ void grouped_tile(int pid, int tiles_m, int tiles_n, int& tile_m, int& tile_n) {
-  const int per_group = kGroup * tiles_n;
-  const int group = pid / per_group;
-  const int first_m = group * kGroup;
-  const int rows = min(tiles_m - first_m, kGroup);  // the last group may be short
-  const int local = pid - group * per_group;
-  tile_m = first_m + local % rows;
-  tile_n = local / rows;
-}
-
-/// Number of tiles of C (throws if it does not fit a 1-D grid).
-inline unsigned grid_blocks(std::int64_t m, std::int64_t n, int bm, int bn, const char* fn) {
-  const std::int64_t tiles = ((m + bm - 1) / bm) * ((n + bn - 1) / bn);
-  require_arg(tiles <= INT_MAX, fn, "m*n", m * n, "needs more than 2^31-1 tiles of C");
-  return static_cast<unsigned>(tiles);
-}
-
-/// float2 stores of C need an even ldc and an 8-byte aligned C (columns are always even).
-inline bool vec2_store_ok(const TcMatmulArgs& a) {
-  return a.ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(a.c) % 8 == 0;
-}
+// grouped_tile, grid_blocks, vec2_store_ok and store_pair: matmul_tc_parts.cuh (given).
 
 /// Throws course::Unsupported unless the Hopper instructions can run here.
 void require_sm90a(const char* step) {
@@ -88,19 +64,6 @@ void require_sm90a(const char* step) {
     throw Unsupported(step,
                       "a Hopper GPU (compute capability 9.0) and a build for sm_90a "
                       "(CMAKE_CUDA_ARCHITECTURES=90a; wgmma and setmaxnreg are not in plain sm_90)");
-}
-
-/// Store two horizontally adjacent accumulators (row, col) and (row, col+1), masked.
-__device__ __forceinline__ void store_pair(float* C, int M, int N, std::int64_t ldc, bool vec_ok, int row,
-                                           int col, float v0, float v1) {
-  if (row >= M) return;
-  float* p = C + static_cast<std::int64_t>(row) * ldc + col;
-  if (vec_ok && col + 1 < N) {
-    *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
-  } else {
-    if (col < N) p[0] = v0;
-    if (col + 1 < N) p[1] = v1;
-  }
 }
 
 /// The epilogue of one warpgroup, straight from its accumulators: warp w of the group owns
