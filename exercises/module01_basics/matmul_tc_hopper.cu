@@ -12,6 +12,12 @@
 /// written, it needs a Hopper GPU (compute capability 9.0) and an sm_90a build, and
 /// elsewhere its tests report SKIPPED with the reason (course::Unsupported).
 ///
+/// The code outside the `// @step` ... `// @end` regions is the solution's
+/// (solutions/module01_basics/matmul_tc_hopper.cu, generated from it): copies, pipelines,
+/// barriers' setup, tensor maps, launches and epilogues are given (including the operand
+/// layouts and epilogue options of steps 4-6, which matmul_tc.cu keeps off until step 2b's
+/// idea reaches them); the regions are yours.
+///
 /// Given, and the same in every step: each block computes a 128 x 256 tile of C as two
 /// warpgroups of 64 x 256 (wgmma m64n256k16: 128 fp32 accumulators per thread), over K in
 /// slabs of 64. The shared-memory layouts of one slab (one pipeline stage) are what wgmma's
@@ -38,8 +44,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstdint>
+
+// A build for "80;90a" also compiles this file for sm_80, where every kernel body below is
+// compiled out (wgmma, TMA and setmaxnreg need sm_90a) and the helpers they call are left
+// unreferenced: silence that one diagnostic ("declared but never referenced") in that pass only.
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#pragma nv_diag_suppress 177
+#endif
 
 namespace course::exercise::tc_parts {
 namespace {
@@ -48,39 +60,13 @@ using m01::TcMatmulArgs;
 using bf16 = __nv_bfloat16;
 namespace cc = ::course::cuda;
 
-// ---------------------------------------------------------------- given: shared by steps 3-6 ---
+// ---------------------------------------------------------------- shared by steps 3-6 ---
 
 constexpr int kBM = 128, kBN = 256, kBK = 64;
-constexpr std::uint32_t kABytes = kBM * kBK * 2;          // 16 KB: 128 rows of 128 bytes
-constexpr std::uint32_t kBBlockBytes = kBK * 64 * 2;      //  8 KB: one [64 k][64 n] block of B
-constexpr std::uint32_t kBBytes = kBN * kBK * 2;          // 32 KB: four blocks
+constexpr std::uint32_t kABytes = kBM * kBK * 2;        // 16 KB: 128 rows of 128 bytes
+constexpr std::uint32_t kBBlockBytes = kBK * 64 * 2;    //  8 KB: one [64 k][64 n] block of B
+constexpr std::uint32_t kBBytes = kBN * kBK * 2;        // 32 KB: four blocks
 constexpr std::uint32_t kStageBytes = kABytes + kBBytes;  // 48 KB per pipeline stage
-
-/// Tiles of C are handed to blocks in groups of kGroup tile-rows: consecutive blocks walk
-/// down a column of kGroup tiles before moving right, so the blocks running at the same
-/// time share rows of A and columns of B in L2. Maps the 1-D index `pid` to (tile_m, tile_n).
-template <int kGroup = 8>
-__device__ __forceinline__ void grouped_tile(int pid, int tiles_m, int tiles_n, int& tile_m, int& tile_n) {
-  const int per_group = kGroup * tiles_n;
-  const int group = pid / per_group;
-  const int first_m = group * kGroup;
-  const int rows = min(tiles_m - first_m, kGroup);  // the last group may be short
-  const int local = pid - group * per_group;
-  tile_m = first_m + local % rows;
-  tile_n = local / rows;
-}
-
-/// Number of tiles of C (throws if it does not fit a 1-D grid).
-inline unsigned grid_blocks(std::int64_t m, std::int64_t n, int bm, int bn, const char* fn) {
-  const std::int64_t tiles = ((m + bm - 1) / bm) * ((n + bn - 1) / bn);
-  require_arg(tiles <= INT_MAX, fn, "m*n", m * n, "needs more than 2^31-1 tiles of C");
-  return static_cast<unsigned>(tiles);
-}
-
-/// float2 stores of C need an even ldc and an 8-byte aligned C (columns are always even).
-inline bool vec2_store_ok(const TcMatmulArgs& a) {
-  return a.ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(a.c) % 8 == 0;
-}
 
 /// Throws course::Unsupported unless the Hopper instructions can run here.
 void require_sm90a(const char* step) {
@@ -90,22 +76,70 @@ void require_sm90a(const char* step) {
                       "(CMAKE_CUDA_ARCHITECTURES=90a; wgmma and setmaxnreg are not in plain sm_90)");
 }
 
-/// Store two horizontally adjacent accumulators (row, col) and (row, col+1), masked.
-__device__ __forceinline__ void store_pair(float* C, int M, int N, std::int64_t ldc, bool vec_ok, int row,
-                                           int col, float v0, float v1) {
-  if (row >= M) return;
-  float* p = C + static_cast<std::int64_t>(row) * ldc + col;
-  if (vec_ok && col + 1 < N) {
-    *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
-  } else {
-    if (col < N) p[0] = v0;
-    if (col + 1 < N) p[1] = v1;
+/// Consumer warpgroup `wg` (0 or 1: rows 64 wg .. 64 wg + 63 of the tile) multiplies one
+/// slab: four k16 steps of wgmma m64n256k16, both operands read from shared memory through
+/// descriptors. K-major A: a k16 step is 32 bytes further along the 128-byte rows, groups of
+/// 8 rows are 1024 bytes apart (sbo). MN-major B: a k16 step is 16 rows (2048 bytes)
+/// further; lbo = 8 KB to the next 64-column block, sbo = 1024 between groups of 8 k-rows.
+/// With the linear-layer layouts (matmul_tc.hpp) the roles swap: a transposed A is MN-major
+/// (two [64 k][64 m] blocks, the warpgroup's 64 rows are block wg), a transposed B is
+/// K-major ([256 n][64 k], rows of 128 bytes, like A's). wgmma reads either; the
+/// instruction's transpose flags say which. Issued only: the caller commits and waits.
+template <bool kATrans = false, bool kBTrans = false>
+__device__ __forceinline__ void wgmma_slab(float (&acc)[128], std::uint32_t stage_a, std::uint32_t stage_b, int wg) {
+  // @step wgmma
+  // TODO(step 3a): for ks = 0 .. kBK / 16 - 1, one descriptor of A and one of B, then the wgmma
+  //   cc::wgmma_m64n256k16_bf16_f32</*kBMnMajor=*/true>(acc, desc_a, desc_b) (the plain
+  //   layouts: kATrans = kBTrans = false; the transposed ones are the solution's addition).
+  //   A (K-major): where do this warpgroup's 64 rows start? Where does k16 step ks start
+  //     along a 128-byte row? The stride byte offset is the distance between groups of 8
+  //     rows; the leading byte offset is not used with this swizzle (pass 16).
+  //   B (MN-major, transposed by the wgmma on the fly): where does k16 step ks start (one
+  //     row of 128 bytes per k)? The leading byte offset is the distance between the
+  //     64-column blocks, the stride byte offset the distance between groups of 8 k-rows.
+  // Issued only: the caller fences, commits and waits. Steps 4-6 call it too.
+  // Hints, one at a time: bash scripts/course.sh hint matmul_tc/wgmma
+  (void)acc, (void)stage_a, (void)stage_b, (void)wg;
+  // @end
+}
+
+/// The epilogue with TcMatmulArgs' options (tc_parts::Epilogue), for one warp of a consumer
+/// warpgroup: its 16 rows x 256 columns go through a 16 x 32 fp32 patch of shared memory
+/// (row stride 40 floats: the float2 writes are conflict-free), 32 columns at a time, and
+/// come back four columns per lane for Epilogue::store4 (16-byte loads and stores). The
+/// read-back loop stays rolled: unrolled over all 64 accumulator pairs, the options'
+/// code would overflow the instruction cache (see mma_sync in matmul_tc.cu).
+__device__ __forceinline__ void store_warp_rows(const float (&acc)[128], float* patch, const Epilogue& epilogue,
+                                                int row0, int n0) {
+  constexpr int kLd = 40;
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int c = 0; c < kBN / 32; ++c) {
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      const int j = 4 * c + jj;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        *reinterpret_cast<float2*>(patch + (g + 8 * h) * kLd + 8 * jj + 2 * t) =
+            make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+    }
+    __syncwarp();
+#pragma unroll 1
+    for (int i = lane; i < 16 * 8; i += 32) {
+      const int r = i / 8, q = i % 8;
+      epilogue.store4(row0 + warp * 16 + r, n0 + 32 * c + 4 * q, *reinterpret_cast<const float4*>(patch + r * kLd + 4 * q));
+    }
+    __syncwarp();
   }
 }
+/// Shared memory of store_warp_rows' patches: 8 consumer warps x 16 rows x 40 floats.
+constexpr int kPatchBytes = 8 * 16 * 40 * 4;
 
 /// The epilogue of one warpgroup, straight from its accumulators: warp w of the group owns
 /// rows 16 w .. 16 w + 15 of its 64, and acc[4 j + 2 h], acc[4 j + 2 h + 1] is the pair of
-/// columns (8 j + 2 t, + 1) of row g + 8 h (g = lane / 4, t = lane % 4).
+/// columns (8 j + 2 t, + 1) of row g + 8 h (g = lane / 4, t = lane % 4). One warp store
+/// writes 8 rows x 32 bytes: whole 32-byte sectors.
 __device__ __forceinline__ void store_warpgroup_tile(const float (&acc)[128], float* C, int M, int N,
                                                      std::int64_t ldc, bool vec_ok, int row0, int n0) {
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
@@ -124,53 +158,44 @@ __device__ __forceinline__ void zero(float (&acc)[128]) {
 }
 
 /// Dynamic shared memory rounded up to the 1024-byte alignment of the swizzle atoms
-/// (8 rows x 128 bytes); every launch asks for 1 KB extra to make room.
+/// (8 rows x 128 bytes); the launch asks for 1 KB extra to make room.
 __device__ __forceinline__ std::uint32_t aligned_smem_base(unsigned char* raw) {
   return (cc::smem_u32(raw) + 1023u) & ~1023u;
 }
 
 // ============================================================================
-// Step 3: wgmma -- the warpgroup MMA, reading both operands from shared memory.
-//
-// A warpgroup (4 warps, 128 threads) issues one wgmma m64n256k16 together: a 64 x 16 slice
-// of A times a 16 x 256 slice of B, accumulated into 64 x 256 fp32 (128 per thread). There
-// are no fragment registers and no ldmatrix: the instruction reads shared memory itself,
-// through two 64-bit matrix descriptors (cc::wgmma_desc_sw128: start address, leading byte
-// offset, stride byte offset). And it is asynchronous: issue, commit the group, and wait
-// before the accumulators are read or the shared memory it reads is overwritten.
-//
-// Given: the copies (SlabCopier: cp.async straight into the swizzled layouts above), the
-// 4-stage pipeline around them, the epilogue. Two slabs are in flight while one is read.
-//
-// TODO(step 3a): wgmma_slab below: the descriptors of one slab, four k16 steps.
-// TODO(step 3b): in the kernel: the fence / issue / commit / wait around wgmma_slab, and
-//   the last wait before the epilogue.
-// TODO(step 3c): set kWgmmaWritten (above the launchers at the bottom) to true.
-// Hints, one at a time: bash scripts/course.sh hint matmul_tc/wgmma
+// Step 3: wgmma.
+// What limits mma_sync on Hopper: mma.sync is Ampere's instruction. Each warp loads its
+// fragments into registers with ldmatrix before every mma (shared-memory bandwidth), and
+// a warp can keep only a 64 x 64 tile of accumulators. Hopper's wgmma is issued by a
+// WARPGROUP (4 warps, 128 threads) and reads A and B straight from shared memory: one
+// m64n256k16 multiplies a 64 x 16 slice of A by a 16 x 256 slice of B into 64 x 256 fp32
+// accumulators spread over the group (128 per thread). B is read from shared memory once
+// per 64 rows instead of once per warp.
+// Changes from mma_sync:
+//  * Block tile 128 x 256 (was 128 x 256 of 8 warps), two warpgroups of 64 x 256.
+//  * Shared memory in the 128-byte-swizzle layout (file banner); wgmma descriptors
+//    (wgmma_slab) instead of ldmatrix addresses. No fragment registers at all.
+//  * The same cp.async pipeline feeds it, 4 stages of 48 KB. The tensor cores read
+//    shared memory through the async proxy, so each copying thread runs
+//    fence.proxy.async after its copies land, before the block barrier.
+//  * wgmma is asynchronous: issue slab kt, commit, then wait until at most ONE group is
+//    pending (slab kt-1's is complete). So the copies of slab kt+2 may overwrite the stage
+//    slab kt-2 used: two stages in flight, one being read, one draining.
+// Prediction (8192^3): the tensor cores are fed from shared memory at 3x less bandwidth
+// per FLOP than mma_sync, so the kernel should leave mma_sync's 0.67 of cuBLAS behind,
+// ~0.75-0.85. What it still pays for: all 256 threads stop at one barrier per slab and
+// issue 12 cp.async each, i.e. the math waits for the slowest warp's copies; and one
+// block per SM (192 KB of stages) leaves nothing to overlap the epilogue with.
+// Measured (results: hgemm_bf16/solution/wgmma/8192x8192x8192): 553.5 TFLOP/s = 0.83 of cublas_gemmex
 // ============================================================================
-
-/// Consumer warpgroup `wg` (0 or 1: rows 64 wg .. 64 wg + 63 of the tile) multiplies one
-/// slab (A at stage_a, B at stage_b, both shared-memory addresses): four k16 steps of
-/// cc::wgmma_m64n256k16_bf16_f32</*kBMnMajor=*/true>(acc, desc_a, desc_b). Issued only:
-/// the caller fences, commits and waits. Steps 4-6 call it too.
-__device__ __forceinline__ void wgmma_slab(float (&acc)[128], std::uint32_t stage_a, std::uint32_t stage_b, int wg) {
-  // TODO(step 3a): for ks = 0 .. kBK / 16 - 1, one descriptor of A and one of B, then the wgmma.
-  //   A (K-major): where do this warpgroup's 64 rows start? Where does k16 step ks start
-  //     along a 128-byte row? The stride byte offset is the distance between groups of 8
-  //     rows; the leading byte offset is not used with this swizzle (pass 16).
-  //   B (MN-major, transposed by the wgmma on the fly): where does k16 step ks start (one
-  //     row of 128 bytes per k)? The leading byte offset is the distance between the
-  //     64-column blocks, the stride byte offset the distance between groups of 8 k-rows.
-  (void)acc, (void)stage_a, (void)stage_b, (void)wg;
-}
-
 namespace wgmma_step {
 constexpr int kThreads = 256;  // two warpgroups, both copy and compute
 constexpr int kStages = 4;
 constexpr int kSmemBytes = kStages * static_cast<int>(kStageBytes) + 1024;
 
-/// (Given.) Per-thread cp.async copies of one slab into the 128-byte-swizzle layouts. Thread t
-/// copies chunk column t % 8 of A rows t / 8 + 32 i (i < 4) and chunk column t % 32 of B rows
+/// Per-thread cp.async copies of one slab into the 128-byte-swizzle layouts. Thread t copies
+/// chunk column t % 8 of A rows t / 8 + 32 i (i < 4) and chunk column t % 32 of B rows
 /// t / 32 + 8 i (i < 8): both row steps are multiples of 8, so each thread's chunks share
 /// one swizzle. Chunks past M, N or K copy 0 source bytes: cp.async writes the zeros.
 struct SlabCopier {
@@ -232,7 +257,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int k_tiles = (K + kBK - 1) / kBK;
   SlabCopier copier(A, B, M, N, K, lda, ldb, m0, n0);
 
-  // Prologue (given): slabs 0 .. kStages-3 in flight (commit group g = slab g, empty groups included).
+  // Prologue: slabs 0 .. kStages-3 in flight (commit group g = slab g, empty groups included).
 #pragma unroll
   for (int s = 0; s < kStages - 2; ++s) {
     if (s < k_tiles) copier.copy_next(smem + s * kStageBytes, A, B);
@@ -241,24 +266,28 @@ __global__ void __launch_bounds__(kThreads, 1)
   float acc[128];
   zero(acc);
   for (int kt = 0; kt < k_tiles; ++kt) {
-    // 1. (Given.) Wait for slab kt, publish it to every warp and to the async proxy (the
-    //    wgmma reads shared memory through it: fence.proxy.async after the copies land).
-    //    The barrier also certifies that every warpgroup has done what your 3b makes it do
-    //    at the end of iteration kt-1, before stage (kt - 2) % kStages is refilled below.
+    // 1. Wait for slab kt, publish it to every warp and to the async proxy. The barrier
+    //    also certifies that every warpgroup's slab kt-2 wgmmas are complete (each waited
+    //    for them at the end of iteration kt-1), so that stage may be refilled.
     cc::cp_async_wait<kStages - 3>();
     cc::fence_proxy_async_smem();
     __syncthreads();
-    // 2. (Given.) Refill: slab kt+2 into the stage slab kt-2 used.
+    // 2. Refill: slab kt+2 into the stage slab kt-2 used.
     const int next = kt + kStages - 2;
     if (next < k_tiles) copier.copy_next(smem + (next % kStages) * kStageBytes, A, B);
     cc::cp_async_commit();
-    // 3. Math. TODO(step 3b): slab kt is in stage kt % kStages (smem + that * kStageBytes; B
-    //    starts kABytes further). Fence the accumulators, issue wgmma_slab, commit the group,
-    //    then wait -- but not for everything: slab kt may keep running into the next
-    //    iteration. How many groups may stay pending so that the refill above never
-    //    overwrites a stage a wgmma still reads?
+    // 3. Math: issue slab kt; wait until only it may still run (slab kt-1 is done).
+    // @step wgmma
+    // TODO(step 3b): slab kt is in stage kt % kStages (smem + that * kStageBytes; B starts
+    //   kABytes further). Fence the accumulators, issue wgmma_slab, commit the group, then
+    //   wait -- but not for everything: slab kt may keep running into the next iteration.
+    //   How many groups may stay pending so that the refill above never overwrites a stage
+    //   a wgmma still reads?
+    // @end
   }
+  // @step wgmma
   // TODO(step 3b): the accumulators are read below: wait for every wgmma group first.
+  // @end
   cc::cp_async_wait<0>();
   store_warpgroup_tile(acc, C, M, N, ldc, vec_ok, m0 + 64 * wg, n0);
 #else
@@ -270,71 +299,97 @@ __global__ void __launch_bounds__(kThreads, 1)
 }  // namespace wgmma_step
 
 // ============================================================================
-// Steps 4-6: one warp-specialized kernel, three configurations (matmul_tc_ws_kernel below;
-// kCluster = 1 in steps 4-5, 2 in step 6; launch_ws chooses persistent or not).
+// Steps 4-6: one warp-specialized kernel, three configurations.
 //
-// Step 4, tma_warp_specialized. The TMA copies a whole 2-D box in one instruction -- A's
-// slab (128 rows x 64 k) in one, B's in four 64 x 64 boxes -- writes it in the swizzled
-// layout, zero-fills what lies outside the matrix, and counts the bytes down on an mbarrier.
-// Warpgroup 0 is the PRODUCER (one thread issues every copy); warpgroups 1-2 are the
-// CONSUMERS (wgmma and epilogue). A ring of kStages stages, two barriers per stage:
-//   full[s]:  the producer arrives on it, announcing kStageBytes; the TMA counts them down;
-//             the consumers wait on it.
-//   empty[s]: each consumer warpgroup arrives once its wgmmas on stage s are complete; the
-//             producer waits on it before refilling s.
-// A barrier's phase parity flips each time it completes: 0, 1, 0, ... as the ring wraps
-// (RingPosition keeps the stage and the parity of the current pass).
-// Given: the tensor maps and the launch (launch_ws), the shared-memory layout, the barrier
-// initialisation, the tile schedule (TileSchedule), wgmma_slab (yours, step 3), the epilogue.
-// TODO(step 4a): setmaxnreg: the producer warpgroup gives registers back, the consumers take them.
-// TODO(step 4b): the producer's hand-off, per slab.
-// TODO(step 4c): the consumers' hand-off and math, per slab, and release().
-// TODO(step 4d): set kTmaWarpSpecializedWritten to true.
-// Hints, one at a time: bash scripts/course.sh hint matmul_tc/tma_warp_specialized
+// Step 4, tma_warp_specialized. What limits step 3: every thread both copies and
+// computes, and everyone meets at a barrier per slab -- the math waits for the slowest
+// copy issue. Changes:
+//  * The TMA (tensor memory accelerator) copies a whole 2-D box -- the A slab (128 rows x
+//    128 bytes) in one instruction, B in four 64 x 64 boxes -- and writes it swizzled, the
+//    layout wgmma reads. One thread issues a stage's 5 copies. Edges are free: the TMA
+//    zero-fills whatever lies outside the matrix (the tensor map knows its shape).
+//  * Warp specialization: warpgroup 0 is the PRODUCER (one thread issues copies), warpgroups
+//    1-2 are CONSUMERS (wgmma + epilogue). They meet only at two barriers per stage:
+//      full[s]:  the producer arrives with expect_tx(48 KB); the TMA counts the bytes down;
+//                consumers wait on it (phase parity flips each time the ring wraps).
+//      empty[s]: each consumer warpgroup arrives once its wgmmas on stage s are complete;
+//                the producer waits on it before refilling s.
+//    No __syncthreads in the loop: the producer runs up to 4 stages ahead.
+//  * setmaxnreg: the producer needs ~40 registers, the consumers ~170 (128 accumulators).
+//    The block starts with 168 each (384 threads, 1 block/SM); the producer gives back
+//    (dec 40) and the consumers take (inc 232): 128*40 + 256*232 <= 64 K registers.
+// Prediction: the tensor cores no longer wait for copy issue: ~0.85-0.9 of cuBLAS at
+// 8192^3. Left on the table: the epilogue (256 MB of fp32 C at 8192^2, ~5% of the time)
+// runs while no loads are in flight, and a new block pays the pipeline fill.
+// Measured (results: hgemm_bf16/solution/tma_warp_specialized/8192x8192x8192): 654.1 TFLOP/s = 0.98 of cublas_gemmex
 //
-// Step 5, persistent. The grid becomes as many blocks as fit on the GPU at once (one per
-// SM) and each block walks the tile schedule with a stride of the grid size; the ring of
-// stages carries over from tile to tile, so while the consumers store tile i the producer
-// already loads tile i+1.
-// TODO(step 5a): TileSchedule: the stride, and take() walking the schedule.
-// TODO(step 5b): the kernel: every tile the schedule gives, in producer and consumers.
-// TODO(step 5c): launch_ws: the persistent grid size.
-// TODO(step 5d): set kPersistentWritten to true.
-// Hints, one at a time: bash scripts/course.sh hint matmul_tc/persistent
+// Step 5, persistent. Changes: the grid is one block per SM, and each block walks the tile
+// schedule (grouped order, 16 tile-rows per group) with a stride of the grid size. The
+// ring of stages and its phases carry over from tile to tile, so while the consumers store
+// tile i the producer is already loading tile i+1's first four slabs.
+// Prediction: hides the epilogue and the per-block fill: +3-6% over step 4.
+// Tried, no gain in one run: consumers keeping one slab's wgmmas in flight (wait_group 1,
+// releasing the previous stage) instead of draining each slab (wait_group 0): with two
+// consumer warpgroups, one issues while the other drains, and the tensor cores stay fed.
+// Measured (results: hgemm_bf16/solution/persistent/8192x8192x8192): 571.0 TFLOP/s = 0.86 of cublas_gemmex
+// Outcome: no gain over step 4 -- level with it in two earlier runs (1.66 vs 1.65 ms), 0.84-0.89
+// in the results run (5% spread over its repetitions, the noisiest row). The epilogue it hides
+// is ~2% of a tile at K = 8192; what it cannot hide is the tensor cores idling while the
+// consumers store (both consumer warpgroups store at once: a ping-pong schedule, one
+// warpgroup storing while the other computes, would be the next step).
 //
-// Step 6, cluster_multicast. Clusters of 2 blocks compute vertically adjacent tiles (tile
-// rows 2c and 2c + 1, same columns): they need the same B slabs. Each block loads half of
-// B -- two of the four 64-column boxes -- with a multicast copy that lands in BOTH blocks'
-// shared memory and completes on both blocks' full barriers. So a stage may be refilled
-// only when the consumers of BOTH blocks are done with it.
-// (Given: the cluster launch attribute, and TileSchedule's rank within the cluster.)
-// TODO(step 6a): the producer: this block's share of B, multicast.
-// TODO(step 6b): release(): arrive on the empty barrier of every block of the cluster, and
-//   the count those barriers wait for.
-// TODO(step 6c): the cluster-wide syncs: after the barrier initialisation, and before exit.
-// TODO(step 6d): set kClusterMulticastWritten to true.
-// Hints, one at a time: bash scripts/course.sh hint matmul_tc/cluster_multicast
+// Step 6, cluster_multicast. Changes: blocks run in clusters of 2 that compute vertically
+// adjacent tiles (rows m and m+1, same columns), so they need the same B slabs. Each block
+// loads half of B (two of the four 64-column boxes) with `.multicast::cluster`: one read of
+// L2, written into both blocks' shared memory, completing on both blocks' full barriers.
+// So a stage may be refilled only when BOTH blocks' consumers are done with it: every
+// consumer arrives on the empty barrier of every block in the cluster (mapa + remote
+// arrive), and empty barriers count 2 x 2 arrivals. Per block, L2 -> SM traffic drops
+// from 48 to 32 KB per slab.
+// Prediction: L2 bandwidth (~7.5 TB/s needed at full rate, see the banner) stops being the
+// limit: +5-10%, to ~0.95-1.0 of cuBLAS.
+// A lesson from the first version: its remote arrive was `mbarrier.arrive.release.cluster`,
+// and the step ran at 0.67 of step 5's speed (2.46 vs 1.66 ms at 8192^3 in one run). A release at
+// cluster scope orders all of the thread's earlier memory accesses for the whole cluster:
+// a fence, twice per slab, on the critical path of both consumers. What the arrive has to
+// say -- "my wgmma reads of this stage are complete" -- was already established by
+// wgmma.wait_group, so the default arrive (release at CTA scope) is enough; with it the
+// step runs level with steps 4-5 (1.68 vs 1.68 ms in another run).
+// Measured (results: hgemm_bf16/solution/cluster_multicast/8192x8192x8192): 660.1 TFLOP/s = 0.99 of cublas_gemmex
+// Measured (results: hgemm_bf16/solution/cluster_multicast/{4096x4096x4096,2048x2048x2048,8192x8192x1024}): 0.98 / 0.98 / 0.95 of cublas_gemmex
+// Targets (>= 0.95 at 4096^3 and 8192^3, >= 0.85 at 2048^3 and 8192x8192x1024): met.
+//
+// Options for a linear layer (matmul_tc.hpp), steps 4-6: the operand layouts change the
+// producer's TMA boxes (a transposed A: two [64 k][64 m] boxes, read MN-major through
+// wgmma's transpose flag for A; a transposed B: two [128 n][64 k] boxes, read K-major) and
+// the consumers' descriptors (wgmma_slab); the epilogue goes through a 16 x 32 patch of
+// shared memory per consumer warp (store_warp_rows: 20 KB beside the 192 KB of stages) and
+// tc_parts::Epilogue::store4, as in mma_sync. Step 3 (wgmma) keeps the plain store.
 // ============================================================================
 namespace ws {
 constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
 constexpr int kStages = 4;
-constexpr int kProducerRegisters = 40;   // 128 x 40 + 256 x 232 <= 64 K registers of the SM
-constexpr int kConsumerRegisters = 232;  // 128 accumulators and the rest
-/// Stages, then the 2 x kStages barriers (8 bytes each), plus the 1 KB alignment slack.
-constexpr int kSmemBytes = kStages * static_cast<int>(kStageBytes) + 2 * kStages * 8 + 1024;
+constexpr int kProducerRegisters = 40;
+constexpr int kConsumerRegisters = 232;
+/// Stages, the 2 x kStages barriers (8 bytes each), the epilogue's patches, and the 1 KB
+/// alignment slack.
+constexpr int kBarrierBytes = 2 * kStages * 8;
+constexpr int kSmemBytes = kStages * static_cast<int>(kStageBytes) + kBarrierBytes + kPatchBytes + 1024;
 /// Tile-rows per group of the tile order (L2 reuse between the blocks running together).
 constexpr int kGroupRows = 16;
 
 /// The tile schedule of every step 4-6 block. Tiles are grouped into "cluster tiles" of
-/// kCluster vertically adjacent tiles; cluster c of G takes cluster tiles c, c + G, ... in
-/// grouped order; its block of rank r computes tile row kCluster * ctile_m + r.
+/// kCluster vertically adjacent tiles; cluster c of G takes cluster tiles c, c + G, ...,
+/// in grouped order; its block of rank r computes tile row kCluster * ctile_m + r.
 /// Without persistence the grid has one cluster per cluster tile: one trip each.
 template <int kCluster>
 struct TileSchedule {
   int next, stride, total, ctiles_m, tiles_n;
   __device__ __forceinline__ TileSchedule(int tiles_m, int tiles_n_) {
-    next = static_cast<int>(blockIdx.x) / kCluster;  // this cluster's first cluster tile
+    next = static_cast<int>(blockIdx.x) / kCluster;
+    // @step persistent
     stride = 0;  // TODO(step 5a): how many clusters the grid holds.
+    // @end
     ctiles_m = (tiles_m + kCluster - 1) / kCluster;
     tiles_n = tiles_n_;
     total = ctiles_m * tiles_n;
@@ -345,12 +400,14 @@ struct TileSchedule {
     int ctile_m;
     grouped_tile<kGroupRows / kCluster>(next, ctiles_m, tiles_n, ctile_m, tile_n);
     tile_m = ctile_m * kCluster + static_cast<int>(cc::cluster_ctarank());
+    // @step persistent
     next = total;  // TODO(step 5a): this hands out one tile per block (step 4). Walk on instead.
+    // @end
     return true;
   }
 };
 
-/// (Given.) A position in the ring of stages: index and the parity of the current pass.
+/// A position in the ring of stages: index and the parity of the current pass.
 struct RingPosition {
   int stage = 0;
   std::uint32_t phase = 0;
@@ -362,11 +419,12 @@ struct RingPosition {
   }
 };
 
-template <int kCluster>
+/// kATrans / kBTrans: the operand layouts of TcMatmulArgs (a_transposed, b_transposed):
+/// they change the TMA boxes the producer loads and the descriptors the consumers pass.
+template <int kCluster, bool kATrans = false, bool kBTrans = false>
 __global__ void __launch_bounds__(kThreads, 1)
     matmul_tc_ws_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
-                        float* __restrict__ C, int M, int N, int K, std::int64_t ldc, int tiles_m, int tiles_n,
-                        bool vec_ok) {
+                        const Epilogue epilogue, int K, int tiles_m, int tiles_n) {
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 blocks");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -376,37 +434,46 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = threadIdx.x / 128;
   const int k_tiles = (K + kBK - 1) / kBK;
 
-  // Setup (given): one thread initialises the barriers; the fence publishes them to the
-  // TMA (and to the other block of a cluster), the barrier below to every thread.
+  // Setup: one thread initialises the barriers; the fence publishes them to the TMA and to
+  // the other block of the cluster, the (cluster) barrier to every thread.
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      cc::mbarrier_init(full_bar + 8 * s, 1);  // the producer's arrive (+ the bytes)
+      cc::mbarrier_init(full_bar + 8 * s, 1);                // the producer's arrive (+ bytes)
+      // @step cluster_multicast
       // TODO(step 6b): in a cluster, who arrives on empty[s] before it may be refilled?
       cc::mbarrier_init(empty_bar + 8 * s, 2);  // each consumer warpgroup
+      // @end
     }
     cc::fence_barrier_init();
     cc::tma_prefetch_descriptor(&tmap_a);
     cc::tma_prefetch_descriptor(&tmap_b);
   }
+  // @step cluster_multicast
   // TODO(step 6c): with kCluster > 1 the other block will multicast into this block's shared
   //   memory and arrive on its barriers: no thread of the cluster may go on before the
   //   barriers of every block are initialised.
   __syncthreads();
+  // @end
 
   TileSchedule<kCluster> schedule(tiles_m, tiles_n);
   RingPosition ring;
   int tile_m, tile_n;
   if (wg == 0) {
     // ---- Producer: one thread issues every copy; the other 127 only lower their registers.
+    // @step tma_warp_specialized
     // TODO(step 4a): give registers back (down to kProducerRegisters), all 128 threads.
+    // @end
     if (threadIdx.x == 0) {
-      const std::uint32_t rank = cc::cluster_ctarank();  // for step 6
+      const std::uint32_t rank = cc::cluster_ctarank();
+      // @step persistent
       // TODO(step 5b): every tile the schedule gives, not only the first.
       if (schedule.take(tile_m, tile_n)) {
+      // @end
         for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
           const std::uint32_t full = full_bar + 8 * ring.stage;
           const std::uint32_t stage_a = smem + ring.stage * kStageBytes;
           const std::uint32_t stage_b = stage_a + kABytes;
+          // @step tma_warp_specialized
           // TODO(step 4b): (1) wait until the consumers have released this stage
           //   (empty_bar + 8 * ring.stage). With which parity? On the first pass over the
           //   ring nobody has released anything, and the wait must go through at once.
@@ -414,59 +481,86 @@ __global__ void __launch_bounds__(kThreads, 1)
           // (3) the copies, cc::tma_load_2d(dst, &tensor map, full, x, y), x = the inner
           //   (column) coordinate, y = the row: A's box (kBM rows x kBK columns) into
           //   stage_a; B's four boxes (kBK rows x 64 columns), j = 0..3, into
-          //   stage_b + j * kBBlockBytes.
+          //   stage_b + j * kBBlockBytes. (The plain layouts: kATrans = kBTrans = false.)
           // TODO(step 6a): with kCluster == 2, this block copies only its share of B's boxes,
           //   with cc::tma_load_2d_multicast into both blocks.
-          (void)full, (void)stage_b, (void)rank;
+          // Hints, one at a time: bash scripts/course.sh hint matmul_tc/tma_warp_specialized
+          (void)full, (void)stage_a, (void)stage_b, (void)rank;
+          // @end
         }
       }
     }
   } else {
     // ---- Consumers: warpgroup 1 computes rows 0-63 of the tile, warpgroup 2 rows 64-127.
+    // @step tma_warp_specialized
     // TODO(step 4a): take registers (up to kConsumerRegisters).
+    // @end
     const int cw = wg - 1;
+    float* patch = reinterpret_cast<float*>(smem_raw + (smem - cc::smem_u32(smem_raw)) + kStages * kStageBytes +
+                                            kBarrierBytes) +
+                   (threadIdx.x / 32 - 4) * 16 * 40;  // this consumer warp's patch (store_warp_rows)
     float acc[128];
-    // Release a stage: one arrival per consumer warpgroup, once its wgmmas on the stage are done.
+    // Release a stage: one arrival per warpgroup, on the empty barrier of every block that
+    // the producers of this cluster may refill it for.
     auto release = [&](int stage) {
+      // @step tma_warp_specialized
       // TODO(step 4c): arrive on empty[stage], once per warpgroup.
       // TODO(step 6b): with kCluster > 1: on empty[stage] of every block of the cluster.
       (void)stage;
+      // @end
     };
+    // @step persistent
     // TODO(step 5b): every tile the schedule gives, not only the first. (What must start
     //   afresh for every tile, and what must not?)
     if (schedule.take(tile_m, tile_n)) {
+    // @end
       zero(acc);
       for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+        // @step tma_warp_specialized
         // TODO(step 4c): wait until this stage's bytes have landed (full_bar + 8 * ring.stage,
-        //   parity of this pass), then the math of the slab as in step 3 -- this time wait
-        //   until all of it is complete: the release below hands the stage to the producer.
+        //   parity of this pass), then the math of the slab as in step 3 (wgmma_slab on
+        //   warpgroup cw's rows) -- this time wait until all of it is complete: the release
+        //   below hands the stage to the producer.
+        // @end
         release(ring.stage);
       }
-      store_warpgroup_tile(acc, C, M, N, ldc, vec_ok, tile_m * kBM + 64 * cw, tile_n * kBN);
+      // Plain fp32 C: straight from the registers, the store steps 4-6 were measured with
+      // (the patch round trip cost up to ~15% at K = 1024 in one H100 run); with options:
+      // through the patch and Epilogue::store4.
+      if (epilogue.plain)
+        store_warpgroup_tile(acc, epilogue.c, epilogue.m, epilogue.n, epilogue.ldc, epilogue.pairs_ok,
+                             tile_m * kBM + 64 * cw, tile_n * kBN);
+      else
+        store_warp_rows(acc, patch, epilogue, tile_m * kBM + 64 * cw, tile_n * kBN);
     }
   }
+  // A block must not exit while its cluster peer may still arrive on its barriers.
+  // @step cluster_multicast
   // TODO(step 6c): with kCluster > 1, a block must not exit while the other block of its
   //   cluster may still arrive on its barriers or multicast into its shared memory.
+  // Hints, one at a time: bash scripts/course.sh hint matmul_tc/cluster_multicast
+  // @end
 #else
-  (void)tmap_a, (void)tmap_b, (void)C, (void)M, (void)N, (void)K, (void)ldc, (void)tiles_m, (void)tiles_n,
-      (void)vec_ok;
+  (void)tmap_a, (void)tmap_b, (void)epilogue, (void)K, (void)tiles_m, (void)tiles_n;
   __trap();  // never launched: the host checks sm90a_code_available() first
 #endif
 }
 
 /// Launches the warp-specialized kernel: non-persistent (one cluster per cluster tile) or
 /// persistent (as many clusters as fit on the GPU at once, at most one per cluster tile).
-template <int kCluster>
-void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
-  require_sm90a(step);
+template <int kCluster, bool kATrans, bool kBTrans>
+void launch_ws_layout(const TcMatmulArgs& a, bool persistent, const char* step) {
   const int tiles_m = static_cast<int>((a.m + kBM - 1) / kBM);
   const int tiles_n = static_cast<int>((a.n + kBN - 1) / kBN);
   const int ctiles = static_cast<int>(grid_blocks((a.m + kCluster - 1) / kCluster, a.n, kBM, kBN, step));
-  // The TMA boxes: A in kBM x kBK, B in kBK x 64, both written with the 128-byte swizzle.
-  const CUtensorMap map_a = make_tma_map_bf16_2d(a.a, a.m, a.k, a.lda, kBM, kBK, TmaSwizzle::bytes128);
-  const CUtensorMap map_b = make_tma_map_bf16_2d(a.b, a.k, a.n, a.ldb, kBK, 64, TmaSwizzle::bytes128);
-  constexpr auto kernel = matmul_tc_ws_kernel<kCluster>;
-  cc::opt_in_dynamic_smem<kernel>(kSmemBytes);
+  // The tensor maps of the stored operands: A is M x K (K x M transposed), B is K x N
+  // (N x K transposed); the boxes are what the producer loads per stage (see the kernel).
+  const CUtensorMap map_a = kATrans ? make_tma_map_bf16_2d(a.a, a.k, a.m, a.lda, kBK, 64, TmaSwizzle::bytes128)
+                                    : make_tma_map_bf16_2d(a.a, a.m, a.k, a.lda, kBM, kBK, TmaSwizzle::bytes128);
+  const CUtensorMap map_b = kBTrans ? make_tma_map_bf16_2d(a.b, a.n, a.k, a.ldb, 128, kBK, TmaSwizzle::bytes128)
+                                    : make_tma_map_bf16_2d(a.b, a.k, a.n, a.ldb, kBK, 64, TmaSwizzle::bytes128);
+  constexpr auto kernel = matmul_tc_ws_kernel<kCluster, kATrans, kBTrans>;
+  cc::opt_in_dynamic_smem<kernel>(ws::kSmemBytes);
 
   cudaLaunchConfig_t config = {};
   cudaLaunchAttribute attribute[1];
@@ -474,40 +568,62 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
   attribute[0].val.clusterDim.x = kCluster;
   attribute[0].val.clusterDim.y = 1;
   attribute[0].val.clusterDim.z = 1;
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = kSmemBytes;
+  config.blockDim = dim3(ws::kThreads);
+  config.dynamicSmemBytes = ws::kSmemBytes;
   config.stream = a.stream;
   config.attrs = attribute;
   config.numAttrs = 1;
   int clusters = ctiles;
   if (persistent) {
+    // @step persistent
     // TODO(step 5c): clusters = as many as fit on the GPU at once, and no more than ctiles.
     //   cudaOccupancyMaxActiveClusters(&fit, kernel, &config) answers how many fit (set
     //   config.gridDim first); refuse fit < 1 with course::require_arg.
+    // Hints, one at a time: bash scripts/course.sh hint matmul_tc/persistent
+    // @end
   }
   config.gridDim = dim3(clusters * kCluster);
-  COURSE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, map_a, map_b, a.c, static_cast<int>(a.m),
-                                       static_cast<int>(a.n), static_cast<int>(a.k), a.ldc, tiles_m, tiles_n,
-                                       vec2_store_ok(a)));
+  COURSE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, map_a, map_b, Epilogue::from(a), static_cast<int>(a.k),
+                                       tiles_m, tiles_n));
   COURSE_CHECK_LAUNCH("matmul_tc_ws_kernel");
+}
+
+/// One kernel per operand layout; the epilogue options are runtime flags of Epilogue.
+template <int kCluster>
+void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
+  require_sm90a(step);
+  if (!a.a_transposed && !a.b_transposed) launch_ws_layout<kCluster, false, false>(a, persistent, step);
+  else if (!a.a_transposed) launch_ws_layout<kCluster, false, true>(a, persistent, step);
+  else if (!a.b_transposed) launch_ws_layout<kCluster, true, false>(a, persistent, step);
+  else launch_ws_layout<kCluster, true, true>(a, persistent, step);
 }
 }  // namespace ws
 
+// @step wgmma
 // ---- the flags: a step's launcher throws NotImplemented until you set its flag.
 // TODO(step 3c): true once wgmma_slab and the math of matmul_tc_wgmma_kernel are written.
 constexpr bool kWgmmaWritten = false;
+// @end
+// @step tma_warp_specialized
 // TODO(step 4d): true once the setmaxnreg split and both hand-offs of matmul_tc_ws_kernel are written.
 constexpr bool kTmaWarpSpecializedWritten = false;
+// @end
+// @step persistent
 // TODO(step 5d): true once TileSchedule, the tile loops and the persistent grid are written.
 constexpr bool kPersistentWritten = false;
+// @end
+// @step cluster_multicast
 // TODO(step 6d): true once the multicast, the cluster-wide releases and syncs are written.
 constexpr bool kClusterMulticastWritten = false;
+// @end
 
 }  // namespace
 
 void launch_wgmma(const TcMatmulArgs& a) {
-  constexpr const char* step = "matmul_tc(wgmma)";
+  // @step wgmma
   if (!kWgmmaWritten) throw NotImplemented("matmul_tc step wgmma (TODO 3a-3c)", __FILE__);
+  // @end
+  constexpr const char* step = "matmul_tc(wgmma)";
   require_sm90a(step);
   const int tiles_m = static_cast<int>((a.m + kBM - 1) / kBM);
   const int tiles_n = static_cast<int>((a.n + kBN - 1) / kBN);
@@ -520,21 +636,27 @@ void launch_wgmma(const TcMatmulArgs& a) {
 }
 
 void launch_tma_warp_specialized(const TcMatmulArgs& a) {
+  // @step tma_warp_specialized
   if (!kWgmmaWritten || !kTmaWarpSpecializedWritten)
     throw NotImplemented("matmul_tc step tma_warp_specialized (TODO 4a-4d; it uses your step 3 wgmma_slab)",
                          __FILE__);
+  // @end
   ws::launch_ws<1>(a, /*persistent=*/false, "matmul_tc(tma_warp_specialized)");
 }
 
 void launch_persistent(const TcMatmulArgs& a) {
+  // @step persistent
   if (!kWgmmaWritten || !kTmaWarpSpecializedWritten || !kPersistentWritten)
     throw NotImplemented("matmul_tc step persistent (TODO 5a-5d, on top of steps 3 and 4)", __FILE__);
+  // @end
   ws::launch_ws<1>(a, /*persistent=*/true, "matmul_tc(persistent)");
 }
 
 void launch_cluster_multicast(const TcMatmulArgs& a) {
+  // @step cluster_multicast
   if (!kWgmmaWritten || !kTmaWarpSpecializedWritten || !kPersistentWritten || !kClusterMulticastWritten)
     throw NotImplemented("matmul_tc step cluster_multicast (TODO 6a-6d, on top of steps 3-5)", __FILE__);
+  // @end
   ws::launch_ws<2>(a, /*persistent=*/true, "matmul_tc(cluster_multicast)");
 }
 

@@ -118,6 +118,7 @@ __global__ void __launch_bounds__(wmma_cfg::kThreads)
   __shared__ __align__(128) bf16 As[kBM][kLdsA];               // 10240 B
   __shared__ __align__(128) bf16 Bs[kBK][kLdsB];               //  8704 B
   __shared__ __align__(128) float scratch[kThreads / 32][16 * 16];  // 8192 B
+  // @step wmma  (the exercise writes the kernel body)
 
   int tile_m, tile_n;
   grouped_tile(static_cast<int>(blockIdx.x), tiles_m, tiles_n, tile_m, tile_n);
@@ -184,9 +185,11 @@ __global__ void __launch_bounds__(wmma_cfg::kThreads)
       __syncwarp();  // scratch is reused by the next fragment
     }
   }
+  // @end
 }
 
 void launch_wmma(const TcMatmulArgs& a) {
+  // @step wmma  (the exercise writes the launch)
   using namespace wmma_cfg;
   const int tiles_m = static_cast<int>((a.m + kBM - 1) / kBM);
   const int tiles_n = static_cast<int>((a.n + kBN - 1) / kBN);
@@ -195,6 +198,7 @@ void launch_wmma(const TcMatmulArgs& a) {
       a.a, a.b, a.c, static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), a.lda, a.ldb,
       a.ldc, tiles_m, tiles_n);
   COURSE_CHECK_LAUNCH("matmul_tc_wmma_kernel");
+  // @end
 }
 
 // ============================================================================
@@ -313,6 +317,7 @@ struct TileCopier {
 
   /// The tile's first element is (row0, col0) of a rows x cols matrix with row stride ld.
   __device__ __forceinline__ void init(int row0, int col0, int rows, int cols, std::int64_t ld) {
+    // @step mma_sync  (the exercise writes the copy addressing)
     const int row = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
     off = static_cast<std::int64_t>(row0 + row) * ld + col0 + chunk * 8;
     row_step = ld * kRowStep;
@@ -320,6 +325,7 @@ struct TileCopier {
     dst = (row * kChunks * 8 + swizzle_chunk<kChunks>(row, chunk) * 8) * 2;
     rows_left = rows - (row0 + row);
     cols_left = cols - (col0 + chunk * 8);
+    // @end
   }
 
   /// Issue the copies of the current slab into the stage at byte address `stage`, then
@@ -329,6 +335,7 @@ struct TileCopier {
   /// matrix base, with 0 bytes).
   template <bool kChecked>
   __device__ __forceinline__ void copy(unsigned stage, const bf16* base) {
+    // @step mma_sync  (the exercise writes the copies)
     constexpr unsigned kDstStep = kRowStep * kChunks * 16;
     if constexpr (!kChecked) {
 #pragma unroll
@@ -344,6 +351,7 @@ struct TileCopier {
     off += slab_step;
     if constexpr (kKAlongRows) rows_left -= kBK;
     else cols_left -= kBK;
+    // @end
   }
 };
 
@@ -362,6 +370,7 @@ struct ATile {
   /// Lane l supplies the address of row l % 8 of 8x8 matrix l / 8; registers 0-3 of the
   /// fragment are (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
   __device__ __forceinline__ void init(int warp_m, int lane) {
+    // @step mma_sync  (the exercise writes the ldmatrix addresses)
     const int q = lane / 8;
     if constexpr (!kTrans) {  // row m = lane % 16, k-chunk 2 ks + lane / 16; tile mt adds 16 rows
       const int row = warp_m * Cfg::kWM + lane % 16;
@@ -376,10 +385,13 @@ struct ATile {
         lds[mt] = (krow * Cfg::kBM + swizzle_chunk<kChunks>(krow, chunk) * 8) * 2;
       }
     }
+    // @end
   }
   __device__ __forceinline__ void load(unsigned (&frag)[4], unsigned stage, int ks, int mt) const {
+    // @step mma_sync  (the exercise writes the fragment load)
     if constexpr (!kTrans) ldmatrix_x4(frag, stage + lds[ks] + mt * 16 * Cfg::kBK * 2);
     else ldmatrix_x4_trans(frag, stage + lds[mt] + ks * 16 * Cfg::kBM * 2);
+    // @end
   }
 };
 
@@ -392,6 +404,7 @@ struct BTile {
 
   /// One ldmatrix_x4 fills two n8 tiles: registers (b0b1, b2b3) of tile 2p, then of 2p+1.
   __device__ __forceinline__ void init(int warp_n, int lane) {
+    // @step mma_sync  (the exercise writes the ldmatrix addresses)
     const int q = lane / 8;
     if constexpr (!kTrans) {  // k row lane % 16, n-chunk 2 p + lane / 16; step ks adds 16 k rows
       const int krow = lane % 16;
@@ -406,10 +419,13 @@ struct BTile {
       for (int ks = 0; ks < Cfg::kKSteps; ++ks)
         lds[ks] = (nrow * Cfg::kBK + swizzle_chunk<kChunks>(nrow, 2 * ks + q % 2) * 8) * 2;
     }
+    // @end
   }
   __device__ __forceinline__ void load(unsigned (&r)[4], unsigned stage, int ks, int p) const {
+    // @step mma_sync  (the exercise writes the fragment load)
     if constexpr (!kTrans) ldmatrix_x4_trans(r, stage + lds[p] + ks * 16 * Cfg::kBN * 2);
     else ldmatrix_x4(r, stage + lds[ks] + p * 16 * Cfg::kBK * 2);
+    // @end
   }
 };
 
@@ -424,6 +440,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
                               std::int64_t lda, std::int64_t ldb, int tiles_m, int tiles_n, Epilogue epilogue,
                               int slabs_per_split, int* __restrict__ turns) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
+  // @step mma_sync  (the exercise writes the kernel body)
   // Stages: kStages x A[BM][BK], then kStages x B[BK][BN], addressed in bytes.
   const unsigned smem_a = smem_u32(smem_raw);
   const unsigned smem_b = smem_a + Cfg::kStages * Cfg::kStageA * 2;
@@ -604,6 +621,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       turn.store(split + 1, ::cuda::memory_order_release);
     }
   }
+  // @end
 }
 
 /// `count` zeroed ints on `stream` for the split-K turns, from a buffer kept per device
@@ -626,6 +644,7 @@ int* zeroed_turns(int count, cudaStream_t stream) {
 
 template <class Cfg, bool kATrans, bool kBTrans>
 void launch_mma_sync_config(const TcMatmulArgs& a) {
+  // @step mma_sync  (the exercise writes the launch)
   const int tiles_m = static_cast<int>((a.m + Cfg::kBM - 1) / Cfg::kBM);
   const int tiles_n = static_cast<int>((a.n + Cfg::kBN - 1) / Cfg::kBN);
   const unsigned tiles = grid_blocks(a.m, a.n, Cfg::kBM, Cfg::kBN, "matmul_tc(mma_sync)");
@@ -648,6 +667,7 @@ void launch_mma_sync_config(const TcMatmulArgs& a) {
       a.a, a.b, static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), a.lda, a.ldb, tiles_m, tiles_n,
       tc_parts::Epilogue::from(a), per_split, turns);
   COURSE_CHECK_LAUNCH("matmul_tc_mma_sync_kernel");
+  // @end
 }
 
 /// The tile: 128 x 256 when that grid fills the GPU twice and K is long enough for the
@@ -666,10 +686,12 @@ void launch_mma_sync_layout(const TcMatmulArgs& a) {
 /// One kernel per operand layout (the layouts change the tile shapes and ldmatrix forms at
 /// compile time); the epilogue options are runtime flags of tc_parts::Epilogue.
 void launch_mma_sync(const TcMatmulArgs& a) {
+  // @step mma_sync  (the exercise writes the layout dispatch)
   if (!a.a_transposed && !a.b_transposed) launch_mma_sync_layout<false, false>(a);
   else if (!a.a_transposed) launch_mma_sync_layout<false, true>(a);
   else if (!a.b_transposed) launch_mma_sync_layout<true, false>(a);
   else launch_mma_sync_layout<true, true>(a);
+  // @end
 }
 
 }  // namespace
@@ -679,8 +701,10 @@ void matmul_tc(TcMatmulStep step, const TcMatmulArgs& args) {
   tc_parts::require_int_sizes(args, "matmul_tc");
   // TcMatmulArgs' options (layouts, bf16 output, epilogue): wmma and wgmma compute plain
   // fp32 C = A * B and name the first option they are given; the other steps take them all.
+  // @step mma_sync  (the exercise: which steps take the options so far)
   if (step == TcMatmulStep::wmma || step == TcMatmulStep::wgmma)
     m01::require_no_options(args, std::string("matmul_tc step ") + step_name_in(m01::kTcMatmulSteps, step));
+  // @end
   switch (step) {
     case TcMatmulStep::wmma: launch_wmma(args); return;
     case TcMatmulStep::mma_sync: launch_mma_sync(args); return;

@@ -78,6 +78,7 @@ void require_sm90a(const char* step) {
 /// instruction's transpose flags say which. Issued only: the caller commits and waits.
 template <bool kATrans = false, bool kBTrans = false>
 __device__ __forceinline__ void wgmma_slab(float (&acc)[128], std::uint32_t stage_a, std::uint32_t stage_b, int wg) {
+  // @step wgmma  (the exercise writes the descriptors and the wgmma)
 #pragma unroll
   for (int ks = 0; ks < kBK / 16; ++ks) {
     const std::uint64_t da = kATrans ? cc::wgmma_desc_sw128(stage_a + wg * kBBlockBytes + ks * 16 * 128, kBBlockBytes, 1024)
@@ -86,6 +87,7 @@ __device__ __forceinline__ void wgmma_slab(float (&acc)[128], std::uint32_t stag
                                      : cc::wgmma_desc_sw128(stage_b + ks * 16 * 128, kBBlockBytes, 1024);
     cc::wgmma_m64n256k16_bf16_f32</*kBMnMajor=*/!kBTrans, /*kAMnMajor=*/kATrans>(acc, da, db);
   }
+  // @end
 }
 
 /// The epilogue with TcMatmulArgs' options (tc_parts::Epilogue), for one warp of a consumer
@@ -262,13 +264,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (next < k_tiles) copier.copy_next(smem + (next % kStages) * kStageBytes, A, B);
     cc::cp_async_commit();
     // 3. Math: issue slab kt; wait until only it may still run (slab kt-1 is done).
+    // @step wgmma  (the exercise writes the issue and the wait)
     const std::uint32_t stage = smem + (kt % kStages) * kStageBytes;
     cc::wgmma_fence();
     wgmma_slab(acc, stage, stage + kABytes, wg);
     cc::wgmma_commit();
     cc::wgmma_wait<1>();
+    // @end
   }
+  // @step wgmma  (the exercise writes the last wait)
   cc::wgmma_wait<0>();
+  // @end
   cc::cp_async_wait<0>();
   store_warpgroup_tile(acc, C, M, N, ldc, vec_ok, m0 + 64 * wg, n0);
 #else
@@ -368,7 +374,9 @@ struct TileSchedule {
   int next, stride, total, ctiles_m, tiles_n;
   __device__ __forceinline__ TileSchedule(int tiles_m, int tiles_n_) {
     next = static_cast<int>(blockIdx.x) / kCluster;
+    // @step persistent  (the exercise writes the stride)
     stride = static_cast<int>(gridDim.x) / kCluster;
+    // @end
     ctiles_m = (tiles_m + kCluster - 1) / kCluster;
     tiles_n = tiles_n_;
     total = ctiles_m * tiles_n;
@@ -379,7 +387,9 @@ struct TileSchedule {
     int ctile_m;
     grouped_tile<kGroupRows / kCluster>(next, ctiles_m, tiles_n, ctile_m, tile_n);
     tile_m = ctile_m * kCluster + static_cast<int>(cc::cluster_ctarank());
+    // @step persistent  (the exercise walks the schedule)
     next += stride;
+    // @end
     return true;
   }
 };
@@ -416,30 +426,39 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       cc::mbarrier_init(full_bar + 8 * s, 1);                // the producer's arrive (+ bytes)
+      // @step cluster_multicast  (the exercise writes the arrival count)
       cc::mbarrier_init(empty_bar + 8 * s, 2 * kCluster);  // each consumer of each block
+      // @end
     }
     cc::fence_barrier_init();
     cc::tma_prefetch_descriptor(&tmap_a);
     cc::tma_prefetch_descriptor(&tmap_b);
   }
+  // @step cluster_multicast  (the exercise writes the cluster-wide barrier)
   if constexpr (kCluster > 1)
     cc::cluster_sync();
   else
     __syncthreads();
+  // @end
 
   TileSchedule<kCluster> schedule(tiles_m, tiles_n);
   RingPosition ring;
   int tile_m, tile_n;
   if (wg == 0) {
     // ---- Producer: one thread issues every copy; the other 127 only lower their registers.
+    // @step tma_warp_specialized  (the exercise gives registers back)
     cc::setmaxnreg_dec<kProducerRegisters>();
+    // @end
     if (threadIdx.x == 0) {
       const std::uint32_t rank = cc::cluster_ctarank();
+      // @step persistent  (the exercise walks every tile)
       while (schedule.take(tile_m, tile_n)) {
+      // @end
         for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
           const std::uint32_t full = full_bar + 8 * ring.stage;
           const std::uint32_t stage_a = smem + ring.stage * kStageBytes;
           const std::uint32_t stage_b = stage_a + kABytes;
+          // @step tma_warp_specialized  (the exercise writes the producer's hand-off and copies)
           cc::mbarrier_wait(empty_bar + 8 * ring.stage, ring.phase ^ 1u);  // stage free (in every block)
           cc::mbarrier_arrive_expect_tx(full, kStageBytes);  // 48 KB will land here, whoever sends them
           // A: one [128 m][64 k] box, or (stored K x M) two [64 k][64 m] boxes.
@@ -463,12 +482,15 @@ __global__ void __launch_bounds__(kThreads, 1)
               cc::tma_load_2d_multicast(stage_b + j * kBoxBytes, &tmap_b, full, x, y,
                                         static_cast<std::uint16_t>((1u << kCluster) - 1));
           }
+          // @end
         }
       }
     }
   } else {
     // ---- Consumers: warpgroup 1 computes rows 0-63 of the tile, warpgroup 2 rows 64-127.
+    // @step tma_warp_specialized  (the exercise takes registers)
     cc::setmaxnreg_inc<kConsumerRegisters>();
+    // @end
     const int cw = wg - 1;
     float* patch = reinterpret_cast<float*>(smem_raw + (smem - cc::smem_u32(smem_raw)) + kStages * kStageBytes +
                                             kBarrierBytes) +
@@ -477,6 +499,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Release a stage: one arrival per warpgroup, on the empty barrier of every block that
     // the producers of this cluster may refill it for.
     auto release = [&](int stage) {
+      // @step tma_warp_specialized  (the exercise writes the release)
       if (threadIdx.x % 128 == 0) {
         if constexpr (kCluster == 1) {
           cc::mbarrier_arrive(empty_bar + 8 * stage);
@@ -485,16 +508,21 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int r = 0; r < kCluster; ++r) cc::mbarrier_arrive_cluster(empty_bar + 8 * stage, r);
         }
       }
+      // @end
     };
+    // @step persistent  (the exercise walks every tile)
     while (schedule.take(tile_m, tile_n)) {
+    // @end
       zero(acc);
       for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+        // @step tma_warp_specialized  (the exercise writes the consumers' wait and math)
         cc::mbarrier_wait(full_bar + 8 * ring.stage, ring.phase);  // the stage's 48 KB have landed
         const std::uint32_t stage_a = smem + ring.stage * kStageBytes;
         cc::wgmma_fence();
         wgmma_slab<kATrans, kBTrans>(acc, stage_a, stage_a + kABytes, cw);
         cc::wgmma_commit();
         cc::wgmma_wait<0>();
+        // @end
         release(ring.stage);
       }
       // Plain fp32 C: straight from the registers, the store steps 4-6 were measured with
@@ -508,7 +536,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   // A block must not exit while its cluster peer may still arrive on its barriers.
+  // @step cluster_multicast  (the exercise keeps the block alive for its peer)
   if constexpr (kCluster > 1) cc::cluster_sync();
+  // @end
 #else
   (void)tmap_a, (void)tmap_b, (void)epilogue, (void)K, (void)tiles_m, (void)tiles_n;
   __trap();  // never launched: the host checks sm90a_code_available() first
@@ -544,11 +574,13 @@ void launch_ws_layout(const TcMatmulArgs& a, bool persistent, const char* step) 
   config.numAttrs = 1;
   int clusters = ctiles;
   if (persistent) {
+    // @step persistent  (the exercise sizes the persistent grid)
     config.gridDim = dim3(ctiles * kCluster);
     int fit = 0;
     COURSE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&fit, kernel, &config));
     require_arg(fit >= 1, step, "clusters that fit", fit, "must be >= 1 (not enough shared memory per SM?)");
     clusters = std::min(ctiles, fit);
+    // @end
   }
   config.gridDim = dim3(clusters * kCluster);
   COURSE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, map_a, map_b, Epilogue::from(a), static_cast<int>(a.k),
@@ -567,9 +599,20 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
 }
 }  // namespace ws
 
+// @step wgmma  (the exercise's written flags, one per step; the solution has none)
+// @end
+// @step tma_warp_specialized
+// @end
+// @step persistent
+// @end
+// @step cluster_multicast
+// @end
+
 }  // namespace
 
 void launch_wgmma(const TcMatmulArgs& a) {
+  // @step wgmma  (the exercise's kWgmmaWritten test)
+  // @end
   constexpr const char* step = "matmul_tc(wgmma)";
   require_sm90a(step);
   const int tiles_m = static_cast<int>((a.m + kBM - 1) / kBM);
@@ -583,12 +626,20 @@ void launch_wgmma(const TcMatmulArgs& a) {
 }
 
 void launch_tma_warp_specialized(const TcMatmulArgs& a) {
+  // @step tma_warp_specialized  (the exercise's written tests)
+  // @end
   ws::launch_ws<1>(a, /*persistent=*/false, "matmul_tc(tma_warp_specialized)");
 }
 
-void launch_persistent(const TcMatmulArgs& a) { ws::launch_ws<1>(a, /*persistent=*/true, "matmul_tc(persistent)"); }
+void launch_persistent(const TcMatmulArgs& a) {
+  // @step persistent  (the exercise's written tests)
+  // @end
+  ws::launch_ws<1>(a, /*persistent=*/true, "matmul_tc(persistent)");
+}
 
 void launch_cluster_multicast(const TcMatmulArgs& a) {
+  // @step cluster_multicast  (the exercise's written tests)
+  // @end
   ws::launch_ws<2>(a, /*persistent=*/true, "matmul_tc(cluster_multicast)");
 }
 

@@ -190,6 +190,8 @@ struct Epilogue {
   }
 };
 
+// @step wgmma  (the exercise: its Hopper steps throw NotImplemented until written)
+// @end
 /// The Hopper steps (matmul_tc_hopper.cu). Each throws course::Unsupported unless the GPU
 /// is a Hopper (compute capability 9.0) and the binary carries sm_90a code.
 void launch_wgmma(const m01::TcMatmulArgs& a);

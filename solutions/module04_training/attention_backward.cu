@@ -42,6 +42,7 @@ __global__ void row_dot_kernel(const float* __restrict__ dout, AttentionStrides 
                                AttentionStrides os, float* __restrict__ dq, AttentionStrides dqs,
                                float* __restrict__ d_out, int* __restrict__ turns, int q_tiles, int heads,
                                int seq_q, long long rows, int chunks, int lanes, bool zero_dq) {
+  // @step row_dot  (the exercise writes the body)
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int sub = lane / lanes, lane_in_row = lane % lanes;
   const long long rows_per_warp = 32 / lanes;
@@ -67,11 +68,14 @@ __global__ void row_dot_kernel(const float* __restrict__ dout, AttentionStrides 
     for (int offset = lanes / 2; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
     if (r < rows && lane_in_row == 0) d_out[r] = acc;
   }
+  // @end
 }
 
 }  // namespace
 
 void launch_row_dot(const m04::AttentionBackwardArgs& a, float* d, bool zero_dq, int* turns) {
+  // @step row_dot  (the exercise's kRowDotWritten test)
+  // @end
   const int chunks = static_cast<int>(a.head_dim / 4);
   int lanes = 4;
   while (lanes < chunks && lanes < 32) lanes *= 2;

@@ -71,12 +71,18 @@ inline Params make_params(const m04::AttentionBackwardArgs& a) {
 
 /// Step naive: S, P and dP materialized in args.workspace (module 2 GEMMs + softmax backward).
 void launch_naive(const m04::AttentionBackwardArgs& args);
+// @step row_dot  (the exercise's written flag; the solution has none)
+// @end
 /// D[b, h, i] = dO_i . O_i into `d` ([B, H, N_q] contiguous); when `zero_dq`, also dQ = 0
 /// (the flash steps accumulate dQ with atomics into a zeroed dq); when `turns` is not null,
 /// also the dQ turn counters of flash_deterministic ([B*H, ceil(N_q / 64)] ints) = 0.
 void launch_row_dot(const m04::AttentionBackwardArgs& args, float* d, bool zero_dq, int* turns = nullptr);
+// @step flash  (the exercise's written flag)
+// @end
 /// Step flash: D, then the K/V-parallel kernel with dQ atomics.
 void launch_flash(const m04::AttentionBackwardArgs& args);
+// @step flash_deterministic  (the exercise's written flag)
+// @end
 /// Step flash_deterministic: D (and the turns reset), the K/V-parallel kernel with dQ added
 /// in K/V-tile order.
 void launch_flash_deterministic(const m04::AttentionBackwardArgs& args);

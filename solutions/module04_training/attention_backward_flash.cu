@@ -12,12 +12,16 @@
 namespace course::solution::attn_bwd {
 
 void launch_flash(const m04::AttentionBackwardArgs& args) {
+  // @step flash  (the exercise's kFlashWritten test)
+  // @end
   // D = rowsum(dO * O) into the workspace and dQ = 0 (the atomics add into it).
   launch_row_dot(args, args.workspace, true);
   launch_flash_kernel<AnyOrder>(make_params(args), args);
 }
 
 void launch_flash_deterministic(const m04::AttentionBackwardArgs& args) {
+  // @step flash_deterministic  (the exercise's kFlashWritten and kDqTurnsWritten tests)
+  // @end
   // The same, plus the turn counters after D in the workspace, reset to 0 in the same pass.
   Params p = make_params(args);
   p.dq_turns = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(args.workspace) +

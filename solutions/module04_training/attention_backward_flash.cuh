@@ -377,6 +377,7 @@ __device__ __forceinline__ void row_stats(const Params& p, long long bh, long lo
 template <int kGroups, int kVec, int kRows, int kOutCols>
 __device__ __forceinline__ void write_dq_rows(const Params& p, const float (&dq)[kRows][kOutCols], long long q0, int b,
                                               int h, int tx, int ty) {
+  // @step flash  (the exercise writes the dQ additions)
   constexpr int kOutChunks = kOutCols / kVec;
 #pragma unroll
   for (int ii = 0; ii < kRows; ++ii) {
@@ -388,6 +389,7 @@ __device__ __forceinline__ void write_dq_rows(const Params& p, const float (&dq)
         atomic_add_vec<kVec>(dq_row + out_col<kVec>(tx, u), &dq[ii][u * kVec], p.scale);
     }
   }
+  // @end
 }
 
 // ---- The phases of the kernel below, besides the GEMM (gemm_rows, gemm_acc_xt,
@@ -410,10 +412,12 @@ __device__ __forceinline__ void load_column_stats(const Params& p, long long bh,
 template <int kRows, int kCols>
 __device__ __forceinline__ void ds_from_dp(float (&dp)[kRows][kCols], const float (&pt)[kRows][kCols],
                                            const float (&d_row)[kCols]) {
+  // @step flash  (the exercise writes dS)
 #pragma unroll
   for (int ii = 0; ii < kRows; ++ii)
 #pragma unroll
     for (int jj = 0; jj < kCols; ++jj) dp[ii][jj] = pt[ii][jj] * (dp[ii][jj] - d_row[jj]);
+  // @end
 }
 
 /// Epilogue of the K/V kernel: dK = scale * (dS^T Q summed), dV (rows past N_k not stored).
@@ -453,8 +457,16 @@ struct AnyOrder {
 /// tc_deterministic too). The planted bugs derive from it and replace wait or pass.
 struct KvTileOrder {
   static constexpr bool kOrdered = true;
-  __device__ __forceinline__ static void wait(int* turn, int kv_tile) { cc::wait_turn(turn, kv_tile); }
-  __device__ __forceinline__ static void pass(int* turn, int kv_tile) { cc::pass_turn(turn, kv_tile); }
+  __device__ __forceinline__ static void wait(int* turn, int kv_tile) {
+    // @step flash_deterministic  (the exercise writes the wait)
+    cc::wait_turn(turn, kv_tile);
+    // @end
+  }
+  __device__ __forceinline__ static void pass(int* turn, int kv_tile) {
+    // @step flash_deterministic  (the exercise writes the hand-off)
+    cc::pass_turn(turn, kv_tile);
+    // @end
+  }
 };
 
 /// Phases: load_tile_async (K_j, V_j, then Q_i and dO_i in turn), load_column_stats,
@@ -530,6 +542,7 @@ __global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
       zero_fill(s);
       gemm_rows<D, kGroups, kRows, kCols>(s, k_tile, q_tile, tx, ty);
       const bool need_mask = kv_tail || (kCausal && j0 + kBlock - 1 > q0 + off);
+      // @step flash  (the exercise writes the masked P^T)
 #pragma unroll
       for (int ii = 0; ii < kRows; ++ii) {
         const long long j = j0 + tile_row<kGroups>(ty, ii);
@@ -540,6 +553,7 @@ __global__ void __launch_bounds__(BwdTile<D>::kThreads, BwdTile<D>::kMinBlocks)
           s[ii][jj] = x;
         }
       }
+      // @end
       store_transposed<kGroups, kRows, kCols, kLdX>(p_tile, s, tx, ty);
 
       cc::cp_async_wait<0>();  // dO_i has landed

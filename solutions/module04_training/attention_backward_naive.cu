@@ -78,6 +78,7 @@ template <bool kVec4>
 __global__ void __launch_bounds__(kRecomputeThreads)
     recompute_p_kernel(float* s, const float* lse, long long rows, int seq_q, int seq_k, long long causal_offset,
                        bool causal) {
+  // @step naive  (the exercise writes the body)
   for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
     const float l = lse[r];
     const long long i = r % seq_q;
@@ -100,6 +101,7 @@ __global__ void __launch_bounds__(kRecomputeThreads)
       for (int j = threadIdx.x; j < seq_k; j += blockDim.x) row[j] = j < visible ? expf(row[j] - l) : 0.f;
     }
   }
+  // @end
 }
 
 /// A strided batched GEMM over (batch, head) with one matrix per (b, h) per operand.
@@ -136,6 +138,7 @@ void set_c(m02::StridedBatchedGemmArgs<float>& g, float* p, const m03::Attention
 }  // namespace
 
 void launch_naive(const AttentionBackwardArgs& a) {
+  // @step naive  (the exercise writes the pipeline)
   const std::int64_t B = a.batch, H = a.heads, Nq = a.seq_q, Nk = a.seq_k, d = a.head_dim;
   const float scale = m04::effective_scale(a);
   const long long rows = B * H * Nq;
@@ -200,6 +203,7 @@ void launch_naive(const AttentionBackwardArgs& a) {
   set_c(dsq, a.dk, a.dk_strides);
   dsq.alpha = scale;
   course::solution::batched_gemm_strided(kGemmStep, dsq);
+  // @end
 }
 
 }  // namespace course::solution::attn_bwd
