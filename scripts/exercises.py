@@ -22,9 +22,9 @@ regions are not what the solution generates there: those lines would be lost. Mo
 belongs to the learner into a region, put given code in the solution, or pass --force.
 
 A stub that includes its solution's kernels instead (module 4's attention_backward_tc.cu,
-module 3's attention_tc_hopper.cu) and writes only phases has one source by construction and
-needs no markers. list tells such a stub from one that includes a solution header but still
-keeps hand-kept copies of given code (module 3's attention_tc.cu): for each stub that is not
+module 3's attention_tc.cu and attention_tc_hopper.cu) and writes only phases has one source
+by construction and needs no markers. list tells such a stub from one that includes a
+solution header but still keeps hand-kept copies of given code: for each stub that is not
 generated it counts the code lines that also stand in a solution file of its module (its
 "mirror lines", the code that can drift; comments, signatures -- the compiler checks those
 against their callers -- and thin lines such as `}` or `__syncthreads();` do not count).

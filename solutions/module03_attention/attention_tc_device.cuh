@@ -1,7 +1,7 @@
 #pragma once
 /// @file attention_tc_device.cuh
-/// @brief Device helpers shared by the tensor-core attention steps (attention_tc.cu and
-/// attention_tc_flash.cu): the kernel parameter block, the shared-memory tile geometry
+/// @brief Device helpers shared by the tensor-core attention steps (the kernels of
+/// attention_tc.cuh, attention_tc_flash.cuh and attention_tc_hopper.cuh): the kernel parameter block, the shared-memory tile geometry
 /// (plain or XOR-swizzled rows of 16-byte chunks), the cp.async tile copier, the causal
 /// key range and the bf16 packing of fragments. Private to solutions/module03_attention.
 /// The PTX wrappers (cp.async, ldmatrix, mma.sync, ex2, swizzle_chunk) come from

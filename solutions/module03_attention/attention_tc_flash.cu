@@ -4,6 +4,8 @@
 ///   8. tc_register_softmax  online softmax on the S fragments, P re-packed as the A operand of P*V
 ///   9. tc_flash2            the same kernel, 128-row Q tiles with 32 rows per warp
 /// Steps 6 and 7 (S through shared memory) and the dispatcher are in attention_tc.cu.
+/// The kernel is attention_tc_flash.cuh (the exercise runs it too); this file holds the
+/// steps' story, step 8's phases (Phases below) and step 9's tile shapes (Flash2ConfigFor).
 ///
 /// Predictions are for an H200 (132 SMs, ~1.98 GHz, mma.sync bf16 ~60-70% of the 989
 /// dense TFLOP/s that wgmma reaches) at the benchmark shapes B*N = 16384 tokens, H*d =
@@ -11,7 +13,7 @@
 /// ~1.7 ms at 330 TFLOP/s), against 256 MB of Q, K, V, O (~0.05 ms of HBM): compute-bound.
 
 #include "attention_tc_device.cuh"
-#include "attention_tc_phases.cuh"
+#include "attention_tc_flash.cuh"
 
 #include "course/cuda/launch.cuh"
 #include "course/cuda/mma_ptx.cuh"
@@ -96,39 +98,10 @@ namespace {
 // ahead: 0.54-0.76 of its speed (0.54-0.62 at d = 128).
 // ============================================================================
 
-/// The tile configuration of the register-softmax kernel.
-template <int D_, int kMTiles_, int kBlockN_, int kSubN_, int kStages_, bool kQInRegs_>
-struct FlashConfig {
-  static constexpr int D = D_;
-  static constexpr int kWarps = 4;
-  static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kMTiles = kMTiles_;       ///< m16 tiles (16 query rows) per warp
-  static constexpr int kWarpRows = 16 * kMTiles;
-  static constexpr int kBlockM = kWarps * kWarpRows;
-  static constexpr int kBlockN = kBlockN_;       ///< keys per K/V tile
-  static constexpr int kStages = kStages_;       ///< K/V tiles in the cp.async ring
-  static constexpr bool kQInRegs = kQInRegs_;    ///< Q fragments loaded once into registers
-  static constexpr int kMinBlocks = 2;
-  using Geom = TileGeom<D, true>;
-  static constexpr int kSubN = kSubN_;          ///< keys per online-softmax step (a sub-tile)
-  static constexpr int kSubTiles = kBlockN / kSubN;
-  static constexpr int kSTiles = kSubN / 8;      ///< n8 tiles of S per m16 tile
-  static constexpr int kDSteps = D / 16;         ///< k16 steps of Q K^T = pairs of n8 tiles of O
-  static constexpr int kOTiles = D / 8;          ///< n8 tiles of O per m16 tile
-  static constexpr int kKeySteps = kSubN / 16;   ///< k16 steps of P V
-  /// Unroll factor of the k16 loop of Q K^T (1 is only possible with Q in shared memory).
-  static constexpr int kQKUnroll = kDSteps;
-  static constexpr int kQBytes = kBlockM * Geom::kRowBytes;
-  static constexpr int kKVBytes = kBlockN * Geom::kRowBytes;
-  static constexpr int kStageBytes = 2 * kKVBytes;  ///< K tile, then V tile
-  static constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + kSmemAlign;
-  static_assert(kSubN % 16 == 0 && kBlockN % kSubN == 0 && kStages >= 2,
-                "whole k16 steps and sub-tiles; a ring needs two stages");
-};
+using flash_step::FlashConfig;
+using flash_step::RegisterSoftmaxConfig;
 
-template <int D>
-using RegisterSoftmaxConfig = FlashConfig<D, 1, 64, 64, 2, true>;
-
+/// Step 9's tiles (the exercise's Flash2Choice), per head dim.
 template <int D>
 struct Flash2ConfigFor;
 template <>
@@ -140,262 +113,70 @@ struct Flash2ConfigFor<96> { using type = FlashConfig<96, 2, 64, 64, 2, false>; 
 template <>
 struct Flash2ConfigFor<128> { using type = FlashConfig<128, 2, 64, 32, 2, false>; };
 
-// The given phases (init_accumulators, load_q_fragments, clear_scores, load_q_operand,
-// accumulate_qk, write_output_and_lse) are attention_tc_phases.cuh's, shared with the
-// exercise; softmax_on_fragments and a_fragment below are the exercise's step 8, same names
-// and signatures, and accumulate_pv is written here around a_fragment.
-using attn_tc_phases::flash::accumulate_qk;
-using attn_tc_phases::flash::clear_scores;
-using attn_tc_phases::flash::init_accumulators;
-using attn_tc_phases::flash::load_q_fragments;
-using attn_tc_phases::flash::load_q_operand;
-using attn_tc_phases::flash::write_output_and_lse;
-
-// ---- The phases of register_softmax_kernel, in the order the main loop calls them. Each
-// works on one warp's fragments (kMTiles m16 tiles of query rows), takes them by reference
-// and is forceinline: the kernel compiles to the code it had with the phases written out.
-
-/// One online-softmax step on the fragments of ONE m16 tile (the exercise's step 8a, same
-/// name and signature), one row (hr = 0: row g, hr = 1: row g+8) at a time: the new running
-/// max over the quad, alpha = 2^(scale_log2 * (old max - new max)) applied to row_sum and
-/// to the row of O, then p = 2^(s*scale_log2 - m*scale_log2), added to this lane's part of
-/// the row sum and packed at once as bf16 pairs pk[j][hr] = (P[row][8j+2t], P[row][8j+2t+1]).
-template <int kSTiles, int kOTiles>
-__device__ __forceinline__ void softmax_on_fragments(float (&s)[kSTiles][4], float (&row_max)[2], float (&row_sum)[2],
-                                                     float (&o)[kOTiles][4], std::uint32_t (&pk)[kSTiles][2],
-                                                     float scale_log2) {
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    float mx = row_max[hr];
-#pragma unroll
-    for (int j = 0; j < kSTiles; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * hr], s[j][2 * hr + 1]));
-    mx = cuda::warp_max<4>(mx);  // the quad's 4 lanes hold the row: now the new running max
-    // 2^(x*c - m*c) with c = scale*log2(e). A row that has seen only masked keys keeps
-    // m = -inf: subtract 0 instead, so that its p = 2^-inf = 0 (not NaN).
-    const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
-    const float alpha = cuda::ex2_approx(row_max[hr] * scale_log2 - m_scaled);  // OLD max: rescale
-    row_max[hr] = mx;
-    row_sum[hr] *= alpha;
-#pragma unroll
-    for (int dt = 0; dt < kOTiles; ++dt) {
-      o[dt][2 * hr] *= alpha;
-      o[dt][2 * hr + 1] *= alpha;
-    }
-    float sum = 0.f;
-#pragma unroll
-    for (int j = 0; j < kSTiles; ++j) {
-      const float p0 = cuda::ex2_approx(fmaf(s[j][2 * hr], scale_log2, -m_scaled));
-      const float p1 = cuda::ex2_approx(fmaf(s[j][2 * hr + 1], scale_log2, -m_scaled));
-      sum += p0 + p1;
-      pk[j][hr] = pack_bf16x2(p0, p1);  // P as bf16 at once: half the registers of S
-    }
-    row_sum[hr] += sum;  // this lane's part of the row sum (reduced over the quad at the end)
-  }
-}
-
-/// The A operand of the P V mma for k16 step kk (keys 16kk .. 16kk+15) of one m16 tile (the
-/// exercise's step 8b, same name and signature):
-///   a[0] = P[g][2t, 2t+1]   = pk[2kk][row g]      a[1] = P[g+8][2t, 2t+1]   = pk[2kk][row g+8]
-///   a[2] = P[g][2t+8, 2t+9] = pk[2kk+1][row g]    a[3] = P[g+8][2t+8, 2t+9] = pk[2kk+1][row g+8]
-/// i.e. the accumulators of S's n8 tiles 2kk and 2kk+1, as they are.
-template <int kSTiles>
-__device__ __forceinline__ void a_fragment(const std::uint32_t (&pk)[kSTiles][2], int kk, std::uint32_t (&a)[4]) {
-  a[0] = pk[2 * kk][0];
-  a[1] = pk[2 * kk][1];
-  a[2] = pk[2 * kk + 1][0];
-  a[3] = pk[2 * kk + 1][1];
-}
-
-/// O += P V for the sub-tile: P's A fragments from the registers (a_fragment), V's B
-/// fragments through ldmatrix .trans.
-template <class Cfg>
-__device__ __forceinline__ void accumulate_pv(float (&o)[Cfg::kMTiles][Cfg::kOTiles][4],
-                                              const std::uint32_t (&pk)[Cfg::kMTiles][Cfg::kSTiles][2],
-                                              std::uint32_t v_addr) {
-#pragma unroll
-  for (int kk = 0; kk < Cfg::kKeySteps; ++kk) {
-#pragma unroll
-    for (int dp = 0; dp < Cfg::kDSteps; ++dp) {
-      std::uint32_t vb[4];
-      cuda::ldmatrix_x4_trans(vb, (v_addr ^ (32 * dp)) + 16 * kk * Cfg::Geom::kRowBytes);
-      const std::uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
-#pragma unroll
-      for (int mi = 0; mi < Cfg::kMTiles; ++mi) {
-        std::uint32_t a[4];
-        a_fragment(pk[mi], kk, a);
-        cuda::mma_m16n8k16_bf16_f32(o[mi][2 * dp], a, b0);
-        cuda::mma_m16n8k16_bf16_f32(o[mi][2 * dp + 1], a, b1);
-      }
-    }
-  }
-}
-
-/// Phases: load_kv_tile, load_q_fragments, clear_scores + load_q_operand + accumulate_qk
-/// (S = Q K^T), the mask, softmax_on_fragments, accumulate_pv (with a_fragment),
-/// write_output_and_lse.
-template <class Cfg, bool kCausal>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) register_softmax_kernel(const TcParams p) {
-  constexpr int kMT = Cfg::kMTiles, kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kRB = Cfg::Geom::kRowBytes;
-  constexpr int kRowChunks = Cfg::Geom::kRowChunks;
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  unsigned char* smem = align_smem(smem_raw);                   // see kSmemAlign
-  const std::uint32_t s_q = cuda::smem_u32(smem);               // [kBlockM][D] Q, at the end O
-  const std::uint32_t s_kv = s_q + Cfg::kQBytes;                // kStages x ([kBlockN][D] K, [kBlockN][D] V)
-
-  int q_tile, bh;
-  block_coordinates(kCausal, q_tile, bh);  // causal: the heaviest Q tiles of all heads first
-  const int q0 = q_tile * kBM;
-  const bf16* k_head;
-  const bf16* v_head;
-  {
-    const int b = bh / p.heads, h = bh % p.heads, hk = h / p.group;
-    k_head = p.k + row_offset(p.ks, b, hk, 0);
-    v_head = p.v + row_offset(p.vs, b, hk, 0);
-    TileCopier<Cfg::D, kBM, Cfg::kThreads, true>().copy(s_q, p.q + row_offset(p.qs, b, h, 0), p.qs.seq, q0, p.seq_q);
-  }
-  const int num_tiles = (kv_end<kCausal>(p, q0, kBM) + kBN - 1) / kBN;
-
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane / 4, t = lane % 4;
-  const int warp_row0 = warp * Cfg::kWarpRows;  // first row of this warp in the Q tile
-
-  TileStream<Cfg::D, kBN, Cfg::kThreads> k_stream(k_head, p.ks.seq, p.seq_k), v_stream(v_head, p.vs.seq, p.seq_k);
-  // Phase load_kv_tile: the cp.async copies of K/V tile `tile` into its stage of the ring (no
-  // commit). Tiles are loaded in order 0, 1, 2, ...: the streams walk K and V one tile per call.
-  // (A lambda, not a function of its own: as a function the ring index arithmetic compiles
-  // differently.)
-  auto load_kv_tile = [&](int tile) {
-    const std::uint32_t stage = s_kv + (tile % Cfg::kStages) * Cfg::kStageBytes;
-    k_stream.copy_next(stage, p.k);
-    v_stream.copy_next(stage + Cfg::kKVBytes, p.v);
-  };
-
-  // Prologue: group 0 = Q (issued above) + K/V tile 0, then tiles 1 .. kStages-2; one
-  // group per tile, committed even when empty, so "group i holds tile i" and the wait
-  // count stay exact.
-#pragma unroll
-  for (int s = 0; s < Cfg::kStages - 1; ++s) {
-    if (s < num_tiles) load_kv_tile(s);
-    cuda::cp_async_commit();
-  }
-
-  // ldmatrix row addresses. Lane l supplies row l%8 of matrix l/8. Within a tile the rows
-  // only move by multiples of 16 (which keep the swizzle key) and the chunk only by even
-  // constants 2*step, so chunk 2*step + c of a row lives at physical chunk
-  // (2*step) XOR swizzle_chunk(row, c). With the tile base a multiple of the row length,
-  // the physical chunk is exactly address bits 4.., so each operand needs ONE lane
-  // address (step 0 of row block 0): step `st` is  addr ^ (32 * st), and the row block
-  // an immediate offset that ldmatrix folds in. No per-step address registers.
-  //   Q (A, row-major 16x16): row l%16 of the m16 tile, chunk c = l/16.
-  //   K (B of S = Q K^T, two n8 tiles per x4): key l%8 + 8*(l/16), chunk c = (l/8)%2.
-  //   V (B of O = P V via .trans, two n8 tiles per x4): key l%8 + 8*((l/8)%2), chunk c = l/16.
-  const int q_row = warp_row0 + (lane & 15);
-  const int k_row = (lane & 7) + 8 * (lane >> 4);
-  const int v_row = (lane & 7) + 8 * ((lane >> 3) & 1);
-  const std::uint32_t q_lane = s_q + q_row * kRB + 16 * cuda::swizzle_chunk<kRowChunks>(q_row, lane >> 4);
-  const std::uint32_t k_lane = k_row * kRB + 16 * cuda::swizzle_chunk<kRowChunks>(k_row, (lane >> 3) & 1);
-  const std::uint32_t v_lane = v_row * kRB + 16 * cuda::swizzle_chunk<kRowChunks>(v_row, lane >> 4);
-
-  float o[kMT][Cfg::kOTiles][4];
-  float row_max[kMT][2], row_sum[kMT][2];  // [m16 tile][row g / row g+8]; max in raw score units
-  init_accumulators<Cfg>(o, row_max, row_sum);
-  std::uint32_t qf[Cfg::kQInRegs ? kMT : 1][Cfg::kQInRegs ? Cfg::kDSteps : 1][4];
-
-  for (int tile = 0; tile < num_tiles; ++tile) {
-    // Tile `tile` (and Q) landed for this thread; the barrier makes it so for the block
-    // and also guarantees every warp is done with tile-1, whose stage is refilled next.
-    cuda::cp_async_wait<Cfg::kStages - 2>();
-    __syncthreads();
-    if (tile + Cfg::kStages - 1 < num_tiles) load_kv_tile(tile + Cfg::kStages - 1);
-    cuda::cp_async_commit();
-
-    if constexpr (Cfg::kQInRegs) {
-      if (tile == 0) load_q_fragments<Cfg>(qf, q_lane);
-    }
-    const std::uint32_t k_tile = s_kv + (tile % Cfg::kStages) * Cfg::kStageBytes + k_lane;
-    const std::uint32_t v_tile = k_tile - k_lane + Cfg::kKVBytes + v_lane;
-
-    // The tile's keys in sub-tiles of kSubN, each a full online-softmax step (d = 128:
-    // two of 32 keys, so that S and O fit the registers together; elsewhere one).
-#pragma unroll 1
-    for (int sub = 0; sub < Cfg::kSubTiles; ++sub) {
-      const int kv0 = tile * kBN + sub * Cfg::kSubN;
-      const std::uint32_t k_addr = k_tile + sub * Cfg::kSubN * kRB;
-      const std::uint32_t v_addr = v_tile + sub * Cfg::kSubN * kRB;
-      // Keys no row of this warp may see (past its last row's diagonal, or past N_k):
-      // they would add nothing (alpha = 1, p = 0), so the warp skips them. Warp-uniform;
-      // it happens in the diagonal tiles when a tile is narrower than the Q tile.
-      if (kv0 >= p.seq_k || (kCausal && static_cast<long long>(kv0) > static_cast<long long>(q0) + warp_row0 +
-                                                                          Cfg::kWarpRows - 1 + p.causal_offset))
-        continue;
-
-      // ---- S = Q K^T, one k16 step at a time. The k16 steps are unrolled (kQKUnroll): ptxas
-      // may then issue the next steps' ldmatrix early. When a configuration runs out of
-      // registers, kQKUnroll = 1 (Q in shared memory) keeps those loads out of the
-      // accumulators' way. (This loop stays here: moved into a function with its pragma, it
-      // compiles to a different instruction order.)
-      float s[kMT][Cfg::kSTiles][4];
-      clear_scores<Cfg>(s);
-#pragma unroll(Cfg::kQKUnroll)
-      for (int ks = 0; ks < Cfg::kDSteps; ++ks) {
-        std::uint32_t a[kMT][4];
-        load_q_operand<Cfg>(a, qf, q_lane, ks);
-        accumulate_qk<Cfg>(s, a, k_addr, ks);
-      }
-
-      // ---- Mask: only the tail tile and, when causal, tiles reaching past this warp's
-      // first row's diagonal. Element e of n8 tile j: row g + 8*(e/2), key 8j + 2t + e%2.
-      if (tile_needs_mask<kCausal, Cfg::kSubN>(p, q0 + warp_row0, kv0)) {
-#pragma unroll
-        for (int mi = 0; mi < kMT; ++mi)
-#pragma unroll
-          for (int j = 0; j < Cfg::kSTiles; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int row = q0 + warp_row0 + 16 * mi + g + 8 * (e >> 1);
-              const int key = kv0 + 8 * j + 2 * t + (e & 1);
-              if (key_hidden<kCausal>(p, row, key)) s[mi][j][e] = -INFINITY;
-            }
-      }
-
-      std::uint32_t pk[kMT][Cfg::kSTiles][2];  // P as bf16 pairs, the A operand of P V
-#pragma unroll
-      for (int mi = 0; mi < kMT; ++mi) softmax_on_fragments(s[mi], row_max[mi], row_sum[mi], o[mi], pk[mi], p.scale_log2);
-
-      accumulate_pv<Cfg>(o, pk, v_addr);
-    }
-  }
-
-  write_output_and_lse<Cfg, kCausal>(smem, p, q0, warp_row0, g, t, o, row_max, row_sum);
-}
-
-template <class Cfg, bool kCausal>
-void launch_cfg(const TcParams& p, std::int64_t batch_heads, cudaStream_t stream) {
-  constexpr auto kernel = register_softmax_kernel<Cfg, kCausal>;
-  cuda::opt_in_dynamic_smem<kernel>(Cfg::kSmemBytes);
-  const dim3 grid(static_cast<unsigned>((static_cast<long long>(p.seq_q) + Cfg::kBlockM - 1) / Cfg::kBlockM),
-                  static_cast<unsigned>(batch_heads));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
-  COURSE_CHECK_LAUNCH("register_softmax_kernel");
-}
-
-template <template <int> class ConfigOf>
-void launch_by_head_dim(const AttentionArgsBf16& a) {
-  const TcParams p = make_tc_params(a);
-  const std::int64_t bh = a.batch * a.heads;
-  cuda::dispatch_value<m03::kTcHeadDims>(a.head_dim, "head_dim", [&](auto d) {
-    using Cfg = ConfigOf<decltype(d)::value>;
-    if (a.causal) launch_cfg<Cfg, true>(p, bh, a.stream);
-    else launch_cfg<Cfg, false>(p, bh, a.stream);
-  });
-}
-
 template <int D>
 using Flash2Config = typename Flash2ConfigFor<D>::type;
 
+/// Step 8's ideas, the Phases of flash_step::register_softmax_kernel (attention_tc_flash.cuh,
+/// the kernel the exercise runs too): the exercise writes the same two functions.
+struct Phases {
+  /// One online-softmax step on the fragments of ONE m16 tile (the exercise's step 8a, same
+  /// name and signature), one row (hr = 0: row g, hr = 1: row g+8) at a time: the new running
+  /// max over the quad, alpha = 2^(scale_log2 * (old max - new max)) applied to row_sum and
+  /// to the row of O, then p = 2^(s*scale_log2 - m*scale_log2), added to this lane's part of
+  /// the row sum and packed at once as bf16 pairs pk[j][hr] = (P[row][8j+2t], P[row][8j+2t+1]).
+  template <int kSTiles, int kOTiles>
+  __device__ __forceinline__ static void softmax_on_fragments(float (&s)[kSTiles][4], float (&row_max)[2],
+                                                              float (&row_sum)[2], float (&o)[kOTiles][4],
+                                                              std::uint32_t (&pk)[kSTiles][2], float scale_log2) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      float mx = row_max[hr];
+#pragma unroll
+      for (int j = 0; j < kSTiles; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * hr], s[j][2 * hr + 1]));
+      mx = cuda::warp_max<4>(mx);  // the quad's 4 lanes hold the row: now the new running max
+      // 2^(x*c - m*c) with c = scale*log2(e). A row that has seen only masked keys keeps
+      // m = -inf: subtract 0 instead, so that its p = 2^-inf = 0 (not NaN).
+      const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
+      const float alpha = cuda::ex2_approx(row_max[hr] * scale_log2 - m_scaled);  // OLD max: rescale
+      row_max[hr] = mx;
+      row_sum[hr] *= alpha;
+#pragma unroll
+      for (int dt = 0; dt < kOTiles; ++dt) {
+        o[dt][2 * hr] *= alpha;
+        o[dt][2 * hr + 1] *= alpha;
+      }
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kSTiles; ++j) {
+        const float p0 = cuda::ex2_approx(fmaf(s[j][2 * hr], scale_log2, -m_scaled));
+        const float p1 = cuda::ex2_approx(fmaf(s[j][2 * hr + 1], scale_log2, -m_scaled));
+        sum += p0 + p1;
+        pk[j][hr] = pack_bf16x2(p0, p1);  // P as bf16 at once: half the registers of S
+      }
+      row_sum[hr] += sum;  // this lane's part of the row sum (reduced over the quad at the end)
+    }
+  }
+
+  /// The A operand of the P V mma for k16 step kk (keys 16kk .. 16kk+15) of one m16 tile (the
+  /// exercise's step 8b, same name and signature):
+  ///   a[0] = P[g][2t, 2t+1]   = pk[2kk][row g]      a[1] = P[g+8][2t, 2t+1]   = pk[2kk][row g+8]
+  ///   a[2] = P[g][2t+8, 2t+9] = pk[2kk+1][row g]    a[3] = P[g+8][2t+8, 2t+9] = pk[2kk+1][row g+8]
+  /// i.e. the accumulators of S's n8 tiles 2kk and 2kk+1, as they are.
+  template <int kSTiles>
+  __device__ __forceinline__ static void a_fragment(const std::uint32_t (&pk)[kSTiles][2], int kk,
+                                                    std::uint32_t (&a)[4]) {
+    a[0] = pk[2 * kk][0];
+    a[1] = pk[2 * kk][1];
+    a[2] = pk[2 * kk + 1][0];
+    a[3] = pk[2 * kk + 1][1];
+  }
+};
+
 }  // namespace
 
-void launch_tc_register_softmax(const AttentionArgsBf16& a) { launch_by_head_dim<RegisterSoftmaxConfig>(a); }
-void launch_tc_flash2(const AttentionArgsBf16& a) { launch_by_head_dim<Flash2Config>(a); }
+void launch_tc_register_softmax(const AttentionArgsBf16& a) {
+  flash_step::launch_by_head_dim<Phases, RegisterSoftmaxConfig>(a);
+}
+void launch_tc_flash2(const AttentionArgsBf16& a) { flash_step::launch_by_head_dim<Phases, Flash2Config>(a); }
 
 }  // namespace course::solution::attn_tc

@@ -1,16 +1,15 @@
 #pragma once
 /// @file attention_tc_phases.cuh
-/// @brief The given phases of the tensor-core attention kernels, written once and shared by
-/// the solution (attention_tc.cu: smem_softmax_kernel, steps tc_mma and
-/// tc_swizzled_pipelined; attention_tc_flash.cu: register_softmax_kernel, steps
-/// tc_register_softmax and tc_flash2) and the exercise
-/// (exercises/module03_attention/attention_tc.cu). The phases a learner writes are not here:
-/// each side has its own, under the same names and signatures -- scores_qk and accumulate_pv
-/// (tc_mma), softmax_on_fragments and a_fragment (tc_register_softmax).
+/// @brief The given phases of the tensor-core attention kernels (attention_tc.cuh:
+/// smem_softmax_kernel, steps tc_mma and tc_swizzled_pipelined; attention_tc_flash.cuh:
+/// register_softmax_kernel, steps tc_register_softmax and tc_flash2), which the solution and
+/// the exercise (exercises/module03_attention/attention_tc.cu) both run. The phases a learner
+/// writes are not here: each side passes its own to the kernels as their `Phases` parameter,
+/// under the same names and signatures -- scores_qk and accumulate_pv (tc_mma), swizzle_chunk
+/// (tc_swizzled_pipelined), softmax_on_fragments and a_fragment (tc_register_softmax).
 ///
 /// Every phase is a forceinline function template on the kernel's tile configuration (T:
-/// SmemSoftmaxTile, Cfg: FlashConfig) and, where it reads the parameter block, on its type
-/// (TcParams of either side). Fragments come by reference; register arrays a loop indexes
+/// SmemSoftmaxTile, Cfg: FlashConfig) and, where it reads the parameter block, on its type. Fragments come by reference; register arrays a loop indexes
 /// are declared by the kernel and passed in, so that each kernel compiles to the code it had
 /// with its phases written out (checked on the sm_90a SASS).
 

@@ -14,8 +14,8 @@
 /// Used by (solutions/, and the exercises/ file of the same name where there is one):
 /// - module 1: matmul.cu, matmul_tc.cu, matmul_tc_hopper.cu, softmax.cu
 /// - module 2: batched_gemm_fp32.cu, batched_gemm_tensor_core.cu
-/// - module 3: attention.cu, attention_fused.cu, attention_tc.cu, attention_tc_flash.cu,
-///   attention_tc_hopper.cuh
+/// - module 3: attention.cu, attention_fused.cu, attention_tc.cuh, attention_tc_flash.cuh
+///   (which the exercise's attention_tc.cu includes), attention_tc_hopper.cuh
 /// - module 4: attention_backward_flash.cu, attention_backward_tc.cuh (and the exercise's
 ///   attention_backward.cu), layer_norm.cu, layer_norm_backward.cu
 

@@ -12,8 +12,9 @@
 ///   softmax.cu (cp.async in cluster_columns); tests/planted/matmul_tc_planted.cu
 /// - module 2: batched_gemm_fp32.cu (cp.async); batched_gemm_tensor_core.cu (mma.sync, wgmma)
 /// - module 3: attention_device.cuh, solution and exercise, attention_fused.cu (cp.async);
-///   attention_tc_device.cuh, attention_tc_phases.cuh, attention_tc.cu, attention_tc_flash.cu
-///   and the exercise's attention_tc.cu (the mma.sync steps, ex2 too); attention_tc_hopper.cuh,
+///   attention_tc_device.cuh, attention_tc_phases.cuh, attention_tc.cuh, attention_tc_flash.cuh,
+///   attention_tc.cu, attention_tc_flash.cu and the exercise's attention_tc.cu (the mma.sync
+///   steps, ex2 too); attention_tc_hopper.cuh,
 ///   attention_tc_hopper_phases.cuh and the exercise's attention_tc_hopper.cu (the Hopper
 ///   steps: wgmma, P from registers); tests/planted/attention_tc_planted.cu
 /// - module 4: attention_backward_flash.cu (cp.async); attention_backward_tc.cuh,

@@ -5,7 +5,8 @@
 /// XOR-swizzled tile, the aligned base of dynamic shared memory, and a cp.async copier of
 /// whole tiles.
 /// Used by module 3's mma.sync attention steps (solutions: attention_tc_device.cuh,
-/// attention_tc_phases.cuh; exercises: attention_tc.cu) and module 4's tensor-core
+/// attention_tc_phases.cuh, attention_tc.cuh, attention_tc_flash.cuh, which its exercise
+/// attention_tc.cu includes) and module 4's tensor-core
 /// attention backward (attention_backward_tc.cuh, which its exercise includes).
 
 #include "course/cuda/mma_ptx.cuh"
@@ -64,9 +65,11 @@ __device__ __forceinline__ unsigned char* align_smem(unsigned char* p) {
 /// owns chunk column t % kChunks of rows t / kChunks + i * kRowStep: per pass the block
 /// reads kRowStep whole rows, each 2D contiguous bytes (coalesced). d = 96 (12 chunks)
 /// leaves 128 % 12 = 8 threads idle. The column and the first row are computed once.
-template <int D, int kRows, int kThreads, bool kSwizzle>
+/// GeomT places the chunks: TileGeom<D, kSwizzle> unless a kernel brings its own geometry
+/// with the same rows and another chunk placement (module 3's exercise: the learner's swizzle).
+template <int D, int kRows, int kThreads, bool kSwizzle, class GeomT = TileGeom<D, kSwizzle>>
 struct TileCopier {
-  using Geom = TileGeom<D, kSwizzle>;
+  using Geom = GeomT;
   static constexpr int kChunks = Geom::kChunks;
   static constexpr int kRowStep = kThreads / kChunks;
   static constexpr int kPasses = (kRows + kRowStep - 1) / kRowStep;

@@ -7,8 +7,8 @@
 /// there is one):
 /// - module 1: reductions.cu, softmax.cu; tests/planted/reductions_planted.cu
 /// - module 3: attention_device.cuh, attention_fused.cu (solution and exercise);
-///   attention_tc_device.cuh, attention_tc_phases.cuh, attention_tc_flash.cu and the
-///   exercise's attention_tc.cu; attention_tc_hopper.cuh; bench/bench_attention_tc_lib.cu
+///   attention_tc_device.cuh, attention_tc_phases.cuh, attention_tc_flash.cuh,
+///   attention_tc_flash.cu and the exercise's attention_tc.cu; attention_tc_hopper.cuh; bench/bench_attention_tc_lib.cu
 /// - module 4: adamw.cu, cross_entropy.cu, layer_norm.cu, layer_norm_backward.cu,
 ///   softmax_backward.cu (solution and exercise); training_ops.cu
 
