@@ -9,7 +9,7 @@
 ///   12. tc_pingpong          the two consumers take turns on the tensor cores (named
 ///                            barriers): one's softmax runs under the other's GEMMs
 ///
-/// Both steps compute a 128-row query tile per block as two consumer warpgroups of 64 rows
+/// Every step computes a 128-row query tile per block as two consumer warpgroups of 64 rows
 /// (wgmma's M is 64), against K/V tiles of 128 keys, for head dims 64 and 128 only (the
 /// tiles are whole 128-byte swizzle atoms along d; other head dims are rejected by name).
 /// Every tile in shared memory has the layout wgmma's 128-byte-swizzle descriptors read and
@@ -33,9 +33,10 @@
 ///
 /// The kernels below are shared with the exercise (exercises/module03_attention/
 /// attention_tc_hopper.cu includes this header): they call the parts that are each step's
-/// idea through their `Phases` parameter -- the two wgmma products (issue_scores, issue_pv)
-/// and the K/V ring's hand-off (load_kv_tile on the producer's side, wait_kv_tile and
-/// release_kv_tile on the consumers'). The solution's phases are attention_tc_hopper_phases.cuh;
+/// idea through their `Phases` parameter -- the two wgmma products (issue_scores, issue_pv),
+/// the K/V ring's hand-off (load_kv_tile on the producer's side, wait_kv_tile and
+/// release_kv_tile on the consumers') and the ping-pong turns (wait_turn, pass_turn). The
+/// solution's phases are attention_tc_hopper_phases.cuh;
 /// attention_tc_hopper.cu is the entry point.
 
 #include "attention_tc_device.cuh"
