@@ -12,7 +12,7 @@
 ///   2. flash                 (attention_backward_flash.cuh) the per-tile math of the K/V-parallel
 ///                            kernel: the masked P^T, dS, the dQ additions by atomics
 ///   3. flash_deterministic   (attention_backward_flash.cuh) dQ added in a fixed order: the K/V
-///                            tiles take turns per query tile (KvTileOrder::wait and ::pass)
+///                            tiles take turns per query tile (`KvTileOrder::wait` and `KvTileOrder::pass`)
 /// (Steps 1-3 are kAttentionBackwardSteps of module04/attention_backward.hpp.) Your files are
 /// the solution's (solutions/module04_training/, the same names): the code outside the
 /// `// @step` ... `// @end` regions -- launches, the flash kernel's loads and GEMMs -- is the

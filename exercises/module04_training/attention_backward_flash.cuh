@@ -4,7 +4,7 @@
 /// ladder: attention_backward.cu): the solution's K/V-parallel kernel, in which you write
 ///   flash                 the masked P^T (in flash_backward_kv_kernel), dS (ds_from_dp) and
 ///                         the dQ additions by atomics (write_dq_rows)
-///   flash_deterministic   the dQ turn of a query tile: KvTileOrder::wait and ::pass
+///   flash_deterministic   the dQ turn of a query tile: `KvTileOrder::wait` and `KvTileOrder::pass`
 /// Read the design below first (the thread map of the register tiles: tile_row, out_col).
 /// Everything outside the `// @step` regions is the solution's code, given. Set kFlashWritten
 /// and kDqTurnsWritten (attention_backward_device.cuh) when a step is written.

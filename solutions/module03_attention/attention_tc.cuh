@@ -5,12 +5,12 @@
 /// (attention_tc.cu) and the exercise (exercises/module03_attention/attention_tc.cu) both run
 /// this very code; each brings the parts that are a step's idea as its `Phases` parameter,
 /// a struct of static forceinline functions:
-///   template <class T, bool kTuned, class QFrags> scores_qk(s, a, qf, s_q, s_k, q_row, q_c, k_row, k_c)
+///   `template <class T, bool kTuned, class QFrags> scores_qk(s, a, qf, s_q, s_k, q_row, q_c, k_row, k_c)`
 ///       step 6: S = Q K^T for the warp's 16 rows (the A fragments from qf when kTuned,
 ///       else with ldmatrix from the Q tile at s_q)
-///   template <class T> accumulate_pv(o, a, s_p, s_v, warp_row0, lane, v_row, v_c)
+///   `template <class T> accumulate_pv(o, a, s_p, s_v, warp_row0, lane, v_row, v_c)`
 ///       step 6: O += P V, P from the P tile at s_p, V from the tile at s_v
-///   template <int kRowChunks> swizzle_chunk(row, chunk)
+///   `template <int kRowChunks> swizzle_chunk(row, chunk)`
 ///       step 7: where chunk `chunk` of row `row` is stored in a swizzled tile
 /// The solution's phases, and each step's story, prediction and outcome, are in
 /// attention_tc.cu; the given phases the kernel calls are attention_tc_phases.cuh's.

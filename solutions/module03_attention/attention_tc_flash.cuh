@@ -6,10 +6,10 @@
 /// (exercises/module03_attention/attention_tc.cu) both run this very code; each brings the
 /// parts that are step 8's idea as its `Phases` parameter, a struct of static forceinline
 /// functions, and step 9's tile shapes as the configuration it launches with:
-///   template <int kSTiles, int kOTiles> softmax_on_fragments(s, row_max, row_sum, o, pk, scale_log2)
+///   `template <int kSTiles, int kOTiles> softmax_on_fragments(s, row_max, row_sum, o, pk, scale_log2)`
 ///       step 8a: one online-softmax step on the accumulator fragments of one m16 tile,
 ///       P packed as bf16 pairs
-///   template <int kSTiles> a_fragment(pk, kk, a)
+///   `template <int kSTiles> a_fragment(pk, kk, a)`
 ///       step 8b: P's A operand of the P V mma for k16 step kk
 ///   launch_by_head_dim<Phases, ConfigOf>: ConfigOf<D> is the FlashConfig of head dim D
 ///       (RegisterSoftmaxConfig for step 8; step 9's choice for tc_flash2)
