@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Every course op beside its PyTorch equivalent, on the same tensors, with one timer.
 
-usage: scripts/compare_torch.py [--ops OPS] [--quick] [--impl solution,exercise] [--out FILE]
+usage: scripts/compare_torch.py [--ops OPS] [--quick] [--impl solution,exercise] [--steps REGEX] [--out FILE]
 
 For each op and shape of the C++ benchmarks, times the course's steps (solution; exercise
 steps that are written) and the PyTorch equivalents, and checks the accuracy of every
@@ -59,6 +59,7 @@ import math
 import os
 import pathlib
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -145,6 +146,7 @@ class Run:
         self.timer = Timer(args.warmup_ms, args.rep_ms)
         self.rows = []
         self.impls = [i.strip() for i in args.impl.split(",") if i.strip()]
+        self.steps = re.compile(args.steps) if args.steps else None
 
     def record(self, **row):
         self.rows.append(row)
@@ -190,7 +192,7 @@ class Run:
             except Exception:  # noqa: BLE001 -- a missing library is reported by the first call
                 names = [s for s, _ in ck.steps(op)]
             for s in names:
-                if wanted is None or wanted(s):
+                if (wanted is None or wanted(s)) and (self.steps is None or self.steps.fullmatch(s)):
                     out.append((impl, s))
         return out
 
@@ -1064,6 +1066,7 @@ def main():
     ap.add_argument("--ops", default=",".join(OPS), help=f"comma-separated subset of: {', '.join(OPS)}")
     ap.add_argument("--quick", action="store_true", help="one or two shapes per op, shorter timing")
     ap.add_argument("--impl", default="solution,exercise", help="course implementations to run")
+    ap.add_argument("--steps", help="only the course steps whose name matches this regular expression")
     ap.add_argument("--out", type=pathlib.Path, help="write the JSON results here")
     ap.add_argument("--warmup-ms", type=float, default=25.0)
     ap.add_argument("--rep-ms", type=float, default=100.0)

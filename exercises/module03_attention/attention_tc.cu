@@ -216,6 +216,7 @@ void attention(m03::AttentionStep step, const m03::AttentionArgsBf16& args) {
     case AttentionStep::tc_wgmma:
     case AttentionStep::tc_warp_specialized:
     case AttentionStep::tc_pingpong:
+    case AttentionStep::tc_overlap:
       return attention_hopper(step, args);  // attention_tc_hopper.cu
     default: break;  // fp32 steps: validate_attention_args rejected them
   }

@@ -4,18 +4,19 @@
 ///                            descriptors, O += P V with P taken from registers
 ///   11. tc_warp_specialized  the K/V ring's hand-off: the TMA producer and the consumers
 ///   12. tc_pingpong          the two consumer warpgroups' turns on the tensor cores
+///   13. tc_overlap           one GEMM phase as two commit groups: S first, then P V
 ///
 /// The kernels -- tiles in the 128-byte-swizzle layout, the cp.async loads of step 10, the
 /// tensor maps and the warp roles of step 11, the online softmax on the accumulators, the
 /// epilogue -- are solutions/module03_attention/attention_tc_hopper.cuh, the very code the
 /// solution runs. Read its file comment and the lesson (module03_attention/README.md, "The
-/// Hopper steps") first. You write the seven phases below; the kernels call them.
+/// Hopper steps") first. You write the eight phases below; the kernels call them.
 /// Set the matching kXxxWritten flag when a step's phases are done: a step whose phases are
 /// not written throws NotImplemented and its tests show SKIPPED. On a GPU that is not a
 /// Hopper (or a build without sm_90a) the steps report Unsupported, also SKIPPED.
 /// Run the tests with:   ctest --preset default -L exercise -R attention_tc
 /// Hints, one at a time: `bash scripts/course.sh hint attention/tc_wgmma` (and
-/// attention/tc_warp_specialized, attention/tc_pingpong).
+/// attention/tc_warp_specialized, attention/tc_pingpong, attention/tc_overlap).
 
 #include "../../solutions/module03_attention/attention_tc_hopper.cuh"
 
@@ -38,6 +39,7 @@ using solution::attn_tc_hopper::ws_step::KvStage;
 constexpr bool kProductsWritten = false;  // TODO 1 and 2 below (step tc_wgmma)
 constexpr bool kRingWritten = false;      // TODO 3 to 5 below (step tc_warp_specialized)
 constexpr bool kTurnsWritten = false;     // TODO 6 and 7 below (step tc_pingpong)
+constexpr bool kOverlapWritten = false;   // TODO 8 below (step tc_overlap)
 
 struct Phases {
   /// TODO 1: S = Q K^T for one consumer warpgroup (64 query rows x 128 keys), issued as
@@ -88,6 +90,20 @@ struct Phases {
   /// TODO 7 (consumer warpgroup cw, right after issuing its GEMMs): give the turn to the
   /// other warpgroup without waiting (cc::named_barrier_arrive).
   __device__ __forceinline__ static void pass_turn(int cw) { (void)cw; }
+
+  /// TODO 8 (step tc_overlap, consumer warpgroup, inside its turn): issue S = Q K^T for the
+  /// new tile (k_tile) and O += P V for the previous one (v_tile) as TWO commit groups
+  /// (cc::wgmma_commit), so that the kernel's cc::wgmma_wait<1>() returns once S alone has
+  /// landed and the softmax runs while P V still computes. Use your TODO 1 and 2. Which
+  /// group must come first? (The tests cannot tell: the wrong order stays correct and only
+  /// loses the overlap. Compare tc_overlap with tc_pingpong in the benchmark.)
+  template <class T>
+  __device__ __forceinline__ static void issue_scores_then_pv(float (&s)[T::kSRegs], float (&o)[T::kORegs],
+                                                              const std::uint32_t (&pk)[T::kBlockN / 8][2],
+                                                              std::uint32_t q_tile, std::uint32_t k_tile,
+                                                              std::uint32_t v_tile, int q_rows) {
+    (void)s, (void)o, (void)pk, (void)q_tile, (void)k_tile, (void)v_tile, (void)q_rows;
+  }
 };
 
 }  // namespace
@@ -99,8 +115,10 @@ void attention_hopper(m03::AttentionStep step, const m03::AttentionArgsBf16& arg
   if (!kProductsWritten) throw NotImplemented(name + " (Phases::issue_scores and issue_pv)", file);
   if (step != m03::AttentionStep::tc_wgmma && !kRingWritten)
     throw NotImplemented(name + " (Phases::load_kv_tile, wait_kv_tile, release_kv_tile)", file);
-  if (step == m03::AttentionStep::tc_pingpong && !kTurnsWritten)
+  if ((step == m03::AttentionStep::tc_pingpong || step == m03::AttentionStep::tc_overlap) && !kTurnsWritten)
     throw NotImplemented(name + " (Phases::wait_turn, pass_turn)", file);
+  if (step == m03::AttentionStep::tc_overlap && !kOverlapWritten)
+    throw NotImplemented(name + " (Phases::issue_scores_then_pv)", file);
   solution::attn_tc_hopper::run_step<Phases>(step, args);
 }
 

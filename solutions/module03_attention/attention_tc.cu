@@ -182,6 +182,7 @@ void attention(m03::AttentionStep step, const m03::AttentionArgsBf16& args) {
     case m03::AttentionStep::tc_wgmma: return attn_tc::launch_tc_wgmma(args);
     case m03::AttentionStep::tc_warp_specialized: return attn_tc::launch_tc_warp_specialized(args);
     case m03::AttentionStep::tc_pingpong: return attn_tc::launch_tc_pingpong(args);
+    case m03::AttentionStep::tc_overlap: return attn_tc::launch_tc_overlap(args);
     default: break;  // fp32 steps: validate_attention_args rejected them
   }
 }

@@ -8,6 +8,8 @@
 ///                            mbarriers; a producer warpgroup, two consumer warpgroups, setmaxnreg
 ///   12. tc_pingpong          the two consumers take turns on the tensor cores (named
 ///                            barriers): one's softmax runs under the other's GEMMs
+///   13. tc_overlap           a consumer's softmax of tile j starts once S_j has landed,
+///                            under its own P_{j-1} V_{j-1} (two commit groups, P double-buffered)
 ///
 /// Every step computes a 128-row query tile per block as two consumer warpgroups of 64 rows
 /// (wgmma's M is 64), against K/V tiles of 128 keys, for head dims 64 and 128 only (the
@@ -35,7 +37,8 @@
 /// attention_tc_hopper.cu includes this header): they call the parts that are each step's
 /// idea through their `Phases` parameter -- the two wgmma products (issue_scores, issue_pv),
 /// the K/V ring's hand-off (load_kv_tile on the producer's side, wait_kv_tile and
-/// release_kv_tile on the consumers') and the ping-pong turns (wait_turn, pass_turn). The
+/// release_kv_tile on the consumers'), the ping-pong turns (wait_turn, pass_turn) and step
+/// 13's two commit groups (issue_scores_then_pv). The
 /// solution's phases are attention_tc_hopper_phases.cuh;
 /// attention_tc_hopper.cu is the entry point.
 
@@ -112,13 +115,13 @@ __device__ __forceinline__ void mask_scores(float (&s)[T::kSRegs], const TcParam
 }
 
 /// The online-softmax step on the S accumulators of this thread's two rows (g and g+8 of
-/// its warp's 16): new running max (the quad's 4 lanes share a row: 2 shuffles), O and
-/// the partial row sum rescaled by 2^(old max - new max), P = 2^(s scale log2 e - max)
-/// packed to bf16 pairs in pk (the A fragments of P V). Step 9's arithmetic, unchanged.
+/// its warp's 16), but for O: new running max (the quad's 4 lanes share a row: 2 shuffles),
+/// the partial row sum rescaled by alpha = 2^(old max - new max), and P = 2^(s scale log2 e
+/// - max) written over S, still in fp32. Returns alpha per row: O must be multiplied by it
+/// (rescale_output) before the next P V adds to it. Step 9's arithmetic, unchanged.
 template <class T>
-__device__ __forceinline__ void softmax_update(const float (&s)[T::kSRegs], float (&o)[T::kORegs],
-                                               std::uint32_t (&pk)[T::kBlockN / 8][2], float (&row_max)[2],
-                                               float (&row_sum)[2], float scale_log2) {
+__device__ __forceinline__ void softmax_in_place(float (&s)[T::kSRegs], float (&row_max)[2], float (&row_sum)[2],
+                                                 float scale_log2, float (&alpha)[2]) {
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     float mx = row_max[hr];
@@ -127,24 +130,49 @@ __device__ __forceinline__ void softmax_update(const float (&s)[T::kSRegs], floa
     mx = cc::warp_max<4>(mx);
     // A row that has seen only hidden keys keeps max = -inf: subtract 0, so that p = 0.
     const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
-    const float alpha = cc::ex2_approx(row_max[hr] * scale_log2 - m_scaled);
+    alpha[hr] = cc::ex2_approx(row_max[hr] * scale_log2 - m_scaled);
     row_max[hr] = mx;
-    row_sum[hr] *= alpha;
-#pragma unroll
-    for (int j = 0; j < T::D / 8; ++j) {
-      o[4 * j + 2 * hr] *= alpha;
-      o[4 * j + 2 * hr + 1] *= alpha;
-    }
     float sum = 0.f;
 #pragma unroll
     for (int j = 0; j < T::kBlockN / 8; ++j) {
-      const float p0 = cc::ex2_approx(fmaf(s[4 * j + 2 * hr], scale_log2, -m_scaled));
-      const float p1 = cc::ex2_approx(fmaf(s[4 * j + 2 * hr + 1], scale_log2, -m_scaled));
+      float& p0 = s[4 * j + 2 * hr];
+      float& p1 = s[4 * j + 2 * hr + 1];
+      p0 = cc::ex2_approx(fmaf(p0, scale_log2, -m_scaled));
+      p1 = cc::ex2_approx(fmaf(p1, scale_log2, -m_scaled));
       sum += p0 + p1;
-      pk[j][hr] = pack_bf16x2(p0, p1);
     }
-    row_sum[hr] += sum;
+    row_sum[hr] = row_sum[hr] * alpha[hr] + sum;
   }
+}
+
+/// P (fp32, in S's registers) packed to bf16 pairs in pk: the A fragments of P V.
+template <class T>
+__device__ __forceinline__ void pack_probabilities(const float (&s)[T::kSRegs], std::uint32_t (&pk)[T::kBlockN / 8][2]) {
+#pragma unroll
+  for (int j = 0; j < T::kBlockN / 8; ++j)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) pk[j][hr] = pack_bf16x2(s[4 * j + 2 * hr], s[4 * j + 2 * hr + 1]);
+}
+
+/// O *= alpha, row by row (the other half of the online-softmax step).
+template <class T>
+__device__ __forceinline__ void rescale_output(float (&o)[T::kORegs], const float (&alpha)[2]) {
+#pragma unroll
+  for (int j = 0; j < T::D / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[4 * j + e] *= alpha[e / 2];
+}
+
+/// The whole online-softmax step at once (steps 10-12, whose P V of the previous tile has
+/// completed by then): P over S, O rescaled, P packed.
+template <class T>
+__device__ __forceinline__ void softmax_update(float (&s)[T::kSRegs], float (&o)[T::kORegs],
+                                               std::uint32_t (&pk)[T::kBlockN / 8][2], float (&row_max)[2],
+                                               float (&row_sum)[2], float scale_log2) {
+  float alpha[2];
+  softmax_in_place<T>(s, row_max, row_sum, scale_log2, alpha);
+  rescale_output<T>(o, alpha);
+  pack_probabilities<T>(s, pk);
 }
 
 /// O / l as bf16 into this warpgroup's rows of the (finished) Q tile, in its swizzled
@@ -385,7 +413,7 @@ void launch(const TcParams& p, std::int64_t batch_heads, cudaStream_t stream) {
 // What limits step 11: inside a consumer warpgroup the work is a chain, S (tensor cores)
 // -> softmax (ALUs, MUFU) -> P V (tensor cores), and nothing orders the two warpgroups, so
 // they drift into lockstep: both run their softmax at once and the tensor cores idle.
-// Changes from step 11 (the same kernel, kPingPong = true):
+// Changes from step 11 (the same kernel, Schedule::pingpong):
 //  (a) The loop is regrouped into GEMM phases: phase j issues P_{j-1} V_{j-1} AND S_j =
 //      Q K_j^T as one group, then the warpgroup waits for both and runs the softmax of
 //      tile j. A last phase issues only P V of the last tile.
@@ -412,8 +440,41 @@ void launch(const TcParams& p, std::int64_t batch_heads, cudaStream_t stream) {
 // phase there (64 x 128 x 64 twice) is short beside the softmax of 128 scores per row, so
 // the turns wait for the softmax rather than hide it; and at every d the chain inside a
 // warpgroup remains (its softmax still waits for its own S). FlashAttention-3's next
-// step -- issue S_{j+1} before the softmax of tile j, so that a warpgroup's own GEMM runs
-// under its softmax -- is what this ladder lacks.
+// step -- start the softmax of tile j under the warpgroup's own P V -- is step 13.
+// ============================================================================
+// ============================================================================
+// Step 13: tc_overlap -- the softmax of tile j under the same warpgroup's P_{j-1} V_{j-1}.
+//
+// What limits step 12: a GEMM phase issues P_{j-1} V_{j-1} and S_j as one commit group and
+// waits for both, so the softmax of tile j starts only after the P V it does not need. In
+// each warpgroup's cycle the tensor cores run S and P V back to back while its ALUs wait.
+// Changes from step 12 (the same kernel, Schedule::overlap):
+//  (a) Two commit groups per phase, S_j first (Phases::issue_scores_then_pv); the warpgroup
+//      waits with wgmma_wait<1> -- S_j has landed, P V may still run -- and starts the
+//      softmax at once: FlashAttention-3's intra-warpgroup overlap, here inside ping-pong.
+//  (b) The softmax is split where P V's operands are: softmax_in_place computes the new max,
+//      the row sums and P over S's own fp32 registers, leaving O and the packed P (pk) alone
+//      while P V reads pk and adds into O; after wgmma_wait<0> the stage is released, O is
+//      rescaled (rescale_output) and P packed (pack_probabilities). So no second P buffer:
+//      an earlier version packed P into a second array while P V ran, and ptxas serialized
+//      the wgmmas (warning C7513: registers of an in-flight wgmma defined by other code).
+//  (c) cc::pin_registers after each partial wait: the compiler knows nothing of what
+//      wgmma_wait<1> orders and must not move the softmax's reads of S above it.
+// Registers: as step 12 (S, O, pk), no spills at d = 128.
+// Prediction (written before the run): the softmax no longer waits for P V: +10-20% over
+// step 12 at d = 64 (P V as long as S there), +3-8% at d = 128.
+// Outcome (H100, one run: m03_bench for steps 11-13, and scripts/compare_torch.py on the
+// same tensors as SDPA; not on the results page, whose Hopper rows come from an H200 run):
+// over step 12, d = 64 1.00-1.09x non-causal, 0.88-1.09x causal; d = 128 1.02-1.07x from
+// N = 4096 on, 0.82-0.98x at N = 1024-2048 in m03_bench but 1.02x and 1.01x beside SDPA in
+// the comparison script's run (short runs: noisy) -- below the prediction at d = 64. Up to
+// 614 TFLOP/s (d = 128, N = 16384). Beside cuDNN's forward: 0.91-1.00x at d = 128 (causal
+// 0.91-1.01x from N = 4096, 0.64x at N = 1024-2048), 0.85-0.96x at d = 64 (causal
+// 0.71-0.94x); 1.29-1.85x FlashAttention-2 non-causal. Tests, 515 fuzz cases, memcheck,
+// racecheck and synccheck: clean. Left: short causal sequences, where a block has 1-8
+// K/V tiles and its prologue (Q and the first K/V by TMA) and epilogue run with the
+// tensor cores idle (one 225 KB block per SM): the persistent schedule that overlaps
+// them is the next step. Not profiled with ncu (no device time was left).
 // ============================================================================
 namespace ws_step {
 
@@ -424,11 +485,16 @@ constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
 /// warpgroup w's turn to issue its GEMMs (0 is __syncthreads', 1 and 2 the epilogue's).
 constexpr int kTurnBarrier = 3;
 
-/// The K/V ring: 4 stages at d = 64; at d = 128 2 (step 11) or, for the ping-pong schedule,
-/// which holds a stage's V one GEMM phase longer, 3 (Q 32 KB + 3 x 64 KB: 225 KB of the 227).
-template <int D, bool kPingPong = false>
+/// How a consumer warpgroup orders its work on one K/V tile: step 11 one tile after the
+/// other; step 12 GEMM phases in turns with the other warpgroup; step 13 as step 12, with
+/// the softmax of tile j started as soon as S_j has landed, under its own P_{j-1} V_{j-1}.
+enum class Schedule { serial, pingpong, overlap };
+
+/// The K/V ring: 4 stages at d = 64; at d = 128 2 (step 11) or, for the GEMM-phase
+/// schedules, which hold a stage's V one phase longer, 3 (Q 32 KB + 3 x 64 KB: 225 KB of the 227).
+template <int D, Schedule kSchedule = Schedule::serial>
 struct Ring {
-  static constexpr int kStages = D == 64 ? 4 : (kPingPong ? 3 : 2);
+  static constexpr int kStages = D == 64 ? 4 : (kSchedule != Schedule::serial ? 3 : 2);
   static constexpr int kStageBytes = 2 * HopperTile<D>::kKVBytes;  ///< K tile, then V tile
   static constexpr int kBarrierOffset = HopperTile<D>::kQBytes + kStages * kStageBytes;
   static constexpr int kSmemBytes = kBarrierOffset + (2 * kStages + 1) * 8 + 1024;
@@ -464,13 +530,13 @@ struct WsParams {
   int q_head, q_batch, kv_head, kv_batch;
 };
 
-template <class Phases, int D, bool kCausal, bool kPingPong>
+template <class Phases, int D, bool kCausal, Schedule kSchedule>
 __global__ void __launch_bounds__(kThreads, 1)
     warp_specialized_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
                             const __grid_constant__ CUtensorMap tmap_v, const WsParams wp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = HopperTile<D>;
-  using R = Ring<D, kPingPong>;
+  using R = Ring<D, kSchedule>;
   const TcParams& p = wp.p;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = align_smem(smem_raw);
@@ -526,7 +592,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
     std::uint32_t pk[T::kBlockN / 8][2];
     cc::mbarrier_wait(q_bar, 0);  // always: O is staged where Q lands
-    if constexpr (kPingPong) {
+    if constexpr (kSchedule != Schedule::serial) {
       // Step 12: GEMM phase j issues P_{j-1} V_{j-1} and S_j = Q K_j^T together, in turn with
       // the other warpgroup; the softmax of tile j runs while the other's GEMM phase does.
       // Software-pipelined: phase 0 issues S_0 only, the last phase P V of the last tile only,
@@ -536,9 +602,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       const auto stage_at = [&](const RingPosition& r) {
         return KvStage{s_kv + r.stage * R::kStageBytes, full_bar + 8 * r.stage, empty_bar + 8 * r.stage, r.phase};
       };
-      const auto softmax_of = [&](int tile) {
+      const auto mask_tile = [&](int tile) {
         const int kv0 = tile * T::kBlockN;
         if (tile_needs_mask<kCausal, T::kBlockN>(p, warp_row0, kv0)) mask_scores<T, kCausal>(s, p, warp_row0, kv0);
+      };
+      const auto softmax_of = [&](int tile) {
+        mask_tile(tile);
         softmax_update<T>(s, o, pk, row_max, row_sum, p.scale_log2);
       };
       if (num_tiles > 0) {
@@ -556,15 +625,36 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int tile = 1; tile < num_tiles; ++tile) {  // phase j: P_{j-1} V_{j-1} and S_j
           const KvStage st = stage_at(ring);
           Phases::wait_kv_tile(st);
-          Phases::wait_turn(cw);  // the tensor cores are this warpgroup's ...
-          cc::wgmma_fence();
-          Phases::template issue_pv<T>(o, pk, prev.smem + T::kKVBytes);
-          Phases::template issue_scores<T>(s, s_q, st.smem, 64 * cw);
-          cc::wgmma_commit();
-          Phases::pass_turn(cw);  // ... and, once issued, the other's
-          cc::wgmma_wait<0>();
-          Phases::release_kv_tile(prev);
-          softmax_of(tile);
+          if constexpr (kSchedule == Schedule::pingpong) {
+            Phases::wait_turn(cw);  // the tensor cores are this warpgroup's ...
+            cc::wgmma_fence();
+            Phases::template issue_pv<T>(o, pk, prev.smem + T::kKVBytes);
+            Phases::template issue_scores<T>(s, s_q, st.smem, 64 * cw);
+            cc::wgmma_commit();
+            Phases::pass_turn(cw);  // ... and, once issued, the other's
+            cc::wgmma_wait<0>();
+            Phases::release_kv_tile(prev);
+            softmax_of(tile);
+          } else {
+            // Step 13: S_j first, in a group of its own, then P_{j-1} V_{j-1}; the softmax of
+            // tile j starts once S_j has landed and runs while P_{j-1} V_{j-1} still reads
+            // the old P (pk) and adds into O. So it leaves P in S's fp32 registers and O
+            // alone until that product has completed; only then is O rescaled and P packed.
+            Phases::wait_turn(cw);
+            cc::wgmma_fence();
+            Phases::template issue_scores_then_pv<T>(s, o, pk, s_q, st.smem, prev.smem + T::kKVBytes, 64 * cw);
+            Phases::pass_turn(cw);
+            cc::wgmma_wait<1>();  // S_j has landed; P_{j-1} V_{j-1} may still run
+            cc::pin_registers(s);
+            float alpha[2];
+            mask_tile(tile);
+            softmax_in_place<T>(s, row_max, row_sum, p.scale_log2, alpha);
+            cc::wgmma_wait<0>();  // P_{j-1} V_{j-1} has completed: O and pk are free
+            cc::pin_registers(o);
+            Phases::release_kv_tile(prev);
+            rescale_output<T>(o, alpha);
+            pack_probabilities<T>(s, pk);
+          }
           prev = st;
           ring.advance<R::kStages>();
         }
@@ -621,7 +711,13 @@ inline CUtensorMap attention_map(const bf16* base, std::int64_t heads, std::int6
   return make_tma_map_bf16(base, 4, dims, strides, box, TmaSwizzle::bytes128);
 }
 
-template <class Phases, int D, bool kCausal, bool kPingPong>
+/// The step's name in messages.
+constexpr const char* schedule_step_name(Schedule s) {
+  return s == Schedule::serial ? "attention step tc_warp_specialized"
+                               : (s == Schedule::pingpong ? "attention step tc_pingpong" : "attention step tc_overlap");
+}
+
+template <class Phases, int D, bool kCausal, Schedule kSchedule>
 void launch(const AttentionArgsBf16& a, const TcParams& p) {
   WsParams wp{};
   wp.p = p;
@@ -630,10 +726,10 @@ void launch(const AttentionArgsBf16& a, const TcParams& p) {
   const CUtensorMap mk = attention_map(a.k, a.kv_heads, a.batch, a.seq_k, D, a.k_strides, &wp.kv_head, &wp.kv_batch);
   const CUtensorMap mv = attention_map(a.v, a.kv_heads, a.batch, a.seq_k, D, a.v_strides, &v_head, &v_batch);
   if (v_head != wp.kv_head || v_batch != wp.kv_batch)
-    throw Unsupported(kPingPong ? "attention step tc_pingpong" : "attention step tc_warp_specialized",
+    throw Unsupported(schedule_step_name(kSchedule),
                       "K and V broadcast the same dimensions (a stride of 0 in one but not the other)");
-  constexpr auto kernel = warp_specialized_kernel<Phases, D, kCausal, kPingPong>;
-  constexpr int kSmem = Ring<D, kPingPong>::kSmemBytes;
+  constexpr auto kernel = warp_specialized_kernel<Phases, D, kCausal, kSchedule>;
+  constexpr int kSmem = Ring<D, kSchedule>::kSmemBytes;
   cc::opt_in_dynamic_smem<kernel>(kSmem);
   const dim3 grid(static_cast<unsigned>((a.seq_q + 127) / 128), static_cast<unsigned>(a.batch * a.heads));
   kernel<<<grid, kThreads, kSmem, a.stream>>>(mq, mk, mv, wp);
@@ -642,7 +738,7 @@ void launch(const AttentionArgsBf16& a, const TcParams& p) {
 
 }  // namespace ws_step
 
-/// Runs Hopper step `step` (tc_wgmma, tc_warp_specialized or tc_pingpong) with the phases
+/// Runs Hopper step `step` (tc_wgmma, tc_warp_specialized, tc_pingpong or tc_overlap) with the phases
 /// `Phases`: the solution's (attention_tc_hopper_phases.cuh) or the exercise's.
 template <class Phases>
 void run_step(m03::AttentionStep step, const AttentionArgsBf16& a) {
@@ -655,9 +751,11 @@ void run_step(m03::AttentionStep step, const AttentionArgsBf16& a) {
       if (step == m03::AttentionStep::tc_wgmma)
         wgmma_step::launch<Phases, D, kCausal>(p, a.batch * a.heads, a.stream);
       else if (step == m03::AttentionStep::tc_warp_specialized)
-        ws_step::launch<Phases, D, kCausal, false>(a, p);
+        ws_step::launch<Phases, D, kCausal, ws_step::Schedule::serial>(a, p);
+      else if (step == m03::AttentionStep::tc_pingpong)
+        ws_step::launch<Phases, D, kCausal, ws_step::Schedule::pingpong>(a, p);
       else
-        ws_step::launch<Phases, D, kCausal, true>(a, p);
+        ws_step::launch<Phases, D, kCausal, ws_step::Schedule::overlap>(a, p);
     };
     if (a.causal) launch(std::true_type{});
     else launch(std::false_type{});

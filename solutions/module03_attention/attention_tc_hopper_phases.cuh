@@ -99,6 +99,25 @@ struct Phases {
   __device__ __forceinline__ static void pass_turn(int cw) {
     cc::named_barrier_arrive(attn_tc_hopper::ws_step::kTurnBarrier + (1 - cw), 256);
   }
+
+  // ---- step tc_overlap: two commit groups
+
+  /// One GEMM phase of step 13: S_j = Q K_j^T in a commit group of its own, THEN O +=
+  /// P_{j-1} V_{j-1} in a second. Groups complete in commit order, so the kernel's
+  /// wgmma_wait<1> (at most one group pending) returns as soon as S_j has landed, and the
+  /// softmax of tile j starts while P V still runs. In the other order wait<1> would wait
+  /// for P V only; the compiler, which tracks the wgmmas' registers, then holds the
+  /// softmax's first read of S until S completes: correct, but nothing overlaps.
+  template <class T>
+  __device__ __forceinline__ static void issue_scores_then_pv(float (&s)[T::kSRegs], float (&o)[T::kORegs],
+                                                              const std::uint32_t (&pk)[T::kBlockN / 8][2],
+                                                              std::uint32_t q_tile, std::uint32_t k_tile,
+                                                              std::uint32_t v_tile, int q_rows) {
+    issue_scores<T>(s, q_tile, k_tile, q_rows);
+    cc::wgmma_commit();
+    issue_pv<T>(o, pk, v_tile);
+    cc::wgmma_commit();
+  }
 };
 
 }  // namespace course::solution::attn_tc_hopper_phases

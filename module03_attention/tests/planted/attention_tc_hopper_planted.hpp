@@ -9,7 +9,10 @@
 /// Not planted: a missing or wrong-parity mbarrier wait and a stage released before its
 /// P V completed. Their failure is a race with the TMA (wrong only when the copy loses),
 /// which no test can catch on every run, and a block that exits with copies in flight may
-/// leave the context broken for the tests after it.
+/// leave the context broken for the tests after it. Nor step 13's two commit groups in the
+/// wrong order (P V before S, so that wgmma_wait<1> waits for P V): tried, and the checks
+/// passed it -- the compiler still orders the softmax's reads of S after the wgmmas that
+/// write them, so the mistake costs the overlap, not the result. The benchmark shows it.
 
 #include "module03/attention.hpp"
 

@@ -311,6 +311,16 @@ __device__ __forceinline__ void wgmma_wait() {
 #endif
 }
 
+/// Pins registers in place for the compiler: an empty asm that "reads and writes" each
+/// element, so that no instruction touching them is moved across it. Put it after a
+/// wgmma_wait<N> with N > 0 around the accumulators that wait made readable: the compiler
+/// does not know that a wait orders ordinary register reads, and must not hoist them above it.
+template <int N>
+__device__ __forceinline__ void pin_registers(float (&x)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(x[i])::"memory");
+}
+
 /// A wgmma shared-memory matrix descriptor for the 128-byte swizzle (layout type 1):
 /// start address, leading and stride byte offsets, all in 16-byte units (bits 0-13,
 /// 16-29, 32-45), base offset 0 (every swizzle atom of 8 x 128 bytes is 1024-byte
