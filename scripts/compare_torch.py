@@ -31,10 +31,11 @@ result against a float64 reference:
   gelu                    ops gelu and gelu_backward, 16384 x 1536 fp32 and bf16: F.gelu(x,
                           approximate='tanh'); torch.ops.aten.gelu_backward(dy, x, approximate='tanh'),
                           and with accumulate dx.add_(aten.gelu_backward(...))
-  linear_bf16             bench_linear_tc.cpp's five products (16384 tokens, d_model 384) on step
-                          mma_sync with the epilogue options: F.linear (bias), F.gelu(F.linear) and
-                          torch._addmm_activation(use_gelu), x + F.linear, dy @ w, and dW += dY^T X
-                          into fp32 (addmm/mm with out_dtype where torch has it)
+  linear_bf16             bench_linear_tc.cpp's five products (16384 tokens, d_model 384) on every
+                          step with the epilogue options (mma_sync, the Hopper steps): F.linear
+                          (bias), F.gelu(F.linear) and torch._addmm_activation(use_gelu),
+                          x + F.linear, dy @ w, and dW += dY^T X into fp32 (addmm/mm with
+                          out_dtype where torch has it)
   layer_norm              ops layer_norm, layer_norm_backward and layer_norm_fwdbwd, 16384 x {384, 768}
                           fp32 and bf16 (the course's gamma, beta fp32 always): F.layer_norm; the
                           backward alone, torch.autograd.grad(y, (x, w, b), dy, retain_graph=True) on
@@ -901,9 +902,16 @@ def torch_dw_accumulate():
             "dw.add_(dy.t() @ x): the product rounded to bf16 first (this torch has no out_dtype)")
 
 
+def takes_linear_options(step):
+    """The matmul_tc steps that take the linear layer's options (module01/matmul_tc.hpp: all
+    but wmma and wgmma, which throw Unsupported for them)."""
+    return step not in ("wmma", "wgmma")
+
+
 def bench_linear_bf16(run, quick):
     """bench_linear_tc.cpp's five products of a GPT linear layer (16384 tokens, d_model 384;
-    course step mma_sync with the options) beside PyTorch in bf16 on the same tensors:
+    every course step that takes the options: mma_sync and the Hopper steps from
+    tma_warp_specialized on) beside PyTorch in bf16 on the same tensors:
       fwd_qkv       Y = X W^T + b          course linear(x, w, b)  | F.linear(x, w, b) (cuBLASLt bias epilogue)
       fwd_fc_gelu   gelu(X W^T + b)        linear(.., gelu, pre_gelu_out) | F.gelu(F.linear(x, w, b), 'tanh')
                                            and torch._addmm_activation(b, x, w.t(), use_gelu=True)
@@ -923,7 +931,7 @@ def bench_linear_bf16(run, quick):
     for name, M, N, K in products:
         shape = f"{name}_{M}x{N}x{K}"
         flops = 2.0 * M * N * K
-        steps = run.course_steps("matmul_tc", lambda s: s == "mma_sync")
+        steps = run.course_steps("matmul_tc", takes_linear_options)
         if name.startswith("fwd"):
             x = torch.randn(M, K, device="cuda", dtype=bf)
             w = (torch.randn(N, K, device="cuda") / math.sqrt(K)).to(bf)
