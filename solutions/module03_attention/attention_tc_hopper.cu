@@ -7,7 +7,7 @@
 ///   12. tc_pingpong          the two consumers take turns on the tensor cores (named
 ///                            barriers): one's softmax runs under the other's GEMMs
 ///   13. tc_overlap           a consumer's softmax of tile j starts once S_j has landed,
-///                            under its own P_{j-1} V_{j-1} (two commit groups, P double-buffered)
+///                            under its own P_{j-1} V_{j-1} (two commit groups, O rescaled after)
 /// The kernels are attention_tc_hopper.cuh (shared with the exercise), the solution's phases
 /// attention_tc_hopper_phases.cuh; this file is the entry point. Each step's doc comment,
 /// prediction and outcome: attention_tc_hopper.cuh.

@@ -9,7 +9,7 @@
 ///   12. tc_pingpong          the two consumers take turns on the tensor cores (named
 ///                            barriers): one's softmax runs under the other's GEMMs
 ///   13. tc_overlap           a consumer's softmax of tile j starts once S_j has landed,
-///                            under its own P_{j-1} V_{j-1} (two commit groups, P double-buffered)
+///                            under its own P_{j-1} V_{j-1} (two commit groups, O rescaled after)
 ///
 /// Every step computes a 128-row query tile per block as two consumer warpgroups of 64 rows
 /// (wgmma's M is 64), against K/V tiles of 128 keys, for head dims 64 and 128 only (the
@@ -471,8 +471,8 @@ void launch(const TcParams& p, std::int64_t batch_heads, cudaStream_t stream) {
 // 614 TFLOP/s (d = 128, N = 16384). Beside cuDNN's forward: 0.91-1.00x at d = 128 (causal
 // 0.91-1.01x from N = 4096, 0.64x at N = 1024-2048), 0.85-0.96x at d = 64 (causal
 // 0.71-0.94x); 1.29-1.85x FlashAttention-2 non-causal. Tests, 515 fuzz cases, memcheck,
-// racecheck and synccheck: clean. Left: short causal sequences, where a block has 1-8
-// K/V tiles and its prologue (Q and the first K/V by TMA) and epilogue run with the
+// racecheck and synccheck: clean. Left: short causal sequences, where a block has 1-16
+// K/V tiles (N = 1024-2048) and its prologue (Q and the first K/V by TMA) and epilogue run with the
 // tensor cores idle (one 225 KB block per SM): the persistent schedule that overlaps
 // them is the next step. Not profiled with ncu (no device time was left).
 // ============================================================================
