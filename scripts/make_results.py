@@ -3,7 +3,8 @@
 
 usage: scripts/make_results.py [RUN_DIR] [--docs docs] [--yours DIR] [--no-plots]
 RUN_DIR holds bench_<module>.json files and env.txt, as scripts/gpu_check.sh writes them,
-and optionally compare_torch.json (scripts/compare_torch.py --out),
+and optionally compare_torch.json (scripts/compare_torch.py --out; docs/data/compare_torch_*.json:
+runs of a few steps on another GPU, each shown in a section of its own),
 m04_training_curve.csv (m04_train --out), and module 4's GPT: gpt_profile_bf16.csv and
 gpt_profile_fp32.csv (m04_gpt --profile --profile-csv, per phase of a step; plot
 gpt_profile.png), m04_gpt_curve.csv and gpt_twin_curve.csv (m04_gpt --csv and
@@ -774,10 +775,11 @@ def like_for_like_lines(rows):
     return (["Not like for like:", ""] + list(dict.fromkeys(lines)) + [""]) if lines else []
 
 
-def attention_vs_n_section(rows, op, images, title, plots):
+def attention_vs_n_section(rows, op, images, title, plots, tag=""):
     """Attention against N for d = 64 and 128, causal and not: TFLOP/s of every solution
     step and of the SDPA backends, and the top step as a fraction of FlashAttention-2
-    (SDPA flash) and cuDNN. Returns the page's lines (a table and two plots)."""
+    (SDPA flash) and cuDNN. `tag` keeps the anchor and image of a second run apart.
+    Returns the page's lines (a table and two plots)."""
     pat = re.compile(r"N(\d+)_d(\d+)(_causal)?$")
     data = {}  # (d, causal) -> {N: {name: TFLOP/s}}
     for r in rows:
@@ -788,7 +790,7 @@ def attention_vs_n_section(rows, op, images, title, plots):
         data.setdefault((int(m.group(2)), bool(m.group(3))), {}).setdefault(int(m.group(1)), {})[name] = r["value"]
     if not data:
         return []
-    lines = [f'<a id="results_torch_{slug(op)}"></a>', f"## {title}", "",
+    lines = [f'<a id="results_torch_{slug(op + tag)}"></a>', f"## {title}", "",
              "TFLOP/s by the FlashAttention convention (4 B H N^2 d, halved when causal); B = 16384 / N and "
              "H = 2048 / d for the bf16 rows. `top` is the fastest solution step at that N; FA2 is SDPA's `flash` "
              "backend, cuDNN its `cudnn` backend.", "",
@@ -809,7 +811,7 @@ def attention_vs_n_section(rows, op, images, title, plots):
                          f"{fmt(cudnn)} | {ratio(tv, fa2)} | {ratio(tv, cudnn)} |")
             fracs.setdefault((d, causal), []).append((n, tv / fa2 if tv and fa2 else None,
                                                      tv / cudnn if tv and cudnn else None))
-    image = images / f"results_torch_{slug(op)}.png"
+    image = images / f"results_torch_{slug(op + tag)}.png"
     if plots and not plot:
         image.unlink(missing_ok=True)
     if plots and plot:
@@ -875,6 +877,56 @@ def compare_torch_section(path, data, images, plots):
     out += attention_vs_n_section(rows, "attention_bf16", images, "Tensor-core attention (bf16) beside FA2 and cuDNN",
                                   plots)
     out += attention_vs_n_section(rows, "attention_f32", images, "fp32 attention beside PyTorch's SDPA", plots)
+    return out
+
+
+EXTRA_COMPARE = "compare_torch_*.json"  # docs/data/: runs of a few steps on another GPU
+
+
+def attention_steps_table(rows, op):
+    """Every solution step of `op` at every shape beside SDPA's flash (FA2) and cudnn backends:
+    TFLOP/s, and each step's fraction of cuDNN. Returns the page's lines."""
+    pat = re.compile(r"N(\d+)_d(\d+)(_causal)?$")
+    cells, steps = {}, []
+    for r in rows:
+        m = pat.search(r.get("shape", ""))
+        if r.get("op") != op or not m or not r.get("value") or r.get("impl") not in ("solution", "pytorch"):
+            continue
+        name = r["step"] if r["impl"] == "solution" else "pytorch " + r["backend"]
+        if r["impl"] == "solution" and name not in steps:
+            steps.append(name)
+        cells.setdefault((int(m.group(2)), bool(m.group(3)), int(m.group(1))), {})[name] = r["value"]
+    if not cells:
+        return []
+    lines = ["| d | causal | N | FA2 | cuDNN | " + " | ".join(f"`{s}` (/ cuDNN)" for s in steps) + " |",
+             "| ---: | --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in steps) + " |"]
+    for d, causal, n in sorted(cells):
+        c = cells[(d, causal, n)]
+        cudnn = c.get("pytorch cudnn")
+        lines.append(f"| {d} | {'yes' if causal else 'no'} | {n} | {fmt(c.get('pytorch flash'))} | {fmt(cudnn)} | "
+                     + " | ".join(f"{fmt(c.get(s))} ({ratio(c.get(s), cudnn)})" for s in steps) + " |")
+    return lines
+
+
+def extra_compare_sections(docs, images, plots):
+    """docs/data/compare_torch_*.json: runs of scripts/compare_torch.py on a few steps only,
+    on another GPU than the page's main run (for example the Hopper attention steps measured
+    on an H100 while the rest of the page is an H200's). Each becomes its own section with
+    its own GPU named, so that no table mixes two cards. A file may carry a "title" and a
+    "note" besides compare_torch.py's "env" and "results". Returns the page's lines."""
+    out = []
+    for path in sorted((docs / "data").glob(EXTRA_COMPARE)):
+        data = json.loads(path.read_text())
+        env, rows = data.get("env", {}), data.get("results", [])
+        facts = ", ".join(f"{k} {env[k]}" for k in ("gpu", "date", "driver", "torch", "cudnn", "commit") if k in env)
+        title = data.get("title", path.stem)
+        tag = "_" + path.stem.removeprefix("compare_torch_")
+        out += [f'<a id="results_pytorch_{slug(tag)}"></a>', f"## {title}", "",
+                f"From `docs/data/{path.name}` ({facts}): `scripts/compare_torch.py` on the same tensors as PyTorch, "
+                "one timer, as in the section above but on this run's GPU; ratios only within this table."
+                + (" " + data["note"] if data.get("note") else ""), ""]
+        out += attention_steps_table(rows, "attention_bf16") + [""]
+        out += attention_vs_n_section(rows, "attention_bf16", images, f"{title}: the top step against N", plots, tag)
     return out
 
 
@@ -1050,6 +1102,7 @@ def main():
             bar_chart(image, f"{op} {shape}", unit, labels, values, mine, (lib_name, lib["value"]) if lib else None)
         out += [""] + ([f"![{op} {shape}](images/{image.name})", ""] if image.exists() else [])
     out += compare_torch_section(compare_path, compare, images, plots)
+    out += extra_compare_sections(args.docs, images, plots)
     out += training_curve_section(curve_path, images, plots)
     out += gpt_profile_section([(p, gpt_inputs[name]) for p, name in GPT_PROFILES], images, plots,
                                gpt_inputs[GPT_RUNS])

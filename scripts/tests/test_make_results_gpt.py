@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""scripts/make_results.py's GPT sections without a GPU or matplotlib: m04_gpt --profile's
-groups, text bar chart and tables, and the loss curve beside the twin's (validation losses
-side by side), on small synthetic files; then the whole page rebuilt from docs/data/ into a
-temporary folder with --no-plots.
+"""scripts/make_results.py's GPT sections and its second-GPU comparison runs, without a GPU or
+matplotlib: m04_gpt --profile's groups, text bar chart and tables, the loss curve beside the
+twin's (validation losses side by side), a compare_torch_*.json of another card, on small
+synthetic files; then the whole page rebuilt from docs/data/ into a temporary folder with
+--no-plots.
 
 Run: python3 scripts/tests/test_make_results_gpt.py (CI: .ci/run).
 """
+import json
 import shutil
 import subprocess
 import sys
@@ -88,6 +90,24 @@ class GptSections(unittest.TestCase):
         self.assertIn("| 4 | 1.6000 | 1.6100 | -0.0100 | yes |", mr.gpt_curves_section(course, twin2, self.images, False))
         self.assertEqual(mr.gpt_curves_section(course, None, self.images, False), [])
         self.assertEqual(mr.smoothed([1.0, 3.0, 5.0, 7.0], 2), [1.0, 2.0, 4.0, 6.0])
+
+    def test_extra_compare_run(self):
+        # A compare_torch_*.json of another GPU: its own section, its GPU named, ratios to its own cuDNN.
+        docs = self.tmp / "extra"
+        (docs / "data").mkdir(parents=True)
+        row = lambda impl, name, shape, v: {"op": "attention_bf16", "shape": shape, "impl": impl,  # noqa: E731
+                                            ("step" if impl == "solution" else "backend"): name, "value": v}
+        rows = [row("pytorch", "flash", "B4_H16_N4096_d128", 350.0), row("pytorch", "cudnn", "B4_H16_N4096_d128", 650.0),
+                row("solution", "tc_overlap", "B4_H16_N4096_d128", 617.5)]
+        (docs / "data" / "compare_torch_gpu2.json").write_text(
+            json.dumps({"title": "A second card", "env": {"gpu": "GPU TWO"}, "results": rows}))
+        lines = mr.extra_compare_sections(docs, self.images, False)
+        page = "\n".join(lines)
+        self.assertIn("## A second card", page)
+        self.assertIn("gpu GPU TWO", page)
+        self.assertIn("| 128 | no | 4096 | 350.0 | 650.0 | 617.5 (0.95) |", page)
+        self.assertIn('<a id="results_pytorch_gpu2"></a>', page)
+        self.assertEqual(mr.extra_compare_sections(self.tmp / "none", self.images, False), [])
 
     def test_page_rebuilds_from_docs_data(self):
         # The real page, from the stored data, into a copy (no plots): the GPT profile section is there.

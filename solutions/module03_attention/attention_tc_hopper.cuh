@@ -432,8 +432,8 @@ void launch(const TcParams& p, std::int64_t batch_heads, cudaStream_t stream) {
 // Prediction: with the softmax (~0.3 us per tile at d = 128) hidden under the other
 // warpgroup's GEMMs (~0.55 us), the tensor cores stay busy: +10-20% over step 11, ~600-650
 // TFLOP/s at d = 128 (0.95-1.05x cuDNN), ~450-500 at d = 64.
-// Outcome (H100, m03_bench, steps 11 and 12 in one run; not yet on the results page, whose
-// Hopper rows come from an H200 run): d = 128 non-causal 1.07-1.11x step 11 (450-615
+// Outcome (H100, m03_bench, steps 11 and 12 in one run; beside PyTorch: the results page's
+// H100 section, "Hopper attention steps on an H100"): d = 128 non-causal 1.07-1.11x step 11 (450-615
 // TFLOP/s, the most at N = 16384), causal 1.01-1.07x; d = 64 0.98-1.03x (316-413): half of
 // the predicted gain at d = 128, none at d = 64. Tests, 515 fuzz cases and memcheck,
 // racecheck and synccheck: clean. Not profiled yet. The likely reason at d = 64: a GEMM
@@ -464,7 +464,7 @@ void launch(const TcParams& p, std::int64_t batch_heads, cudaStream_t stream) {
 // Prediction (written before the run): the softmax no longer waits for P V: +10-20% over
 // step 12 at d = 64 (P V as long as S there), +3-8% at d = 128.
 // Outcome (H100, one run: m03_bench for steps 11-13, and scripts/compare_torch.py on the
-// same tensors as SDPA; not on the results page, whose Hopper rows come from an H200 run):
+// same tensors as SDPA; the results page's H100 section, apart from its H200 main run):
 // over step 12, d = 64 1.00-1.09x non-causal, 0.88-1.09x causal; d = 128 1.02-1.07x from
 // N = 4096 on, 0.82-0.98x at N = 1024-2048 in m03_bench but 1.02x and 1.01x beside SDPA in
 // the comparison script's run (short runs: noisy) -- below the prediction at d = 64. Up to
