@@ -166,7 +166,8 @@ std::vector<Case> batch_head_cases() {
 std::vector<Case> many_tile_cases() {
   return {make_case(4, 36, 129, 64, 64, BHND, false),  // 288 tiles of 1 K/V tile (the second: 1 row)
           make_case(4, 40, 129, 200, 128, BNHD, true),  // 320 tiles of 2 K/V tiles
-          make_case(4, 36, 300, 100, 64, BHND, true)};  // 432 tiles of 1, 1 and 0 K/V tiles
+          make_case(4, 36, 300, 100, 64, BHND, true),   // 432 tiles of 1, 1 and 0 K/V tiles
+          make_case(16, 32, 65, 65, 64, BNHD, true)};   // 512 one-tile heads: ~4 tiles per block
 }
 
 /// Large-magnitude rows: Q and K in [-8, 8) (scores ~5-40: peaked softmax) and [-30, 30)
