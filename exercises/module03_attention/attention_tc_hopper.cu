@@ -18,7 +18,7 @@
 /// Hopper (or a build without sm_90a) the steps report Unsupported, also SKIPPED.
 /// Run the tests with:   ctest --preset default -L exercise -R attention_tc
 /// Hints, one at a time: `bash scripts/course.sh hint attention/tc_wgmma` (and
-/// attention/tc_warp_specialized, attention/tc_pingpong, attention/tc_overlap).
+/// attention/tc_warp_specialized, attention/tc_pingpong, attention/tc_overlap, attention/tc_persistent).
 
 #include "../../solutions/module03_attention/attention_tc_hopper.cuh"
 
