@@ -192,7 +192,7 @@ using Flash2Config = typename Flash2Choice<D>::type;
 
 }  // namespace
 
-/// Steps 10-12 (Hopper): your phases, in attention_tc_hopper.cu.
+/// Steps 10-14 (Hopper): your phases, in attention_tc_hopper.cu.
 void attention_hopper(m03::AttentionStep step, const m03::AttentionArgsBf16& args);
 
 void attention(m03::AttentionStep step, const m03::AttentionArgsBf16& args) {
@@ -217,6 +217,7 @@ void attention(m03::AttentionStep step, const m03::AttentionArgsBf16& args) {
     case AttentionStep::tc_warp_specialized:
     case AttentionStep::tc_pingpong:
     case AttentionStep::tc_overlap:
+    case AttentionStep::tc_persistent:
       return attention_hopper(step, args);  // attention_tc_hopper.cu
     default: break;  // fp32 steps: validate_attention_args rejected them
   }

@@ -5,6 +5,8 @@
 ///   11. tc_warp_specialized  the K/V ring's hand-off: the TMA producer and the consumers
 ///   12. tc_pingpong          the two consumer warpgroups' turns on the tensor cores
 ///   13. tc_overlap           one GEMM phase as two commit groups: S first, then P V
+///   14. tc_persistent        nothing new to write: step 13's phases, run by a persistent
+///                            kernel (one block per SM walking the query tiles; read it)
 ///
 /// The kernels -- tiles in the 128-byte-swizzle layout, the cp.async loads of step 10, the
 /// tensor maps and the warp roles of step 11, the online softmax on the accumulators, the
@@ -16,7 +18,7 @@
 /// Hopper (or a build without sm_90a) the steps report Unsupported, also SKIPPED.
 /// Run the tests with:   ctest --preset default -L exercise -R attention_tc
 /// Hints, one at a time: `bash scripts/course.sh hint attention/tc_wgmma` (and
-/// attention/tc_warp_specialized, attention/tc_pingpong, attention/tc_overlap).
+/// attention/tc_warp_specialized, attention/tc_pingpong, attention/tc_overlap, attention/tc_persistent).
 
 #include "../../solutions/module03_attention/attention_tc_hopper.cuh"
 
@@ -115,9 +117,10 @@ void attention_hopper(m03::AttentionStep step, const m03::AttentionArgsBf16& arg
   if (!kProductsWritten) throw NotImplemented(name + " (Phases::issue_scores and issue_pv)", file);
   if (step != m03::AttentionStep::tc_wgmma && !kRingWritten)
     throw NotImplemented(name + " (Phases::load_kv_tile, wait_kv_tile, release_kv_tile)", file);
-  if ((step == m03::AttentionStep::tc_pingpong || step == m03::AttentionStep::tc_overlap) && !kTurnsWritten)
+  const bool overlap = step == m03::AttentionStep::tc_overlap || step == m03::AttentionStep::tc_persistent;
+  if ((step == m03::AttentionStep::tc_pingpong || overlap) && !kTurnsWritten)
     throw NotImplemented(name + " (Phases::wait_turn, pass_turn)", file);
-  if (step == m03::AttentionStep::tc_overlap && !kOverlapWritten)
+  if (overlap && !kOverlapWritten)
     throw NotImplemented(name + " (Phases::issue_scores_then_pv)", file);
   solution::attn_tc_hopper::run_step<Phases>(step, args);
 }

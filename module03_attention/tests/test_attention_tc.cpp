@@ -159,6 +159,17 @@ std::vector<Case> batch_head_cases() {
           make_case(8, 16, 40, 40, 128, BHND, true)};
 }
 
+/// More query tiles than two per SM (132 on an H100 SXM): the blocks of tc_persistent walk
+/// 2-4 tiles each, so its K/V ring, its Q hand-off and the consumers' turns carry across
+/// tiles. Causal with N_q > N_k puts tiles without any visible key (nothing loaded, O = 0)
+/// after tiles with keys in the same block's walk.
+std::vector<Case> many_tile_cases() {
+  return {make_case(4, 36, 129, 64, 64, BHND, false),  // 288 tiles of 1 K/V tile (the second: 1 row)
+          make_case(4, 40, 129, 200, 128, BNHD, true),  // 320 tiles of 2 K/V tiles
+          make_case(4, 36, 300, 100, 64, BHND, true),   // 432 tiles of 1, 1 and 0 K/V tiles
+          make_case(16, 32, 65, 65, 64, BNHD, true)};   // 512 one-tile heads: ~4 tiles per block
+}
+
 /// Large-magnitude rows: Q and K in [-8, 8) (scores ~5-40: peaked softmax) and [-30, 30)
 /// (scores in the hundreds: exp() without subtracting the max overflows at 88.7).
 std::vector<Case> large_value_cases() {
@@ -233,6 +244,7 @@ TEST_P(AttentionTcTest, StridesAndLayouts) { check(layout_cases()); }
 TEST_P(AttentionTcTest, GroupedQueryAttention) { check(grouped_query_cases()); }
 TEST_P(AttentionTcTest, DistinctBatchesAndHeads) { check(batch_head_cases()); }
 TEST_P(AttentionTcTest, LargeMagnitudeRows) { check(large_value_cases()); }
+TEST_P(AttentionTcTest, ManyQueryTilesPerSm) { check(many_tile_cases()); }
 TEST_P(AttentionTcTest, BugRevealingCasesPass) { check(planted_cases()); }
 
 /// FlashAttention's large awkward shapes: many K/V tiles per block, many query tiles.

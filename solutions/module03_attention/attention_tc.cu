@@ -183,6 +183,7 @@ void attention(m03::AttentionStep step, const m03::AttentionArgsBf16& args) {
     case m03::AttentionStep::tc_warp_specialized: return attn_tc::launch_tc_warp_specialized(args);
     case m03::AttentionStep::tc_pingpong: return attn_tc::launch_tc_pingpong(args);
     case m03::AttentionStep::tc_overlap: return attn_tc::launch_tc_overlap(args);
+    case m03::AttentionStep::tc_persistent: return attn_tc::launch_tc_persistent(args);
     default: break;  // fp32 steps: validate_attention_args rejected them
   }
 }

@@ -170,5 +170,6 @@ void launch_tc_wgmma(const AttentionArgsBf16& a);               // attention_tc_
 void launch_tc_warp_specialized(const AttentionArgsBf16& a);    // attention_tc_hopper.cu
 void launch_tc_pingpong(const AttentionArgsBf16& a);            // attention_tc_hopper.cu
 void launch_tc_overlap(const AttentionArgsBf16& a);             // attention_tc_hopper.cu
+void launch_tc_persistent(const AttentionArgsBf16& a);          // attention_tc_hopper.cu
 
 }  // namespace course::solution::attn_tc

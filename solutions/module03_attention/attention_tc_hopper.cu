@@ -8,6 +8,8 @@
 ///                            barriers): one's softmax runs under the other's GEMMs
 ///   13. tc_overlap           a consumer's softmax of tile j starts once S_j has landed,
 ///                            under its own P_{j-1} V_{j-1} (two commit groups, O rescaled after)
+///   14. tc_persistent        one block per SM walks the query tiles, longest first; the
+///                            producer loads the next tile's Q and K/V under this one
 /// The kernels are attention_tc_hopper.cuh (shared with the exercise), the solution's phases
 /// attention_tc_hopper_phases.cuh; this file is the entry point. Each step's doc comment,
 /// prediction and outcome: attention_tc_hopper.cuh.
@@ -32,6 +34,10 @@ void launch_tc_pingpong(const AttentionArgsBf16& a) {
 
 void launch_tc_overlap(const AttentionArgsBf16& a) {
   attn_tc_hopper::run_step<attn_tc_hopper_phases::Phases>(m03::AttentionStep::tc_overlap, a);
+}
+
+void launch_tc_persistent(const AttentionArgsBf16& a) {
+  attn_tc_hopper::run_step<attn_tc_hopper_phases::Phases>(m03::AttentionStep::tc_persistent, a);
 }
 
 }  // namespace course::solution::attn_tc

@@ -10,8 +10,10 @@
 ///                            barriers): one's softmax runs under the other's GEMMs
 ///   13. tc_overlap           a consumer's softmax of tile j starts once S_j has landed,
 ///                            under its own P_{j-1} V_{j-1} (two commit groups, O rescaled after)
+///   14. tc_persistent        one block per SM walks the query tiles, longest first; the
+///                            producer loads the next tile's Q and K/V under this one
 ///
-/// Every step computes a 128-row query tile per block as two consumer warpgroups of 64 rows
+/// Every step computes 128-row query tiles (one per block; step 14 several) as two warpgroups of 64 rows
 /// (wgmma's M is 64), against K/V tiles of 128 keys, for head dims 64 and 128 only (the
 /// tiles are whole 128-byte swizzle atoms along d; other head dims are rejected by name).
 /// Every tile in shared memory has the layout wgmma's 128-byte-swizzle descriptors read and
@@ -38,7 +40,7 @@
 /// idea through their `Phases` parameter -- the two wgmma products (issue_scores, issue_pv),
 /// the K/V ring's hand-off (load_kv_tile on the producer's side, wait_kv_tile and
 /// release_kv_tile on the consumers'), the ping-pong turns (wait_turn, pass_turn) and step
-/// 13's two commit groups (issue_scores_then_pv). The
+/// 13's two commit groups (issue_scores_then_pv); step 14 reuses step 13's. The
 /// solution's phases are attention_tc_hopper_phases.cuh;
 /// attention_tc_hopper.cu is the entry point.
 
@@ -48,6 +50,7 @@
 #include "course/cuda/launch.cuh"
 #include "course/cuda/mma_ptx.cuh"
 #include "course/cuda/warp_reduce.cuh"
+#include "course/device.hpp"
 #include "course/error.hpp"
 #include "course/tma.hpp"
 #include "module03/attention.hpp"
@@ -56,7 +59,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 
@@ -175,14 +180,22 @@ __device__ __forceinline__ void softmax_update(float (&s)[T::kSRegs], float (&o)
   pack_probabilities<T>(s, pk);
 }
 
+/// lse = (max scale log2 e + log2 l) ln 2 of one row straight to global memory, by the
+/// quad's lane 0 and for rows inside N_q (-inf for a row that saw no key: l = 0).
+__device__ __forceinline__ void store_lse(float row_max, float l, const TcParams& p, int bh, int row) {
+  constexpr float kLn2 = 0.6931471805599453f;
+  if (p.lse != nullptr && threadIdx.x % 4 == 0 && row < p.seq_q)
+    p.lse[static_cast<long long>(bh) * p.seq_q + row] =
+        l > 0.f ? (row_max * p.scale_log2 + __log2f(l)) * kLn2 : -INFINITY;
+}
+
 /// O / l as bf16 into this warpgroup's rows of the (finished) Q tile, in its swizzled
-/// layout, and lse = (max scale log2 e + log2 l) ln 2 straight to global memory. `row0` is
-/// the thread's first row inside the 128-row tile (g of its warp's 16).
+/// layout, and lse (store_lse). `row0` is the thread's first row inside the 128-row tile
+/// (g of its warp's 16).
 template <class T>
 __device__ __forceinline__ void stage_output(const float (&o)[T::kORegs], const float (&row_max)[2],
                                              const float (&row_sum)[2], unsigned char* q_tile, int row0,
                                              const TcParams& p, int bh, int q0) {
-  constexpr float kLn2 = 0.6931471805599453f;
   const int t = threadIdx.x % 4;
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
@@ -193,9 +206,33 @@ __device__ __forceinline__ void stage_output(const float (&o)[T::kORegs], const 
     for (int j = 0; j < T::D / 8; ++j)
       *reinterpret_cast<std::uint32_t*>(q_tile + sw128_offset<T::kBlockM>(r, j) + 4 * t) =
           pack_bf16x2(o[4 * j + 2 * hr] * inv, o[4 * j + 2 * hr + 1] * inv);
-    if (p.lse != nullptr && t == 0 && q0 + r < p.seq_q)
-      p.lse[static_cast<long long>(bh) * p.seq_q + q0 + r] =
-          l > 0.f ? (row_max[hr] * p.scale_log2 + __log2f(l)) * kLn2 : -INFINITY;
+    store_lse(row_max[hr], l, p, bh, q0 + r);
+  }
+}
+
+/// Step 14's epilogue: O / l as bf16 straight from the accumulators to global memory (no
+/// staging: the Q tile may already hold the next tile's Q), and lse (store_lse). Each
+/// thread writes 4 bytes per n8 tile and row; a quad covers 16 contiguous bytes of a row.
+/// `row` is the thread's first row in the tensor (g of its warp's 16; the second is row + 8).
+template <class T>
+__device__ __forceinline__ void store_output_from_registers(const float (&o)[T::kORegs], const float (&row_max)[2],
+                                                            const float (&row_sum)[2], bf16* o_head,
+                                                            std::int64_t seq_stride, int row, const TcParams& p,
+                                                            int bh) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const float l = cc::warp_sum<4>(row_sum[hr]);
+    const float inv = l > 0.f ? 1.f / l : 0.f;  // a row that sees no key: O = 0
+    const int r = row + 8 * hr;
+    if (r < p.seq_q) {
+      bf16* out = o_head + static_cast<std::int64_t>(r) * seq_stride + 2 * t;
+#pragma unroll
+      for (int j = 0; j < T::D / 8; ++j)
+        *reinterpret_cast<std::uint32_t*>(out + 8 * j) =
+            pack_bf16x2(o[4 * j + 2 * hr] * inv, o[4 * j + 2 * hr + 1] * inv);
+    }
+    store_lse(row_max[hr], l, p, bh, r);
   }
 }
 
@@ -530,6 +567,98 @@ struct WsParams {
   int q_head, q_batch, kv_head, kv_batch;
 };
 
+/// The GEMM phases of one consumer warpgroup over the num_tiles (> 0) K/V tiles of its
+/// query tile, for the schedules of steps 12-14 (kSchedule pingpong or overlap): O, the
+/// row max and the row sums accumulate in o, row_max, row_sum; `ring` advances once per K/V
+/// tile. Step 12: GEMM phase j issues P_{j-1} V_{j-1} and S_j = Q K_j^T together, in turn
+/// with the other warpgroup; the softmax of tile j runs while the other's GEMM phase does.
+/// Software-pipelined: phase 0 issues S_0 only, the last phase P V of the last tile only,
+/// so that the steady-state loop issues both unconditionally. Both warpgroups run
+/// num_tiles + 1 phases, so the turns alternate strictly from one query tile to the next.
+///  - `open_turns`: warpgroup 1 opens warpgroup 0's first turn (the block's first tile);
+///  - `pass_last`: warpgroup 1 passes its turn after its last phase as well (step 14:
+///    warpgroup 0 starts the block's next tile under warpgroup 1's epilogue, and takes one
+///    unused turn at the very end); otherwise it leaves that pass out (nobody waits for it).
+///  - `q_done()` runs once S of the last tile has landed: Q is no longer read (step 14).
+template <class Phases, class T, class R, bool kCausal, Schedule kSchedule, class QDone>
+__device__ __forceinline__ void gemm_phases(float (&o)[T::kORegs], float (&row_max)[2], float (&row_sum)[2],
+                                            RingPosition& ring, std::uint32_t s_q, std::uint32_t s_kv,
+                                            std::uint32_t full_bar, std::uint32_t empty_bar, const TcParams& p,
+                                            int num_tiles, int cw, int warp_row0, bool open_turns, bool pass_last,
+                                            QDone q_done) {
+  static_assert(kSchedule != Schedule::serial, "step 11 runs its own loop");
+  float s[T::kSRegs];
+  std::uint32_t pk[T::kBlockN / 8][2];
+  const auto stage_at = [&](const RingPosition& r) {
+    return KvStage{s_kv + r.stage * R::kStageBytes, full_bar + 8 * r.stage, empty_bar + 8 * r.stage, r.phase};
+  };
+  const auto mask_tile = [&](int tile) {
+    const int kv0 = tile * T::kBlockN;
+    if (tile_needs_mask<kCausal, T::kBlockN>(p, warp_row0, kv0)) mask_scores<T, kCausal>(s, p, warp_row0, kv0);
+  };
+  const auto softmax_of = [&](int tile) {
+    mask_tile(tile);
+    softmax_update<T>(s, o, pk, row_max, row_sum, p.scale_log2);
+  };
+  if (cw == 1 && open_turns) Phases::pass_turn(cw);
+  KvStage prev = stage_at(ring);  // phase 0: S_0
+  Phases::wait_kv_tile(prev);
+  Phases::wait_turn(cw);
+  cc::wgmma_fence();
+  Phases::template issue_scores<T>(s, s_q, prev.smem, 64 * cw);
+  cc::wgmma_commit();
+  Phases::pass_turn(cw);
+  cc::wgmma_wait<0>();
+  if (num_tiles == 1) q_done();
+  softmax_of(0);
+  ring.advance<R::kStages>();
+  for (int tile = 1; tile < num_tiles; ++tile) {  // phase j: P_{j-1} V_{j-1} and S_j
+    const KvStage st = stage_at(ring);
+    Phases::wait_kv_tile(st);
+    if constexpr (kSchedule == Schedule::pingpong) {
+      Phases::wait_turn(cw);  // the tensor cores are this warpgroup's ...
+      cc::wgmma_fence();
+      Phases::template issue_pv<T>(o, pk, prev.smem + T::kKVBytes);
+      Phases::template issue_scores<T>(s, s_q, st.smem, 64 * cw);
+      cc::wgmma_commit();
+      Phases::pass_turn(cw);  // ... and, once issued, the other's
+      cc::wgmma_wait<0>();
+      if (tile == num_tiles - 1) q_done();
+      Phases::release_kv_tile(prev);
+      softmax_of(tile);
+    } else {
+      // Step 13: S_j first, in a group of its own, then P_{j-1} V_{j-1}; the softmax of
+      // tile j starts once S_j has landed and runs while P_{j-1} V_{j-1} still reads
+      // the old P (pk) and adds into O. So it leaves P in S's fp32 registers and O
+      // alone until that product has completed; only then is O rescaled and P packed.
+      Phases::wait_turn(cw);
+      cc::wgmma_fence();
+      Phases::template issue_scores_then_pv<T>(s, o, pk, s_q, st.smem, prev.smem + T::kKVBytes, 64 * cw);
+      Phases::pass_turn(cw);
+      cc::wgmma_wait<1>();  // S_j has landed; P_{j-1} V_{j-1} may still run
+      cc::pin_registers(s);
+      if (tile == num_tiles - 1) q_done();
+      float alpha[2];
+      mask_tile(tile);
+      softmax_in_place<T>(s, row_max, row_sum, p.scale_log2, alpha);
+      cc::wgmma_wait<0>();  // P_{j-1} V_{j-1} has completed: O and pk are free
+      cc::pin_registers(o);
+      Phases::release_kv_tile(prev);
+      rescale_output<T>(o, alpha);
+      pack_probabilities<T>(s, pk);
+    }
+    prev = st;
+    ring.advance<R::kStages>();
+  }
+  Phases::wait_turn(cw);  // the last phase: P V of the last tile
+  cc::wgmma_fence();
+  Phases::template issue_pv<T>(o, pk, prev.smem + T::kKVBytes);
+  cc::wgmma_commit();
+  if (cw == 0 || pass_last) Phases::pass_turn(cw);
+  cc::wgmma_wait<0>();
+  Phases::release_kv_tile(prev);
+}
+
 template <class Phases, int D, bool kCausal, Schedule kSchedule>
 __global__ void __launch_bounds__(kThreads, 1)
     warp_specialized_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
@@ -587,87 +716,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int row0 = 64 * cw + 16 * warp + lane / 4;  // this thread's first row in the Q tile
     const int warp_row0 = q0 + 64 * cw + 16 * warp;
-    float o[T::kORegs], s[T::kSRegs];
+    float o[T::kORegs];
     zero<T>(o);
     float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
-    std::uint32_t pk[T::kBlockN / 8][2];
     cc::mbarrier_wait(q_bar, 0);  // always: O is staged where Q lands
     if constexpr (kSchedule != Schedule::serial) {
-      // Step 12: GEMM phase j issues P_{j-1} V_{j-1} and S_j = Q K_j^T together, in turn with
-      // the other warpgroup; the softmax of tile j runs while the other's GEMM phase does.
-      // Software-pipelined: phase 0 issues S_0 only, the last phase P V of the last tile only,
-      // so that the steady-state loop issues both unconditionally. Both warpgroups of a block
-      // run num_tiles + 1 phases; warpgroup 1 opens warpgroup 0's first turn and leaves out
-      // its last pass (nobody waits for it).
-      const auto stage_at = [&](const RingPosition& r) {
-        return KvStage{s_kv + r.stage * R::kStageBytes, full_bar + 8 * r.stage, empty_bar + 8 * r.stage, r.phase};
-      };
-      const auto mask_tile = [&](int tile) {
-        const int kv0 = tile * T::kBlockN;
-        if (tile_needs_mask<kCausal, T::kBlockN>(p, warp_row0, kv0)) mask_scores<T, kCausal>(s, p, warp_row0, kv0);
-      };
-      const auto softmax_of = [&](int tile) {
-        mask_tile(tile);
-        softmax_update<T>(s, o, pk, row_max, row_sum, p.scale_log2);
-      };
-      if (num_tiles > 0) {
-        if (cw == 1) Phases::pass_turn(cw);
-        KvStage prev = stage_at(ring);  // phase 0: S_0
-        Phases::wait_kv_tile(prev);
-        Phases::wait_turn(cw);
-        cc::wgmma_fence();
-        Phases::template issue_scores<T>(s, s_q, prev.smem, 64 * cw);
-        cc::wgmma_commit();
-        Phases::pass_turn(cw);
-        cc::wgmma_wait<0>();
-        softmax_of(0);
-        ring.advance<R::kStages>();
-        for (int tile = 1; tile < num_tiles; ++tile) {  // phase j: P_{j-1} V_{j-1} and S_j
-          const KvStage st = stage_at(ring);
-          Phases::wait_kv_tile(st);
-          if constexpr (kSchedule == Schedule::pingpong) {
-            Phases::wait_turn(cw);  // the tensor cores are this warpgroup's ...
-            cc::wgmma_fence();
-            Phases::template issue_pv<T>(o, pk, prev.smem + T::kKVBytes);
-            Phases::template issue_scores<T>(s, s_q, st.smem, 64 * cw);
-            cc::wgmma_commit();
-            Phases::pass_turn(cw);  // ... and, once issued, the other's
-            cc::wgmma_wait<0>();
-            Phases::release_kv_tile(prev);
-            softmax_of(tile);
-          } else {
-            // Step 13: S_j first, in a group of its own, then P_{j-1} V_{j-1}; the softmax of
-            // tile j starts once S_j has landed and runs while P_{j-1} V_{j-1} still reads
-            // the old P (pk) and adds into O. So it leaves P in S's fp32 registers and O
-            // alone until that product has completed; only then is O rescaled and P packed.
-            Phases::wait_turn(cw);
-            cc::wgmma_fence();
-            Phases::template issue_scores_then_pv<T>(s, o, pk, s_q, st.smem, prev.smem + T::kKVBytes, 64 * cw);
-            Phases::pass_turn(cw);
-            cc::wgmma_wait<1>();  // S_j has landed; P_{j-1} V_{j-1} may still run
-            cc::pin_registers(s);
-            float alpha[2];
-            mask_tile(tile);
-            softmax_in_place<T>(s, row_max, row_sum, p.scale_log2, alpha);
-            cc::wgmma_wait<0>();  // P_{j-1} V_{j-1} has completed: O and pk are free
-            cc::pin_registers(o);
-            Phases::release_kv_tile(prev);
-            rescale_output<T>(o, alpha);
-            pack_probabilities<T>(s, pk);
-          }
-          prev = st;
-          ring.advance<R::kStages>();
-        }
-        Phases::wait_turn(cw);  // the last phase: P V of the last tile
-        cc::wgmma_fence();
-        Phases::template issue_pv<T>(o, pk, prev.smem + T::kKVBytes);
-        cc::wgmma_commit();
-        if (cw == 0) Phases::pass_turn(cw);
-        cc::wgmma_wait<0>();
-        Phases::release_kv_tile(prev);
-      }
+      // Steps 12-13: the GEMM phases (gemm_phases above); one query tile per block, so
+      // warpgroup 1 opens the turns and keeps its last pass.
+      if (num_tiles > 0)
+        gemm_phases<Phases, T, R, kCausal, kSchedule>(o, row_max, row_sum, ring, s_q, s_kv, full_bar, empty_bar, p,
+                                                       num_tiles, cw, warp_row0, true, false, [] {});
     } else {
       // Step 11: S, softmax, P V, one tile after the other.
+      float s[T::kSRegs];
+      std::uint32_t pk[T::kBlockN / 8][2];
       for (int tile = 0; tile < num_tiles; ++tile, ring.advance<R::kStages>()) {
         const KvStage st{s_kv + ring.stage * R::kStageBytes, full_bar + 8 * ring.stage, empty_bar + 8 * ring.stage,
                          ring.phase};
@@ -717,28 +779,272 @@ constexpr const char* schedule_step_name(Schedule s) {
                                : (s == Schedule::pingpong ? "attention step tc_pingpong" : "attention step tc_overlap");
 }
 
+/// Q, K and V as the TMA reads them.
+struct TensorMaps {
+  CUtensorMap q, k, v;
+};
+
+/// The tensor maps of `a` for head dim D, and wp's head and batch flags; `step` names the
+/// step in the Unsupported thrown when K and V broadcast different dimensions.
+template <int D>
+TensorMaps tensor_maps(const AttentionArgsBf16& a, WsParams& wp, const char* step) {
+  TensorMaps m;
+  m.q = attention_map(a.q, a.heads, a.batch, a.seq_q, D, a.q_strides, &wp.q_head, &wp.q_batch);
+  int v_head = 0, v_batch = 0;
+  m.k = attention_map(a.k, a.kv_heads, a.batch, a.seq_k, D, a.k_strides, &wp.kv_head, &wp.kv_batch);
+  m.v = attention_map(a.v, a.kv_heads, a.batch, a.seq_k, D, a.v_strides, &v_head, &v_batch);
+  if (v_head != wp.kv_head || v_batch != wp.kv_batch)
+    throw Unsupported(step, "K and V broadcast the same dimensions (a stride of 0 in one but not the other)");
+  return m;
+}
+
 template <class Phases, int D, bool kCausal, Schedule kSchedule>
 void launch(const AttentionArgsBf16& a, const TcParams& p) {
   WsParams wp{};
   wp.p = p;
-  const CUtensorMap mq = attention_map(a.q, a.heads, a.batch, a.seq_q, D, a.q_strides, &wp.q_head, &wp.q_batch);
-  int v_head = 0, v_batch = 0;
-  const CUtensorMap mk = attention_map(a.k, a.kv_heads, a.batch, a.seq_k, D, a.k_strides, &wp.kv_head, &wp.kv_batch);
-  const CUtensorMap mv = attention_map(a.v, a.kv_heads, a.batch, a.seq_k, D, a.v_strides, &v_head, &v_batch);
-  if (v_head != wp.kv_head || v_batch != wp.kv_batch)
-    throw Unsupported(schedule_step_name(kSchedule),
-                      "K and V broadcast the same dimensions (a stride of 0 in one but not the other)");
+  const TensorMaps m = tensor_maps<D>(a, wp, schedule_step_name(kSchedule));
   constexpr auto kernel = warp_specialized_kernel<Phases, D, kCausal, kSchedule>;
   constexpr int kSmem = Ring<D, kSchedule>::kSmemBytes;
   cc::opt_in_dynamic_smem<kernel>(kSmem);
   const dim3 grid(static_cast<unsigned>((a.seq_q + 127) / 128), static_cast<unsigned>(a.batch * a.heads));
-  kernel<<<grid, kThreads, kSmem, a.stream>>>(mq, mk, mv, wp);
+  kernel<<<grid, kThreads, kSmem, a.stream>>>(m.q, m.k, m.v, wp);
   COURSE_CHECK_LAUNCH("warp_specialized_kernel");
 }
 
 }  // namespace ws_step
 
-/// Runs Hopper step `step` (tc_wgmma, tc_warp_specialized, tc_pingpong or tc_overlap) with the phases
+// ============================================================================
+// Step 14: tc_persistent -- one block per SM walks a list of query tiles; the producer
+// loads the next tile's Q and K/V while the consumers finish the current one.
+//
+// What limits step 13: a block owns one (query tile, batch*head) pair. With causal masking
+// and short sequences it has 1-16 K/V tiles (N = 1024, d = 128: 4.5 on average, 8.4 MFLOP
+// each, ~1.9 us at 600 TFLOP/s over 132 SMs), and around them the tensor cores idle: a new
+// block starts only when the old one has exited (one 225 KB block per SM), then waits for
+// its Q and first K/V tile by TMA (~1-2 us from DRAM); at the end each consumer stages its
+// O rows in the Q tile, meets its own 4 warps and stores them. That is ~2-3 us per block
+// beside ~8 us of wgmma: step 13 runs
+// at 0.64x cuDNN there (d = 128, N = 1024-2048 causal), 0.71-0.79x at d = 64 up to N = 4096.
+// Changes from step 13 (persistent_kernel below; the consumers' loop is step 13's,
+// gemm_phases with Schedule::overlap):
+//  (a) The grid is one block per SM (device_properties().multiProcessorCount, fewer when
+//      there are fewer tiles). Work tile w is (q tile, batch*head) in block_coordinates'
+//      order with w as the linear block number -- causal: the query tile counted down as
+//      the slow index, the heaviest tiles of all heads first -- and block i takes tiles
+//      i, i + grid, i + 2 grid, ... (a static schedule: every block sees the same mix of
+//      heavy and light tiles, longest first).
+//  (b) The barriers are initialized once. The K/V ring's RingPosition runs on across tiles
+//      (producer and consumers advance it once per K/V tile, so they agree on every stage
+//      and parity); Q becomes a ring too, kQStages tiles with a "q_full" (TMA bytes) and a
+//      "q_empty" barrier each (one arrival per consumer warpgroup once its LAST S of the
+//      tile has landed: Q is read by S only). Tiles without any K/V tile (causal, N_q >
+//      N_k) load nothing on either side; their O = 0 and lse = -inf are written all the same.
+//  (c) The producer issues, per tile, K/V tile 0, then Q (waiting on q_empty), then the
+//      other K/V tiles: the stage that K/V tile 0 of the next tile reuses is released at
+//      least one GEMM phase before the current tile's last S lands (q_empty), so it never
+//      waits behind the Q hand-off.
+//  (d) O leaves the accumulators straight for global memory (store_output_from_registers):
+//      no staging, so the Q tile is free as soon as both consumers' last S has landed, and
+//      no barrier in the epilogue. Each thread writes 4 bytes per n8 tile and row (a quad:
+//      16 contiguous bytes, half a 32-byte sector; the L2 merges them before DRAM): 32 KB
+//      per tile at d = 128, beside ~38 MFLOP of wgmma in an average causal tile at N = 1024.
+//  (e) The turns run across tiles: warpgroup 1 opens warpgroup 0's first turn once, then
+//      passes after every GEMM phase including each tile's last, so warpgroup 0 starts the
+//      next tile's S_0 while warpgroup 1 still runs its last P V and epilogue; warpgroup 0
+//      takes one unused turn at the end, so that every pass has its wait. Both warpgroups
+//      run num_tiles + 1 phases per tile, so the turns alternate strictly across tiles.
+// Shared memory, where O staged in Q would have needed a second Q buffer:
+//   d = 128: Q 32 KB + 3 x 64 KB (K, V) = 224 KB + 8 barriers + 1 KB alignment = 230,464 B
+//            of the 232,448 (227 KB); a second Q tile (256 KB) does not fit. Alternatives:
+//            2 Q + 2 K/V stages (192 KB: kQStagesAt128 = 2 below, which measures whether
+//            the third stage of step 12 still matters), or O staged in the K half of the
+//            last stage (free once both last S have landed, but then the stage's release
+//            waits for the stores, and one warpgroup's O would overwrite K rows the other's
+//            S may still read: a cross-warpgroup barrier per tile). Direct stores cost none.
+//   d = 64:  2 Q x 16 KB + 4 x 32 KB = 160 KB (164,960 B): Q of the next tile loads during
+//            the whole current tile.
+// Registers: as step 13 (S 64, O 64 at d = 128, packed P 32 per consumer thread) plus the
+// tile walk (tile index, Q ring position, flags): no spills at 240.
+// Prediction: the ~2-3 us per block that step 13 spends without wgmma shrink to the wait
+// for the next Q at d = 128 (its load starts when the last S of the tile has landed, ~1 us
+// of TMA latency against ~0.5-1 us of softmax, last P V and epilogue) and to nothing at
+// d = 64. Causal, N = 1024-2048: +15-25% over step 13 at d = 128 (0.74-0.8x cuDNN), +10-20%
+// at d = 64 up to N = 4096; non-causal N = 1024-2048 +3-8%; from N = 4096 on (32+ K/V
+// tiles per block) within +-3% of step 13. If d = 128 gains clearly less than d = 64, the
+// single Q buffer is the first suspect (try kQStagesAt128 = 2).
+// Outcome: pending (GPU run).
+// ============================================================================
+namespace persistent_step {
+
+using ws_step::KvStage;
+using ws_step::RingPosition;
+using ws_step::Schedule;
+using ws_step::WsParams;
+using ws_step::kThreads;
+
+/// Q tiles at d = 128: 1 (the K/V ring keeps step 13's 3 stages), or 2 (the ring drops
+/// to 2 stages: 192 KB). At d = 64 always 2 (and 4 stages).
+constexpr int kQStagesAt128 = 1;
+
+/// Shared memory of step 14: kQStages Q tiles, then step 13's K/V ring, then the barriers
+/// (full and empty per K/V stage, q_full and q_empty per Q tile).
+template <int D>
+struct Ring {
+  using Step13 = ws_step::Ring<D, Schedule::overlap>;
+  static constexpr int kQStages = D == 64 ? 2 : kQStagesAt128;
+  static constexpr int kStages = D == 128 && kQStages == 2 ? 2 : Step13::kStages;
+  static constexpr int kStageBytes = Step13::kStageBytes;  ///< K tile, then V tile
+  static constexpr int kKvOffset = kQStages * HopperTile<D>::kQBytes;
+  static constexpr int kBarrierOffset = kKvOffset + kStages * kStageBytes;
+  static constexpr int kSmemBytes = kBarrierOffset + (2 * kStages + 2 * kQStages) * 8 + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than a Hopper block may have");
+};
+
+/// Query tile and batch*head pair of work tile `w`: block_coordinates' order
+/// (attention_blocks.cuh) with w as the linear block number of a (q_tiles, batch*heads)
+/// grid. No mask: the query tiles of one head in a row (the blocks working together share
+/// its K and V in L2). Causal: the query tile is the slow index, counted down. So along
+/// one block's walk w, w + grid, ... the query tile never grows when causal, and with it
+/// the number of K/V tiles.
+__device__ __forceinline__ void work_coordinates(bool causal, int w, int q_tiles, int batch_heads, int& q_tile,
+                                                 int& bh) {
+  if (!causal) {
+    q_tile = w % q_tiles;
+    bh = w / q_tiles;
+    return;
+  }
+  q_tile = q_tiles - 1 - w / batch_heads;
+  bh = w % batch_heads;
+}
+
+template <class Phases, int D, bool kCausal>
+__global__ void __launch_bounds__(kThreads, 1)
+    persistent_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
+                      const __grid_constant__ CUtensorMap tmap_v, const WsParams wp, int q_tiles, int work_tiles) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using T = HopperTile<D>;
+  using R = Ring<D>;
+  const TcParams& p = wp.p;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = align_smem(smem_raw);
+  const std::uint32_t s_q = cc::smem_u32(smem);    // kQStages x [128][D] Q
+  const std::uint32_t s_kv = s_q + R::kKvOffset;   // kStages x ([128][D] K, [128][D] V)
+  const std::uint32_t full_bar = s_q + R::kBarrierOffset;  // full[s] at full_bar + 8 s
+  const std::uint32_t empty_bar = full_bar + 8 * R::kStages;
+  const std::uint32_t q_full_bar = empty_bar + 8 * R::kStages;  // q_full[i] at q_full_bar + 8 i
+  const std::uint32_t q_empty_bar = q_full_bar + 8 * R::kQStages;
+  const int batch_heads = work_tiles / q_tiles;
+  const int wg = threadIdx.x / 128;
+  // Work tile w: its first query row, batch*head pair and number of K/V tiles.
+  const auto tile_of = [&](int w, int& q0, int& bh, int& num_tiles) {
+    int q_tile;
+    work_coordinates(kCausal, w, q_tiles, batch_heads, q_tile, bh);
+    q0 = q_tile * T::kBlockM;
+    num_tiles = (kv_end<kCausal>(p, q0, T::kBlockM) + T::kBlockN - 1) / T::kBlockN;
+  };
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < R::kStages; ++s) {
+      cc::mbarrier_init(full_bar + 8 * s, 1);                 // the producer's arrive (+ bytes)
+      cc::mbarrier_init(empty_bar + 8 * s, T::kBlockM / 64);  // one arrive per consumer warpgroup
+    }
+    for (int i = 0; i < R::kQStages; ++i) {
+      cc::mbarrier_init(q_full_bar + 8 * i, 1);
+      cc::mbarrier_init(q_empty_bar + 8 * i, T::kBlockM / 64);  // each consumer's last S has landed
+    }
+    cc::fence_barrier_init();
+  }
+  __syncthreads();  // the only block-wide barrier: the mbarriers exist for everyone
+
+  RingPosition ring, q_ring;  // both run on from tile to tile, on both sides
+  if (wg == 0) {
+    // ---- Producer: thread 0 issues every copy of every tile of this block.
+    cc::setmaxnreg_dec<ws_step::kProducerRegisters>();
+    if (threadIdx.x == 0) {
+      cc::tma_prefetch_descriptor(&tmap_q);
+      cc::tma_prefetch_descriptor(&tmap_k);
+      cc::tma_prefetch_descriptor(&tmap_v);
+      for (int w = static_cast<int>(blockIdx.x); w < work_tiles; w += static_cast<int>(gridDim.x)) {
+        int q0, bh, num_tiles;
+        tile_of(w, q0, bh, num_tiles);
+        const int b = bh / p.heads, h = bh % p.heads, hk = h / p.group;
+        const int qh = h * wp.q_head, qb = b * wp.q_batch, kh = hk * wp.kv_head, kb = b * wp.kv_batch;
+        for (int tile = 0; tile < num_tiles; ++tile, ring.advance<R::kStages>()) {
+          const KvStage st{s_kv + ring.stage * R::kStageBytes, full_bar + 8 * ring.stage, empty_bar + 8 * ring.stage,
+                           ring.phase};
+          Phases::template load_kv_tile<T, R>(st, &tmap_k, &tmap_v, tile * T::kBlockN, kh, kb);
+          if (tile == 0) {  // Q once K/V tile 0 is on its way (change (c))
+            const std::uint32_t q_full = q_full_bar + 8 * q_ring.stage;
+            cc::mbarrier_wait(q_empty_bar + 8 * q_ring.stage, q_ring.phase ^ 1u);  // the last tile's S are done
+            cc::mbarrier_arrive_expect_tx(q_full, T::kQBytes);
+#pragma unroll
+            for (int cb = 0; cb < D / 64; ++cb)
+              cc::tma_load_4d(s_q + q_ring.stage * T::kQBytes + cb * T::kBlockM * 128, &tmap_q, q_full, 64 * cb, q0, qh,
+                              qb);
+            q_ring.advance<R::kQStages>();
+          }
+        }
+      }
+    }
+  } else {
+    // ---- Consumers: warpgroup 1 computes rows 0-63 of each query tile, warpgroup 2 rows 64-127.
+    cc::setmaxnreg_inc<ws_step::kConsumerRegisters>();
+    const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const int row_in_tile = 64 * cw + 16 * warp + lane / 4;  // this thread's first row in a query tile
+    bool first = true;  // no tile with K/V tiles yet: the turns are not open
+    for (int w = static_cast<int>(blockIdx.x); w < work_tiles; w += static_cast<int>(gridDim.x)) {
+      int q0, bh, num_tiles;
+      tile_of(w, q0, bh, num_tiles);
+      float o[T::kORegs];
+      zero<T>(o);
+      float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+      if (num_tiles > 0) {
+        const std::uint32_t q_tile = s_q + q_ring.stage * T::kQBytes;
+        const std::uint32_t q_empty = q_empty_bar + 8 * q_ring.stage;
+        cc::mbarrier_wait(q_full_bar + 8 * q_ring.stage, q_ring.phase);
+        ws_step::gemm_phases<Phases, T, R, kCausal, Schedule::overlap>(
+            o, row_max, row_sum, ring, q_tile, s_kv, full_bar, empty_bar, p, num_tiles, cw, q0 + 64 * cw + 16 * warp,
+            /*open_turns=*/first, /*pass_last=*/true, [&] {
+              if (threadIdx.x % 128 == 0) cc::mbarrier_arrive(q_empty);  // Q is free for the next tile's
+            });
+        q_ring.advance<R::kQStages>();
+        first = false;
+      }
+      const int b = bh / p.heads, h = bh % p.heads;
+      store_output_from_registers<T>(o, row_max, row_sum, p.o + row_offset(p.os, b, h, 0), p.os.seq, q0 + row_in_tile,
+                                     p, bh);
+    }
+    if (cw == 0 && !first) Phases::wait_turn(cw);  // warpgroup 1's last pass (change (e))
+  }
+#else
+  (void)tmap_q, (void)tmap_k, (void)tmap_v, (void)wp, (void)q_tiles, (void)work_tiles;
+  __trap();  // never launched: the host checks sm90a_code_available() first
+#endif
+}
+
+template <class Phases, int D, bool kCausal>
+void launch(const AttentionArgsBf16& a, const TcParams& p) {
+  WsParams wp{};
+  wp.p = p;
+  const ws_step::TensorMaps m = ws_step::tensor_maps<D>(a, wp, "attention step tc_persistent");
+  constexpr int kBlockM = HopperTile<D>::kBlockM;
+  const long long q_tiles = (static_cast<long long>(a.seq_q) + kBlockM - 1) / kBlockM;
+  const long long work = q_tiles * a.batch * a.heads;  // >= 1: validation asks for N_q, B, H >= 1
+  require_arg(work <= std::numeric_limits<int>::max(), "attention", "seq_q", a.seq_q,
+              "times batch times heads, in 128-row query tiles, must be below 2^31 for step tc_persistent "
+              "(its work tiles are counted in int)");
+  constexpr auto kernel = persistent_kernel<Phases, D, kCausal>;
+  constexpr int kSmem = Ring<D>::kSmemBytes;
+  cc::opt_in_dynamic_smem<kernel>(kSmem);
+  const int blocks = static_cast<int>(std::min<long long>(work, device_properties().multiProcessorCount));
+  kernel<<<static_cast<unsigned>(blocks), kThreads, kSmem, a.stream>>>(m.q, m.k, m.v, wp, static_cast<int>(q_tiles),
+                                                                      static_cast<int>(work));
+  COURSE_CHECK_LAUNCH("persistent_kernel");
+}
+
+}  // namespace persistent_step
+
+/// Runs Hopper step `step` (tc_wgmma, tc_warp_specialized, tc_pingpong, tc_overlap or tc_persistent) with the phases
 /// `Phases`: the solution's (attention_tc_hopper_phases.cuh) or the exercise's.
 template <class Phases>
 void run_step(m03::AttentionStep step, const AttentionArgsBf16& a) {
@@ -754,8 +1060,10 @@ void run_step(m03::AttentionStep step, const AttentionArgsBf16& a) {
         ws_step::launch<Phases, D, kCausal, ws_step::Schedule::serial>(a, p);
       else if (step == m03::AttentionStep::tc_pingpong)
         ws_step::launch<Phases, D, kCausal, ws_step::Schedule::pingpong>(a, p);
-      else
+      else if (step == m03::AttentionStep::tc_overlap)
         ws_step::launch<Phases, D, kCausal, ws_step::Schedule::overlap>(a, p);
+      else
+        persistent_step::launch<Phases, D, kCausal>(a, p);
     };
     if (a.causal) launch(std::true_type{});
     else launch(std::false_type{});

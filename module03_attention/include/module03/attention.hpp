@@ -93,6 +93,7 @@ enum class AttentionStep {
   tc_warp_specialized,  ///< + TMA loads into an mbarrier ring, producer and consumer warpgroups, setmaxnreg
   tc_pingpong,          ///< + the two consumer warpgroups take turns: one's softmax under the other's GEMMs
   tc_overlap,           ///< + a warpgroup's softmax of tile j starts when S_j lands, under its own P_{j-1} V_{j-1}
+  tc_persistent,        ///< + one block per SM walks the query tiles; the next tile's Q and K/V load under this one
 };
 
 inline constexpr StepInfo<AttentionStep> kAttentionSteps[] = {
@@ -122,6 +123,8 @@ inline constexpr StepInfo<AttentionStep> kAttentionSteps[] = {
      "bf16, Hopper; consumers take turns (named barriers): P V and next S issued together, softmax overlapped"},
     {AttentionStep::tc_overlap, "tc_overlap",
      "bf16, Hopper; + S_j waited for alone: softmax j runs under the same warpgroup's P_{j-1} V_{j-1}"},
+    {AttentionStep::tc_persistent, "tc_persistent",
+     "bf16, Hopper; + one block per SM walks the (q tile, head) list, longest first; next Q, K/V load under this tile"},
 };
 static_assert(steps_in_enum_order(kAttentionSteps), "kAttentionSteps must list AttentionStep in enum order");
 
@@ -163,6 +166,7 @@ inline constexpr AttentionStepColumns kAttentionStepColumns[] = {
     {AttentionStep::tc_warp_specialized, AttentionDType::bf16, {128, true, true, false, false, true}},
     {AttentionStep::tc_pingpong, AttentionDType::bf16, {128, true, true, false, false, true}},
     {AttentionStep::tc_overlap, AttentionDType::bf16, {128, true, true, false, false, true}},
+    {AttentionStep::tc_persistent, AttentionDType::bf16, {128, true, true, false, false, true}},
 };
 static_assert(columns_match_steps(kAttentionSteps, kAttentionStepColumns),
               "kAttentionStepColumns must have one row per row of kAttentionSteps, in the same order");
@@ -515,7 +519,8 @@ inline void validate_attention_args(const AttentionArgs& a, AttentionStep step, 
 //  - every stride a multiple of 8 elements, so each row starts 16-byte aligned (one
 //    cp.async copies 16 bytes = 8 bf16), pointers 16-byte aligned;
 //  - grouped-query attention (kv_heads < heads) in every tc step; no RoPE, ALiBi or workspace;
-//  - the Hopper steps (tc_wgmma, tc_warp_specialized, tc_pingpong, tc_overlap; StepSupport::hopper) need
+//  - the Hopper steps (tc_wgmma, tc_warp_specialized, tc_pingpong, tc_overlap, tc_persistent;
+//    StepSupport::hopper) need
 //    an sm_90a build on a compute-capability-9.0 GPU (else course::Unsupported naming the
 //    step) and head_dim 64 or 128. The TMA steps map Q, K and V as 4-D tensors (column, row,
 //    head, batch): the rules above (16-byte aligned pointers, strides in multiples of 8
