@@ -117,7 +117,9 @@ TEST(TcSplitDqPlan, SplitsRespectTheTileCountTheMemoryCapAndWaves) {
         const std::int64_t s = m04::tc_split_dq_splits(kv_tiles, heads, 132, copy);
         EXPECT_GE(s, 1);
         EXPECT_LE(s, kv_tiles);
-        if (s > 1) EXPECT_LE(static_cast<std::size_t>(s) * copy, m04::kTcSplitDqMaxBytes);
+        if (s > 1) {
+          EXPECT_LE(static_cast<std::size_t>(s) * copy, m04::kTcSplitDqMaxBytes);
+        }
       }
 }
 
