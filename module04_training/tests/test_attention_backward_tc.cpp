@@ -23,7 +23,9 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -93,14 +95,17 @@ std::vector<Case> layout_cases() {
 }
 
 /// Many heads, so that tc_split_dq's blocks walk several K/V tiles each (the other steps run
-/// one block per tile on the same cases). On 114-132 SMs: B*H_kv = 40 heads of 7 K/V tiles
-/// take 2-3 splits, the last serpentine round partial; B*H_kv = 136 heads take one split of
-/// 3 tiles each (S = 1: a block per head).
+/// one block per tile on the same cases), sized by this GPU's block slots (SMs): B*H_kv =
+/// 2 * floor(slots / 6) heads of 7 K/V tiles take 3 splits (3 tiles for split 0, 2 for the
+/// others: the last serpentine round partial), and B*H_kv = slots heads take one split of 3
+/// tiles each (S = 1: a block per head, one wave).
 std::vector<Case> multi_tile_cases() {
+  const std::int64_t slots = course::m04::tc_backward_block_slots();
+  const std::int64_t kv_heads = std::max<std::int64_t>(1, slots / 6);
   std::vector<Case> cases;
   for (const bool causal : {false, true}) {
-    cases.push_back(with_kv_heads(make_case(2, 40, 70, 800, 64, BHND, causal), 20));
-    cases.push_back(make_case(4, 34, 100, 300, 128, BNHD, causal));
+    cases.push_back(with_kv_heads(make_case(2, 2 * kv_heads, 70, 800, 64, BHND, causal), kv_heads));
+    cases.push_back(make_case(1, slots, 100, 300, 128, BNHD, causal));
   }
   return cases;
 }
@@ -133,6 +138,8 @@ TEST_P(AttentionBackwardTcTest, MultiTileBlocksMatchTheReference) {
     EXPECT_GT(splits, 1);
     EXPECT_LT(splits, kv_tiles);
     EXPECT_EQ(split_plan(cases[1]).first, 1);
+    std::printf("[ info ] tc_split_dq: %lld splits of %lld K/V tiles, then 1 of %lld\n", static_cast<long long>(splits),
+                static_cast<long long>(kv_tiles), static_cast<long long>(split_plan(cases[1]).second));
   }
   COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(check_cases(kImpl, GetParam().step, cases, seed())));
 }
@@ -170,7 +177,7 @@ TEST_P(AttentionBackwardTcTest, DeterministicStepIsBitIdentical) {
   if (!course::m04::step_support(step).deterministic) GTEST_SKIP() << GetParam().name << " adds dQ with atomics";
   const std::vector<Case> cases = {with_kv_heads(make_case(1, 4, 700, 900, 64, BHND, false), 2),
                                    with_kv_heads(make_case(1, 4, 700, 900, 64, BHND, true), 2),
-                                   with_kv_heads(make_case(2, 40, 300, 1000, 64, BHND, true), 20)};
+                                   with_kv_heads(make_case(2, 40, 200, 1000, 64, BHND, true), 20)};
   for (const Case& c : cases) {
     const bool causal = c.causal;
     const tcb::Inputs in = tcb::make_inputs(c, seed());
