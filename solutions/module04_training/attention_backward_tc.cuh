@@ -360,9 +360,17 @@ __device__ __forceinline__ void accumulate_dq(float (&acc)[Cfg::kDqMTiles][Cfg::
   }
 }
 
+/// tc_split_dq's adds into its own copy: false, the 8-byte red.global.add of the other steps
+/// (fire and forget; one writer thread per element, so its program order fixes the sum);
+/// true, a plain load, add and store per pair (the same order, the same bits; a read round
+/// trip per query tile, and at d = 128 without the mask ptxas spills 20 bytes, where the red
+/// version spills none). A switch for an A/B run on the GPU: flip it, rebuild, compare.
+constexpr bool kSplitDqPlainAdds = false;
+
 /// Adds this warp's dQ fragments to the fp32 accumulator (rows past N_q dropped): two
-/// consecutive floats per register pair, one 8-byte atomic add where the GPU has it.
-template <class Cfg>
+/// consecutive floats per register pair, one 8-byte atomic add where the GPU has it
+/// (kPlain: a load, an add and a store, for a copy only this thread writes).
+template <class Cfg, bool kPlain = false>
 __device__ __forceinline__ void add_dq(const float (&acc)[Cfg::kDqMTiles][Cfg::kDqTiles][4], float* dq_head, int q0,
                                        int seq_q, int wm, int wn) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -375,12 +383,18 @@ __device__ __forceinline__ void add_dq(const float (&acc)[Cfg::kDqMTiles][Cfg::k
       float* dst = dq_head + static_cast<std::int64_t>(row) * Cfg::D + wn * Cfg::kDqCols + 2 * t;
 #pragma unroll
       for (int dt = 0; dt < Cfg::kDqTiles; ++dt) {
+        if constexpr (kPlain) {
+          auto* pair = reinterpret_cast<float2*>(dst + 8 * dt);
+          const float2 old = *pair;
+          *pair = make_float2(old.x + acc[mi][dt][2 * hr], old.y + acc[mi][dt][2 * hr + 1]);
+        } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        atomicAdd(reinterpret_cast<float2*>(dst + 8 * dt), make_float2(acc[mi][dt][2 * hr], acc[mi][dt][2 * hr + 1]));
+          atomicAdd(reinterpret_cast<float2*>(dst + 8 * dt), make_float2(acc[mi][dt][2 * hr], acc[mi][dt][2 * hr + 1]));
 #else
-        atomicAdd(dst + 8 * dt, acc[mi][dt][2 * hr]);
-        atomicAdd(dst + 8 * dt + 1, acc[mi][dt][2 * hr + 1]);
+          atomicAdd(dst + 8 * dt, acc[mi][dt][2 * hr]);
+          atomicAdd(dst + 8 * dt + 1, acc[mi][dt][2 * hr + 1]);
 #endif
+        }
       }
     }
 }
@@ -506,7 +520,7 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
       add_dq<Cfg>(dq, dq_head, q0, p.seq_q, wm, wn);
       Phases::pass_dq_turn(turn, kv_tile);
     } else {
-      add_dq<Cfg>(dq, dq_head, q0, p.seq_q, wm, wn);
+      add_dq<Cfg, Cfg::kSplitDq && kSplitDqPlainAdds>(dq, dq_head, q0, p.seq_q, wm, wn);
     }
     if constexpr (Cfg::kStages == 1) {  // one stage: refill it once every warp is done with it
       __syncthreads();
