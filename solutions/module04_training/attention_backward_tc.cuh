@@ -637,21 +637,24 @@ __global__ void convert_dq_kernel(const Params p, long long chunks) {
 // ============================================================================
 // The host side: the three kernels of one step.
 
-/// tc_split_dq's plan assumed m04::kTcBackwardBlocksPerSm resident blocks per SM; says so,
-/// once per device, if the kernel fits more (the plan then leaves block slots empty: slower,
-/// still correct). Fewer cannot happen: a kernel that fits no block fails to launch.
+/// tc_split_dq's plan assumed m04::kTcBackwardBlocksPerSm resident blocks per SM; says so
+/// (throws, on every call) if the kernel fits more (the plan would leave block slots empty:
+/// slower, still correct), and remembers a device that passed. Fewer cannot happen: a kernel
+/// that fits no block fails to launch.
 template <auto kKernel>
 void check_split_occupancy(int smem_bytes, int threads) {
   static std::atomic<int> checked[64] = {};
   int device = 0;
   COURSE_CUDA_CHECK(cudaGetDevice(&device));
-  if (device >= 0 && device < 64 && checked[device].exchange(1) != 0) return;
+  const bool cached = device >= 0 && device < 64;
+  if (cached && checked[device].load() != 0) return;
   int blocks = 0;
   COURSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kKernel, threads, smem_bytes));
   if (blocks > m04::kTcBackwardBlocksPerSm)
     throw Error("attention_backward tc_split_dq: the kernel fits " + std::to_string(blocks) +
                 " blocks per SM on device " + std::to_string(device) + ", the split plan assumes " +
                 std::to_string(m04::kTcBackwardBlocksPerSm) + " (m04::kTcBackwardBlocksPerSm)");
+  if (cached) checked[device].store(1);  // only a device that passed: a failing one throws every time
 }
 
 template <class Cfg, bool kCausal, class Phases>
