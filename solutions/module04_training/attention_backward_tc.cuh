@@ -362,9 +362,11 @@ __device__ __forceinline__ void accumulate_dq(float (&acc)[Cfg::kDqMTiles][Cfg::
 
 /// tc_split_dq's adds into its own copy: false, the 8-byte red.global.add of the other steps
 /// (fire and forget; one writer thread per element, so its program order fixes the sum);
-/// true, a plain load, add and store per pair (the same order, the same bits; a read round
-/// trip per query tile, and at d = 128 without the mask ptxas spills 20 bytes, where the red
-/// version spills none). A switch for an A/B run on the GPU: flip it, rebuild, compare.
+/// true, a plain load, add and store per pair (the same order, the same bits -- except where
+/// a partial sum is subnormal: the f32 atomic add flushes those to zero, the plain add keeps
+/// them; a read round trip per query tile, and at d = 128 without the mask ptxas spills 20
+/// bytes, where the red version spills none). A switch for an A/B run on the GPU: flip it,
+/// rebuild, compare.
 constexpr bool kSplitDqPlainAdds = false;
 
 /// Adds this warp's dQ fragments to the fp32 accumulator (rows past N_q dropped): two
