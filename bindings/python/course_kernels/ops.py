@@ -568,7 +568,8 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, *, c
     DV = A.output(lib, outs[2], "out[2] (dv)", K.shape, Q.dtype, Q)
     A.check_same_device(Q, K, V, O, DO, L, DQ, DK, DV)
     if bf16:  # the tensor-core steps keep an fp32 dQ accumulator: their workspace grows with d
-        nbytes = lib.workspace_bytes("course_attention_backward_bf16_workspace_bytes", s, B, H, Nq, Nk, d)
+        with A.device_of(Q):  # tc_split_dq's copies depend on the SM count of the device the call runs on
+            nbytes = lib.workspace_bytes("course_attention_backward_bf16_workspace_bytes", s, B, H, Nq, Nk, d)
     else:
         nbytes = lib.workspace_bytes("course_attention_backward_workspace_bytes", s, B, H, Nq, Nk)
     ws = A.Scratch(lib, nbytes, Q, workspace)
