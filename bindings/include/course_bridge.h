@@ -240,7 +240,10 @@ COURSE_BRIDGE_API int course_attention_backward(
     size_t workspace_bytes, void* stream);
 
 /** Workspace bytes of the tensor-core steps (op name "attention_backward_bf16"): D, the lse
- *  in base 2 and an fp32 dQ accumulator, so it depends on head_dim. */
+ *  in base 2 and an fp32 dQ accumulator, so it depends on head_dim. tc_split_dq keeps S
+ *  copies of the accumulator, S from the sizes, kv_heads and the current device's SM count;
+ *  kv_heads not being an argument here, the answer is the largest over the divisors of heads
+ *  (enough for any kv_heads, on this device). */
 COURSE_BRIDGE_API int course_attention_backward_bf16_workspace_bytes(const char* step, int64_t batch, int64_t heads,
                                                                      int64_t seq_q, int64_t seq_k, int64_t head_dim,
                                                                      size_t* bytes);

@@ -3,6 +3,9 @@
 ///   4. tc_mma            P^T recomputed on the fragments, dS^T, the rest given
 ///   5. tc_pipelined      the same phases in the swizzled, pipelined kernel (nothing new to write)
 ///   6. tc_deterministic  + the ordered dQ hand-off between K/V blocks
+///   7. tc_split_dq       deterministic without a hand-off: a list of K/V tiles per block, its
+///                        own fp32 dQ copy, the copies summed in order (nothing new to write:
+///                        the kernel reuses your phases; read "Step tc_split_dq" in the header)
 ///
 /// The kernels -- loads, the five products on fragments, dS^T through shared memory, the dQ
 /// atomics, preprocessing and conversion -- are solutions/module04_training/
@@ -73,6 +76,12 @@ void attention_backward(m04::AttentionBackwardStep step, const m04::AttentionBac
                          file);
   if (step == m04::AttentionBackwardStep::tc_deterministic && !kDqTurnWritten)
     throw NotImplemented("attention_backward step tc_deterministic (Phases::wait_dq_turn / pass_dq_turn)", file);
+  // tc_split_dq calls no turn phase; it comes after tc_deterministic in the ladder, so it
+  // opens with it (its tests compare the two deterministic ways of adding dQ).
+  if (step == m04::AttentionBackwardStep::tc_split_dq && !kDqTurnWritten)
+    throw NotImplemented("attention_backward step tc_split_dq (after tc_deterministic: Phases::wait_dq_turn / "
+                         "pass_dq_turn)",
+                         file);
   attn_bwd_tc::run_step<Phases>(step, args);
 }
 

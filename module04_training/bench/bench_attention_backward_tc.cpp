@@ -6,7 +6,8 @@
 //
 // Row names: "attn_bwd_bf16/<impl>/<step>/B<B>_H<H>_N<N>_d<d>[_causal]". Counters: TFLOP/s by
 // the FlashAttention convention 10*B*H*N^2*d (halved when causal) and mem_MB (bf16 Q, K, V, O,
-// dO and gradients, fp32 lse and the workspace: D, lse2 and the fp32 dQ accumulator).
+// dO and gradients, fp32 lse and the workspace: D, lse2 and the fp32 dQ accumulator, S copies
+// of it for tc_split_dq).
 // Inputs: Q, K, V, dO distinct random bf16 data; O and lse from module 3's tc_flash2 forward.
 #include "course/bench.hpp"
 #include "course/device.hpp"
@@ -17,6 +18,8 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <tuple>
@@ -75,8 +78,10 @@ struct Buffers {
     dk = DeviceBuffer<bf16>(un);
     dv = DeviceBuffer<bf16>(un);
     const AttentionBackwardArgsBf16 a = args_for(s);
-    ws = DeviceBuffer<float>(
-        course::m04::attention_backward_workspace_bytes(AttentionBackwardStep::tc_deterministic, a) / sizeof(float) + 4);
+    std::size_t ws_bytes = 0;  // the largest step's (tc_split_dq: S fp32 dQ copies on this device)
+    for (const auto& info : course::m04::attention_backward_steps(course::m04::AttentionBackwardDType::bf16))
+      ws_bytes = std::max(ws_bytes, course::m04::attention_backward_workspace_bytes(info.step, a));
+    ws = DeviceBuffer<float>(ws_bytes / sizeof(float) + 4);
     COURSE_CUDA_CHECK(cudaDeviceSynchronize());
   }
 

@@ -23,9 +23,12 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -91,6 +94,29 @@ std::vector<Case> layout_cases() {
   return cases;
 }
 
+/// Many heads, so that tc_split_dq's blocks walk several K/V tiles each (the other steps run
+/// one block per tile on the same cases), sized by this GPU's block slots (SMs): B*H_kv =
+/// 2 * floor(slots / 6) heads of 7 K/V tiles take 3 splits (3 tiles for split 0, 2 for the
+/// others: the last serpentine round partial), and B*H_kv = slots heads take one split of 3
+/// tiles each (S = 1: a block per head, one wave).
+std::vector<Case> multi_tile_cases() {
+  const std::int64_t slots = course::m04::tc_backward_block_slots();
+  const std::int64_t kv_heads = std::max<std::int64_t>(1, slots / 6);
+  std::vector<Case> cases;
+  for (const bool causal : {false, true}) {
+    cases.push_back(with_kv_heads(make_case(2, 2 * kv_heads, 70, 800, 64, BHND, causal), kv_heads));
+    cases.push_back(make_case(1, slots, 100, 300, 128, BNHD, causal));
+  }
+  return cases;
+}
+
+/// The split count tc_split_dq takes for case c on this device, and its K/V tiles.
+std::pair<std::int64_t, std::int64_t> split_plan(const Case& c) {
+  AttentionBackwardArgsBf16 a;
+  tcb::set_shape(a, c);
+  return {course::m04::tc_split_dq_plan(a), (c.N_k + course::m04::kTcBackwardKeyTile - 1) / course::m04::kTcBackwardKeyTile};
+}
+
 // ------------------------------------------------------------------ tests -----
 
 class AttentionBackwardTcTest : public GpuTest, public ::testing::WithParamInterface<StepInfo<AttentionBackwardStep>> {
@@ -102,6 +128,20 @@ TEST_P(AttentionBackwardTcTest, AwkwardLengthsMatchTheReference) {
 
 TEST_P(AttentionBackwardTcTest, GroupedQueryLayoutsAndStridesMatchTheReference) {
   COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(check_cases(kImpl, GetParam().step, layout_cases(), seed())));
+}
+
+TEST_P(AttentionBackwardTcTest, MultiTileBlocksMatchTheReference) {
+  const std::vector<Case> cases = multi_tile_cases();
+  if (GetParam().step == AttentionBackwardStep::tc_split_dq) {
+    // The case this test exists for: fewer splits than K/V tiles, so a block walks several.
+    const auto [splits, kv_tiles] = split_plan(cases[0]);
+    EXPECT_GT(splits, 1);
+    EXPECT_LT(splits, kv_tiles);
+    EXPECT_EQ(split_plan(cases[1]).first, 1);
+    std::printf("[ info ] tc_split_dq: %lld splits of %lld K/V tiles, then 1 of %lld\n", static_cast<long long>(splits),
+                static_cast<long long>(kv_tiles), static_cast<long long>(split_plan(cases[1]).second));
+  }
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(check_cases(kImpl, GetParam().step, cases, seed())));
 }
 
 TEST_P(AttentionBackwardTcTest, LargeSequencesMatchTheReference) {
@@ -129,12 +169,17 @@ TEST_P(AttentionBackwardTcTest, HiddenKeysNeverReachDq) {
   });
 }
 
-/// tc_deterministic: bit-identical gradients over 20 runs and on another stream.
+/// The deterministic steps (tc_deterministic, tc_split_dq): bit-identical gradients over 20
+/// runs and on another stream. The second case gives tc_split_dq blocks of several K/V tiles
+/// (the first: one tile per split).
 TEST_P(AttentionBackwardTcTest, DeterministicStepIsBitIdentical) {
   const AttentionBackwardStep step = GetParam().step;
   if (!course::m04::step_support(step).deterministic) GTEST_SKIP() << GetParam().name << " adds dQ with atomics";
-  for (const bool causal : {false, true}) {
-    const Case c = with_kv_heads(make_case(1, 4, 700, 900, 64, BHND, causal), 2);
+  const std::vector<Case> cases = {with_kv_heads(make_case(1, 4, 700, 900, 64, BHND, false), 2),
+                                   with_kv_heads(make_case(1, 4, 700, 900, 64, BHND, true), 2),
+                                   with_kv_heads(make_case(2, 40, 200, 1000, 64, BHND, true), 20)};
+  for (const Case& c : cases) {
+    const bool causal = c.causal;
     const tcb::Inputs in = tcb::make_inputs(c, seed());
     tcb::DeviceProblem problem(c, in, step);
     tcb::Grads first;
@@ -148,7 +193,8 @@ TEST_P(AttentionBackwardTcTest, DeterministicStepIsBitIdentical) {
         differing += std::memcmp(x->storage().data(), y->storage().data(), x->storage().size() * sizeof(float)) != 0;
     }
     cudaStreamDestroy(stream);
-    EXPECT_EQ(differing, 0) << "gradients differed from the first run's (causal " << causal << ")";
+    EXPECT_EQ(differing, 0) << "gradients differed from the first run's (causal " << causal << ", B*H_kv "
+                            << c.B * c.H_kv << ")";
   }
 }
 

@@ -4,6 +4,8 @@
 ///                        reused as the A operands of dV and dK; dS^T through shared memory for dQ
 ///   5. tc_pipelined      + XOR-swizzled tiles and a 2-stage cp.async ring (Q, dO, lse, D)
 ///   6. tc_deterministic  + dQ added in K/V-tile order, one counter per query tile
+///   7. tc_split_dq       5. with a fixed list of K/V tiles per block and its own fp32 dQ copy,
+///                        the copies summed in index order: deterministic with no hand-off
 /// The kernels are attention_backward_tc.cuh, shared with the exercise; the solution's three
 /// phases (the parts the exercise asks for) are attention_backward_tc_phases.cuh; this file
 /// is the entry point.
@@ -14,7 +16,8 @@
 /// which caps an SM at ~900 MAC/clk (~440 TFLOP/s) before the softmax, the atomics and the
 /// barriers. Expected: tc_mma (8-way ldmatrix conflicts, no overlap of loads) ~100-150
 /// TFLOP/s; tc_pipelined ~250-320 (FlashAttention-2's backward: ~290 at d = 128);
-/// tc_deterministic within 15% of tc_pipelined (the turn order serializes only the adds).
+/// tc_deterministic within 15% of tc_pipelined (the turn order serializes only the adds);
+/// tc_split_dq 1.00-1.09x tc_pipelined's time (attention_backward_tc.cuh, "Step tc_split_dq").
 /// Outcome: module04_training/README.md, "The tensor-core backward".
 
 #include "attention_backward_tc.cuh"

@@ -14,6 +14,9 @@
 ///                     for the next query tile's Q, dO, lse and D.
 ///   tc_deterministic  + dQ added in K/V-tile order: a counter per (batch, head, query tile)
 ///                     admits the K/V blocks one at a time, in index order.
+///   tc_split_dq       tc_pipelined where each block owns a fixed list of K/V tiles (a split)
+///                     and adds dQ into its own fp32 copy; the conversion sums the copies in
+///                     index order (deterministic with no hand-off; see "Step tc_split_dq").
 ///
 /// One block owns one K/V tile (128 keys, 16 per warp) of one kv head and walks every query
 /// tile (64 rows) of every query head of its group. Per query tile, warp w (keys 16w..16w+15):
@@ -30,6 +33,44 @@
 ///     add_dq            fp32 atomics into the workspace (tc_deterministic: in K/V-tile order)
 /// and at the end dK = scale * dK_w and dV_w go to global memory as bf16; a last kernel turns
 /// the fp32 dQ into bf16 (times scale).
+///
+/// Step tc_split_dq (FlashAttention-2's deterministic backward, on this kernel):
+///   What limits tc_deterministic: the hand-off, not the order. Once per query tile and block
+///     it costs a block barrier, a release store that waits for the block's own atomics, and
+///     the next block's poll; a waiting block holds its SM (one block per SM). Measured on an
+///     H100: 1.15-1.41x tc_pipelined's time (the lesson, section 5).
+///   Changes: the grid is (S splits, B * H_kv). Block (s, bhk) walks the K/V tiles
+///     m04::tc_split_dq_tile deals it (serpentine: s, 2S-1-s, 2S+s, ...), one after the other
+///     -- per tile exactly tc_pipelined's pass (kv_tile_pass: K, V loaded, every query tile of
+///     the group walked, dK and dV written, their accumulators reset) -- and adds its dQ into
+///     copy s of the fp32 accumulator, [S][B*H, N_q, d], which no other block writes. Inside
+///     the block each dQ element has one owner thread (add_dq: warp (wm, wn) owns rows
+///     16 wm.., columns wn * kDqCols..; lane (g, t) rows g, g + 8, columns 2t, 2t + 1 of each n8
+///     tile), and the same thread owns it in every pass. So the adds stay tc_pipelined's
+///     8-byte red.global.add (fire and forget, no read round trip in the loop), and their
+///     order is that thread's program order: same-thread writes to one address are ordered
+///     by the PTX memory model (FlashAttention-2's deterministic mode relies on the same).
+///     The conversion sums the S copies in index order, then scales: the same bits every run.
+///     dK, dV were deterministic already: one block per K/V tile, the group's query heads
+///     summed in registers in a fixed loop order (kv_tile_pass, iteration order (head, tile)).
+///   S (m04::tc_split_dq_plan, shared with the workspace size): the cheapest by a cost model
+///     in whole waves of blocks (S * B*H_kv over SMs * 1 resident block) plus the zeroing and
+///     reading of each copy, at most ceil(N_k / 128) and 1 GiB of copies. At the benchmark's
+///     B*N = 16384, H*d = 2048 (132 SMs): S = 1 up to N = 2048 (d = 128) or 4096 (d = 64),
+///     then 2, 4, 8 at d = 128, N = 4096, 8192, 16384 (128 blocks whenever S > 1).
+///   Memory: S copies of B*H*N_q*d fp32 (tc_pipelined: one): 128 MiB each at the benchmark's
+///     shapes, 1 GiB at N = 16384, d = 128.
+///   Predicted (time ratio to tc_pipelined, same run): the S - 1 extra copies cost 8 bytes per
+///     dQ element each (zeroed, read back): 0.09-0.63 ms against 5.5-21 ms, +1-3% non-causal,
+///     +3-6% causal (half the work, the same copies); 128 blocks of 16 tiles leave 4 of 132
+///     SMs idle (tc_pipelined's many 1-tile blocks quantize the same way without the mask,
+///     better causal): +0-3%. Expected 1.00-1.03x non-causal, 1.03-1.09x causal (target: at
+///     most 1.15x). The risk the model leaves out: L2. tc_pipelined's concurrent blocks are
+///     the K/V tiles of one head, adding to the same dQ rows and reading the same Q, dO; here
+///     the concurrent blocks own different copies (the working set, 8 B per dQ element per
+///     K/V tile, ~1.6 TB/s at 250 TFLOP/s, misses L2), and at S = 1 they share no Q, dO
+///     either (another ~0.8 TB/s). If HBM saturates, up to ~1.2x.
+///   Measured: pending (GPU run).
 ///
 /// Why S^T and not S: the accumulator of an m16n8 mma holds two consecutive COLUMNS of a row
 /// per register pair, and the A operand of the next mma wants two consecutive k of a row.
@@ -50,6 +91,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -80,8 +122,11 @@ struct Params {
   bf16* dv;
   float* lse2;    ///< workspace [B*H, N_q_pad]: lse * log2(e), +inf for padding and dead rows
   float* d_row;   ///< workspace [B*H, N_q_pad]: D = rowsum(dO * O), 0 for padding
-  float* dq_acc;  ///< workspace [B*H, N_q, d] fp32
+  float* dq_acc;  ///< workspace [splits][B*H, N_q, d] fp32
   int* turn;      ///< workspace [B*H, q_tiles]: the K/V tile whose turn it is to add to dQ
+  std::int64_t dq_split_stride;  ///< B*H*N_q*d: floats from one dQ copy to the next
+  int splits;     ///< dQ copies: tc_split_dq's S (m04::tc_split_dq_plan), else 1
+  int kv_tiles;   ///< ceil(N_k / kBlockN)
   AttentionStrides qs, ks, vs, os, dos, dqs, dks, dvs;
   int heads, kv_heads, group, seq_q, seq_k, seq_q_pad, q_tiles;
   int causal_offset;  ///< N_k - N_q: query i sees key j iff j <= i + causal_offset
@@ -90,7 +135,8 @@ struct Params {
 };
 
 inline Params make_params(AttentionBackwardStep step, const AttentionBackwardArgsBf16& a) {
-  const m04::TcBackwardWorkspace w = m04::tc_backward_workspace(step, a.batch, a.heads, a.seq_q, a.head_dim);
+  const std::int64_t splits = step == AttentionBackwardStep::tc_split_dq ? m04::tc_split_dq_plan(a) : 1;
+  const m04::TcBackwardWorkspace w = m04::tc_backward_workspace(step, a.batch, a.heads, a.seq_q, a.head_dim, splits);
   auto* ws = reinterpret_cast<unsigned char*>(a.workspace);
   Params p{};
   p.q = a.q;
@@ -122,18 +168,22 @@ inline Params make_params(AttentionBackwardStep step, const AttentionBackwardArg
   p.q_tiles = static_cast<int>((a.seq_q + m04::kTcBackwardQTile - 1) / m04::kTcBackwardQTile);
   p.seq_q_pad = p.q_tiles * m04::kTcBackwardQTile;
   p.causal_offset = static_cast<int>(a.seq_k - a.seq_q);
+  p.dq_split_stride = a.batch * a.heads * a.seq_q * a.head_dim;
+  p.splits = static_cast<int>(splits);
+  p.kv_tiles = static_cast<int>((a.seq_k + m04::kTcBackwardKeyTile - 1) / m04::kTcBackwardKeyTile);
   p.scale = m04::effective_scale(a);
   p.scale_log2 = p.scale * kLog2e;
   return p;
 }
 
 /// The tile configuration of one step.
-template <int D_, bool kSwizzle_, int kStages_, bool kOrderedDq_>
+template <int D_, bool kSwizzle_, int kStages_, bool kOrderedDq_, bool kSplitDq_ = false>
 struct Config {
   static constexpr int D = D_;
   static constexpr bool kSwizzle = kSwizzle_;  ///< XOR-swizzled shared-memory rows
   static constexpr int kStages = kStages_;     ///< query tiles in flight (1: load, wait, compute)
   static constexpr bool kOrderedDq = kOrderedDq_;  ///< dQ added in K/V-tile order
+  static constexpr bool kSplitDq = kSplitDq_;  ///< a list of K/V tiles per block, its own dQ copy
   static constexpr int kWarps = 8;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kBlockN = 16 * kWarps;  ///< keys per block: 16 per warp
@@ -162,6 +212,8 @@ struct Config {
   static constexpr int kSmemBytes = 2 * kKVBytes + kStages * kStageBytes + kDsBytes + cuda::kSmemAlign;
   static_assert(kDqWarpsM * kDqWarpsN == kWarps && kDqCols % 16 == 0, "dQ warp grid");
   static_assert(kStages == 1 || kStages == 2, "one stage, or a 2-stage ring");
+  static_assert(kBlockN == m04::kTcBackwardKeyTile, "the host's K/V tile count (tc_split_dq's plan) uses it");
+  static_assert(!(kOrderedDq && kSplitDq), "one way of ordering dQ");
 };
 
 /// Where one query tile's operands sit in shared memory (byte addresses, .shared space).
@@ -308,9 +360,19 @@ __device__ __forceinline__ void accumulate_dq(float (&acc)[Cfg::kDqMTiles][Cfg::
   }
 }
 
+/// tc_split_dq's adds into its own copy: false, the 8-byte red.global.add of the other steps
+/// (fire and forget; one writer thread per element, so its program order fixes the sum);
+/// true, a plain load, add and store per pair (the same order, the same bits -- except where
+/// a partial sum is subnormal: the f32 atomic add flushes those to zero, the plain add keeps
+/// them; a read round trip per query tile, and at d = 128 without the mask ptxas spills 20
+/// bytes, where the red version spills none). A switch for an A/B run on the GPU: flip it,
+/// rebuild, compare.
+constexpr bool kSplitDqPlainAdds = false;
+
 /// Adds this warp's dQ fragments to the fp32 accumulator (rows past N_q dropped): two
-/// consecutive floats per register pair, one 8-byte atomic add where the GPU has it.
-template <class Cfg>
+/// consecutive floats per register pair, one 8-byte atomic add where the GPU has it
+/// (kPlain: a load, an add and a store, for a copy only this thread writes).
+template <class Cfg, bool kPlain = false>
 __device__ __forceinline__ void add_dq(const float (&acc)[Cfg::kDqMTiles][Cfg::kDqTiles][4], float* dq_head, int q0,
                                        int seq_q, int wm, int wn) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -323,12 +385,18 @@ __device__ __forceinline__ void add_dq(const float (&acc)[Cfg::kDqMTiles][Cfg::k
       float* dst = dq_head + static_cast<std::int64_t>(row) * Cfg::D + wn * Cfg::kDqCols + 2 * t;
 #pragma unroll
       for (int dt = 0; dt < Cfg::kDqTiles; ++dt) {
+        if constexpr (kPlain) {
+          auto* pair = reinterpret_cast<float2*>(dst + 8 * dt);
+          const float2 old = *pair;
+          *pair = make_float2(old.x + acc[mi][dt][2 * hr], old.y + acc[mi][dt][2 * hr + 1]);
+        } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        atomicAdd(reinterpret_cast<float2*>(dst + 8 * dt), make_float2(acc[mi][dt][2 * hr], acc[mi][dt][2 * hr + 1]));
+          atomicAdd(reinterpret_cast<float2*>(dst + 8 * dt), make_float2(acc[mi][dt][2 * hr], acc[mi][dt][2 * hr + 1]));
 #else
-        atomicAdd(dst + 8 * dt, acc[mi][dt][2 * hr]);
-        atomicAdd(dst + 8 * dt + 1, acc[mi][dt][2 * hr + 1]);
+          atomicAdd(dst + 8 * dt, acc[mi][dt][2 * hr]);
+          atomicAdd(dst + 8 * dt + 1, acc[mi][dt][2 * hr + 1]);
 #endif
+        }
       }
     }
 }
@@ -362,21 +430,18 @@ __device__ __forceinline__ int first_query_tile(const Params& p, int kv0) {
 // ============================================================================
 // The kernels.
 
-/// The main kernel: grid (key tiles, B * H_kv), one block per K/V tile of one kv head. The
-/// block visits the query tiles of every query head of its group, in order (head, tile).
+/// One block's work on one K/V tile of kv head hk of batch b: K and V loaded once, every
+/// query tile of every query head of the group visited in order (head, tile), dQ added to
+/// `dq_acc` ([B*H, N_q, d] fp32), dK and dV written. The smem pointers are the kernel's.
 template <class Cfg, bool kCausal, class Phases>
-__global__ void __launch_bounds__(Cfg::kThreads, 1) backward_kernel(const Params p) {
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  unsigned char* smem = cuda::align_smem(smem_raw);
+__device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* smem, int kv_tile, int b, int hk,
+                                             float* dq_acc) {
   const std::uint32_t s_k = cuda::smem_u32(smem);
   const std::uint32_t s_v = s_k + Cfg::kKVBytes;
   const std::uint32_t s_stages = s_v + Cfg::kKVBytes;
   unsigned char* const ds_tile = smem + 2 * Cfg::kKVBytes + Cfg::kStages * Cfg::kStageBytes;
   const std::uint32_t s_ds = cuda::smem_u32(ds_tile);
 
-  int kv_tile, bhk;
-  m03::kv_block_coordinates(kCausal, kv_tile, bhk);  // causal: the heaviest key tiles first
-  const int b = bhk / p.kv_heads, hk = bhk % p.kv_heads;
   const int kv0 = kv_tile * Cfg::kBlockN;
   const int warp = threadIdx.x / 32;
   const int first_tile = first_query_tile<Cfg, kCausal>(p, kv0);
@@ -450,14 +515,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) backward_kernel(const Params
     const int wm = warp % Cfg::kDqWarpsM, wn = warp / Cfg::kDqWarpsM;
     float dq[Cfg::kDqMTiles][Cfg::kDqTiles][4];
     accumulate_dq<Cfg>(dq, s_ds, s_k, wm, wn);
-    float* dq_head = p.dq_acc + static_cast<std::int64_t>(b * p.heads + h) * p.seq_q * Cfg::D;
+    float* dq_head = dq_acc + static_cast<std::int64_t>(b * p.heads + h) * p.seq_q * Cfg::D;
     if constexpr (Cfg::kOrderedDq) {
       int* turn = p.turn + static_cast<std::int64_t>(b * p.heads + h) * p.q_tiles + tile_of(it);
       Phases::wait_dq_turn(turn, kv_tile);
       add_dq<Cfg>(dq, dq_head, q0, p.seq_q, wm, wn);
       Phases::pass_dq_turn(turn, kv_tile);
     } else {
-      add_dq<Cfg>(dq, dq_head, q0, p.seq_q, wm, wn);
+      add_dq<Cfg, Cfg::kSplitDq && kSplitDqPlainAdds>(dq, dq_head, q0, p.seq_q, wm, wn);
     }
     if constexpr (Cfg::kStages == 1) {  // one stage: refill it once every warp is done with it
       __syncthreads();
@@ -473,11 +538,36 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) backward_kernel(const Params
   store_rows<Cfg>(dv, p.dv + m03::row_offset(p.dvs, b, hk, 0), p.dvs.seq, key0, p.seq_k, 1.f);
 }
 
+/// The main kernel, one block per K/V tile of one kv head (tc_mma, tc_pipelined,
+/// tc_deterministic: grid (key tiles, B * H_kv), order kv_block_coordinates) or per split
+/// (tc_split_dq: grid (S, B * H_kv), block (s, bhk) walks the K/V tiles m04::tc_split_dq_tile
+/// deals it, in rounds, with its own dQ copy s).
+template <class Cfg, bool kCausal, class Phases>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) backward_kernel(const Params p) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = cuda::align_smem(smem_raw);
+  if constexpr (Cfg::kSplitDq) {
+    const int split = static_cast<int>(blockIdx.x), bhk = static_cast<int>(blockIdx.y);
+    float* const dq_acc = p.dq_acc + split * p.dq_split_stride;
+    for (int round = 0;; ++round) {
+      const auto kv_tile = static_cast<int>(m04::tc_split_dq_tile(split, round, p.splits));
+      if (kv_tile >= p.kv_tiles) break;  // later rounds start at (round + 1) * S > kv_tile
+      // Every warp is done with the last tile's K, V, stages and dS^T before they are refilled.
+      if (round > 0) __syncthreads();
+      kv_tile_pass<Cfg, kCausal, Phases>(p, smem, kv_tile, bhk / p.kv_heads, bhk % p.kv_heads, dq_acc);
+    }
+  } else {
+    int kv_tile, bhk;
+    m03::kv_block_coordinates(kCausal, kv_tile, bhk);  // causal: the heaviest key tiles first
+    kv_tile_pass<Cfg, kCausal, Phases>(p, smem, kv_tile, bhk / p.kv_heads, bhk % p.kv_heads, p.dq_acc);
+  }
+}
+
 /// Preprocessing, one group of D/8 lanes per padded query row r = (b*H + h) * N_q_pad + i:
 /// D = dO_i . O_i (fp32 over bf16 pairs), lse2 = lse * log2(e) (+inf for padding and for rows
-/// that see no key), the row's fp32 dQ accumulator zeroed, and the turn counter of its query
-/// tile reset. Memory-bound: reads dO and O once.
-template <int D>
+/// that see no key), the row's fp32 dQ accumulator zeroed (in each of the p.splits copies),
+/// and the turn counter of its query tile reset. Memory-bound: reads dO and O once.
+template <int D, bool kSplits>
 __global__ void preprocess_kernel(const Params p, long long rows) {
   constexpr int kLanes = D / 8;  // 16 bytes of dO and of O per lane
   const long long r = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
@@ -498,9 +588,13 @@ __global__ void preprocess_kernel(const Params p, long long rows) {
       const float2 u = __bfloat1622float2(xp[e]), w = __bfloat1622float2(yp[e]);
       acc = fmaf(u.x, w.x, fmaf(u.y, w.y, acc));
     }
-    float4* z = reinterpret_cast<float4*>(p.dq_acc + (bh * p.seq_q + i) * D + 8 * lane);
-    z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
-    z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    // tc_split_dq zeroes its S copies (kSplits, a template flag: the other steps keep their code).
+    const int copies = kSplits ? p.splits : 1;
+    for (int split = 0; split < copies; ++split) {
+      float4* z = reinterpret_cast<float4*>(p.dq_acc + split * p.dq_split_stride + (bh * p.seq_q + i) * D + 8 * lane);
+      z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+      z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
   }
 #pragma unroll
   for (int off = kLanes / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
@@ -513,8 +607,10 @@ __global__ void preprocess_kernel(const Params p, long long rows) {
   }
 }
 
-/// dQ = scale * (fp32 accumulator) as bf16, 8 elements per thread, any dQ strides.
-template <int D>
+/// dQ = scale * (fp32 accumulator) as bf16, 8 elements per thread, any dQ strides. With
+/// p.splits copies (tc_split_dq) the accumulator is their sum, taken in index order 0, 1, ...,
+/// S-1: a fixed order, so the same bits on every run (kSplits as in preprocess_kernel).
+template <int D, bool kSplits>
 __global__ void convert_dq_kernel(const Params p, long long chunks) {
   const long long c = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= chunks) return;
@@ -524,7 +620,13 @@ __global__ void convert_dq_kernel(const Params p, long long chunks) {
   const long long bh = row / p.seq_q;
   const int i = static_cast<int>(row % p.seq_q);
   const float4* src = reinterpret_cast<const float4*>(p.dq_acc + row * D + col);
-  const float4 x = src[0], y = src[1];
+  float4 x = src[0], y = src[1];
+  for (int split = 1; kSplits && split < p.splits; ++split) {
+    const float4* more = reinterpret_cast<const float4*>(p.dq_acc + split * p.dq_split_stride + row * D + col);
+    const float4 u = more[0], w = more[1];
+    x = make_float4(x.x + u.x, x.y + u.y, x.z + u.z, x.w + u.w);
+    y = make_float4(y.x + w.x, y.y + w.y, y.z + w.z, y.w + w.w);
+  }
   uint4 out;
   out.x = cuda::pack_bf16x2(x.x * p.scale, x.y * p.scale);
   out.y = cuda::pack_bf16x2(x.z * p.scale, x.w * p.scale);
@@ -537,11 +639,34 @@ __global__ void convert_dq_kernel(const Params p, long long chunks) {
 // ============================================================================
 // The host side: the three kernels of one step.
 
+/// tc_split_dq's plan assumed m04::kTcBackwardBlocksPerSm resident blocks per SM; says so
+/// (throws, on every call) if the kernel fits more (the plan would leave block slots empty:
+/// slower, still correct), and remembers a device that passed. Fewer cannot happen: a kernel
+/// that fits no block fails to launch.
+template <auto kKernel>
+void check_split_occupancy(int smem_bytes, int threads) {
+  static std::atomic<int> checked[64] = {};
+  int device = 0;
+  COURSE_CUDA_CHECK(cudaGetDevice(&device));
+  const bool cached = device >= 0 && device < 64;
+  if (cached && checked[device].load() != 0) return;
+  int blocks = 0;
+  COURSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kKernel, threads, smem_bytes));
+  if (blocks > m04::kTcBackwardBlocksPerSm)
+    throw Error("attention_backward tc_split_dq: the kernel fits " + std::to_string(blocks) +
+                " blocks per SM on device " + std::to_string(device) + ", the split plan assumes " +
+                std::to_string(m04::kTcBackwardBlocksPerSm) + " (m04::kTcBackwardBlocksPerSm)");
+  if (cached) checked[device].store(1);  // only a device that passed: a failing one throws every time
+}
+
 template <class Cfg, bool kCausal, class Phases>
 void launch_main(const Params& p, std::int64_t batch, cudaStream_t stream) {
   constexpr auto kernel = backward_kernel<Cfg, kCausal, Phases>;
   cuda::opt_in_dynamic_smem<kernel>(Cfg::kSmemBytes);
-  const dim3 grid(static_cast<unsigned>((p.seq_k + Cfg::kBlockN - 1) / Cfg::kBlockN),
+  if constexpr (Cfg::kSplitDq) check_split_occupancy<kernel>(Cfg::kSmemBytes, Cfg::kThreads);
+  // tc_split_dq: one block per (split, kv head), the splits of a head side by side (they walk
+  // the same Q and dO); else one block per (K/V tile, kv head).
+  const dim3 grid(static_cast<unsigned>(Cfg::kSplitDq ? p.splits : p.kv_tiles),
                   static_cast<unsigned>(batch * p.kv_heads));
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
   COURSE_CHECK_LAUNCH("attention backward_kernel (tensor cores)");
@@ -557,7 +682,9 @@ void run_step(AttentionBackwardStep step, const AttentionBackwardArgsBf16& a) {
     constexpr int kThreads = 256;
     const long long rows = static_cast<long long>(a.batch) * a.heads * p.seq_q_pad;
     const long long pre_threads = rows * (D / 8);
-    preprocess_kernel<D><<<static_cast<unsigned>((pre_threads + kThreads - 1) / kThreads), kThreads, 0, a.stream>>>(
+    const bool splits = step == AttentionBackwardStep::tc_split_dq;
+    const auto preprocess = splits ? preprocess_kernel<D, true> : preprocess_kernel<D, false>;
+    preprocess<<<static_cast<unsigned>((pre_threads + kThreads - 1) / kThreads), kThreads, 0, a.stream>>>(
         p, rows);
     COURSE_CHECK_LAUNCH("attention backward preprocess_kernel");
     const auto main = [&](auto cfg) {
@@ -569,10 +696,12 @@ void run_step(AttentionBackwardStep step, const AttentionBackwardArgsBf16& a) {
       case AttentionBackwardStep::tc_mma: main(Config<D, false, 1, false>{}); break;
       case AttentionBackwardStep::tc_pipelined: main(Config<D, true, 2, false>{}); break;
       case AttentionBackwardStep::tc_deterministic: main(Config<D, true, 2, true>{}); break;
+      case AttentionBackwardStep::tc_split_dq: main(Config<D, true, 2, false, true>{}); break;
       default: throw Error(std::string("attention_backward: step ") + m04::step_name(step) + " is not a tensor-core step");
     }
     const long long chunks = static_cast<long long>(a.batch) * a.heads * a.seq_q * (D / 8);
-    convert_dq_kernel<D><<<static_cast<unsigned>((chunks + kThreads - 1) / kThreads), kThreads, 0, a.stream>>>(
+    const auto convert = splits ? convert_dq_kernel<D, true> : convert_dq_kernel<D, false>;
+    convert<<<static_cast<unsigned>((chunks + kThreads - 1) / kThreads), kThreads, 0, a.stream>>>(
         p, chunks);
     COURSE_CHECK_LAUNCH("attention backward convert_dq_kernel");
   });

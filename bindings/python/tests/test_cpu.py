@@ -65,7 +65,8 @@ def test_ops_and_steps_come_from_the_step_tables():
                                                      "attention_backward", "attention_backward_bf16"}
     # Ops with a float32 and a bfloat16 overload list the steps of each under its own name.
     assert [s for s, _ in ck.steps("attention_backward")] == ["naive", "flash", "flash_deterministic"]
-    assert [s for s, _ in ck.steps("attention_backward_bf16")] == ["tc_mma", "tc_pipelined", "tc_deterministic"]
+    assert [s for s, _ in ck.steps("attention_backward_bf16")] == ["tc_mma", "tc_pipelined", "tc_deterministic",
+                                                                "tc_split_dq"]
 
 
 def test_unknown_op_and_step_are_clear(fake):
@@ -320,8 +321,8 @@ def test_dtypes_and_shapes_are_checked_before_anything_is_allocated(fake, no_all
         backward(lse=fake((1, 4, 99)))
     # A step of the other dtype's table is named as such.
     with pytest.raises(ck.InvalidArgumentError, match=r"is not a step of attention_backward_bf16; the steps are: "
-                                                      r"tc_mma,tc_pipelined,tc_deterministic \(step flash takes "
-                                                      r"float32 tensors; these are bfloat16\)"):
+                                                      r"tc_mma,tc_pipelined,tc_deterministic,tc_split_dq "
+                                                      r"\(step flash takes float32 tensors; these are bfloat16\)"):
         backward(step="flash")
     with pytest.raises(ck.InvalidArgumentError, match="is not a step of attention_backward;.*takes bfloat16"):
         ck.attention_backward(*(q("<f4") for _ in range(5)), lse, step="tc_pipelined", impl=impl)

@@ -46,6 +46,9 @@
 /// - tc_pipelined: the same with XOR-swizzled tiles and a 2-stage cp.async ring.
 /// - tc_deterministic: dQ added in K/V-tile order, a counter per (batch, head, query tile):
 ///   bit-identical run to run.
+/// - tc_split_dq: deterministic without a hand-off (FlashAttention-2's way): each block owns a
+///   fixed list of K/V tiles of one kv head (a "split") and adds its dQ into its OWN fp32
+///   copy; the conversion sums the copies in index order (tc_split_dq_plan()).
 ///
 /// ## Contract (validate_attention_backward_args, run by both implementations before any
 /// launch; each violation throws course::InvalidArgument naming the argument and its value)
@@ -94,6 +97,7 @@ enum class AttentionBackwardStep {
   tc_mma,            ///< mma.sync on fragments: S^T, dP^T recomputed; P^T, dS^T reused as A operands
   tc_pipelined,      ///< + XOR-swizzled tiles and a 2-stage cp.async ring for Q, dO, lse, D
   tc_deterministic,  ///< + dQ added in K/V-tile order (a semaphore per query tile): bit-identical
+  tc_split_dq,       ///< tc_pipelined with one fp32 dQ copy per split, summed in order: bit-identical
 };
 
 inline constexpr StepInfo<AttentionBackwardStep> kAttentionBackwardSteps[] = {
@@ -109,6 +113,8 @@ inline constexpr StepInfo<AttentionBackwardStep> kAttentionBackwardSteps[] = {
      "bf16; tc_mma with XOR-swizzled tiles and a 2-stage cp.async ring for Q, dO, lse and D"},
     {AttentionBackwardStep::tc_deterministic, "tc_deterministic",
      "bf16; tc_pipelined with dQ added in K/V-tile order behind a semaphore per query tile"},
+    {AttentionBackwardStep::tc_split_dq, "tc_split_dq",
+     "bf16; tc_pipelined with a fixed list of K/V tiles per block and one fp32 dQ copy per block, summed in order"},
 };
 static_assert(steps_in_enum_order(kAttentionBackwardSteps),
               "kAttentionBackwardSteps must list AttentionBackwardStep in enum order");
@@ -139,6 +145,7 @@ inline constexpr AttentionBackwardStepColumns kAttentionBackwardStepColumns[] = 
     {AttentionBackwardStep::tc_mma, AttentionBackwardDType::bf16, {128, true, true, false}},
     {AttentionBackwardStep::tc_pipelined, AttentionBackwardDType::bf16, {128, true, true, false}},
     {AttentionBackwardStep::tc_deterministic, AttentionBackwardDType::bf16, {128, true, true, true}},
+    {AttentionBackwardStep::tc_split_dq, AttentionBackwardDType::bf16, {128, true, true, true}},
 };
 static_assert(columns_match_steps(kAttentionBackwardSteps, kAttentionBackwardStepColumns),
               "kAttentionBackwardStepColumns must have one row per row of kAttentionBackwardSteps, in the same order");
@@ -277,8 +284,9 @@ inline std::size_t attention_backward_workspace_bytes(AttentionBackwardStep step
 //  - head_dim in {64, 128} (kTcBackwardHeadDims);
 //  - every stride a multiple of 8 elements and every pointer 16-byte aligned (one cp.async
 //    copies 16 bytes = 8 bf16);
-//  - the workspace holds D, the lse in base 2 and dQ in fp32 (and, for tc_deterministic, a
-//    counter per query tile): tc_backward_workspace().
+//  - the workspace holds D, the lse in base 2 and dQ in fp32 (for tc_deterministic also a
+//    counter per query tile; for tc_split_dq S copies of dQ, S from the sizes and the current
+//    device's SM count): tc_backward_workspace().
 
 /// Query rows per tile of the tensor-core backward kernels (the workspace pads to it).
 inline constexpr int kTcBackwardQTile = 64;
@@ -321,22 +329,121 @@ inline AttentionBackwardArgsBf16 make_attention_backward_args_bf16(
 
 inline float effective_scale(const AttentionBackwardArgsBf16& a) { return m03::detail::scale_or_default(a); }
 
+/// Keys per block of the tensor-core backward kernels (one K/V tile: 16 per warp, 8 warps).
+inline constexpr int kTcBackwardKeyTile = 128;
+
+// ------------------------------------------------------------------------------
+// tc_split_dq's plan: how many splits, and which K/V tiles each one gets.
+//
+// The grid is (S splits, B * H_kv); block (s, bhk) walks its K/V tiles one after the other
+// and adds dQ into its own fp32 copy s of the accumulator, which nobody else writes. So:
+//  - S * B*H_kv blocks should fill the GPU's block slots in whole waves: the blocks are of
+//    equal work, and a last wave that is mostly empty costs as much as a full one;
+//  - every split costs one more fp32 dQ copy, zeroed and read back once: 8 bytes per
+//    element of dQ, which tc_split_dq_cost() weighs against the work of one K/V tile;
+//  - the copies together stay within kTcSplitDqMaxBytes (S >= 1 whatever the size).
+// All of it is host code on the sizes and the device's SM count, and the workspace size
+// (attention_backward_workspace_bytes) and the launch both call tc_split_dq_plan(): the
+// same arguments on the same device give the same S.
+
+/// Resident blocks per SM of the tensor-core backward kernel on sm_90: every variant uses
+/// 212-255 registers per thread (ptxas -v) at 256 threads, so the register file holds one
+/// block whatever the shared memory (~82 KB at d = 64, ~146 KB at d = 128). The launch
+/// checks it with cudaOccupancyMaxActiveBlocksPerMultiprocessor.
+inline constexpr int kTcBackwardBlocksPerSm = 1;
+
+/// Cap on the fp32 dQ copies of tc_split_dq together (at B = 1, H = 16, N_q = 16384,
+/// d = 128 one copy is 128 MiB, so 8 copies).
+inline constexpr std::size_t kTcSplitDqMaxBytes = std::size_t{1} << 30;
+
+/// The SM count assumed where no device answers (an H100 SXM's): the workspace of a host
+/// without a GPU (bindings, CPU tests) is still defined.
+inline constexpr int kTcSplitDqFallbackSms = 132;
+
+/// The cost model behind the choice of S, in 1/10000 of one K/V tile's pass (one block, one
+/// tile against every query tile of its group):
+///   waves * tiles per block            waves = ceil(S * B*H_kv / slots), tiles = ceil(T / S)
+///   + S * B*H_kv * 0.0042              one more fp32 dQ copy: 8 bytes per element at 3.35 TB/s
+///                                      against 10 * 128 * N_q * group * d FLOP at ~2.3 TFLOP/s
+///                                      per SM (300 TFLOP/s over 132 SMs): N_q and d cancel.
+constexpr std::int64_t tc_split_dq_cost(std::int64_t splits, std::int64_t kv_tiles, std::int64_t kv_heads_total,
+                                        std::int64_t slots) {
+  const std::int64_t waves = (splits * kv_heads_total + slots - 1) / slots;
+  const std::int64_t tiles = (kv_tiles + splits - 1) / splits;
+  return 10000 * waves * tiles + 42 * splits * kv_heads_total;
+}
+
+/// The number of splits S: the cheapest by tc_split_dq_cost() (the smaller S on a tie), with
+/// 1 <= S <= kv_tiles, S copies of `copy_bytes` within kTcSplitDqMaxBytes, and at most ~4
+/// waves of blocks (more only trades quantization for copies). kv_tiles = ceil(N_k / 128),
+/// kv_heads_total = B * H_kv, slots = the blocks the GPU holds at once, copy_bytes = one
+/// fp32 dQ copy (B*H*N_q*d*4).
+constexpr std::int64_t tc_split_dq_splits(std::int64_t kv_tiles, std::int64_t kv_heads_total, std::int64_t slots,
+                                          std::size_t copy_bytes) {
+  if (kv_tiles <= 1 || kv_heads_total <= 0 || slots <= 0) return 1;
+  std::int64_t most = kv_tiles;
+  const std::int64_t by_memory = copy_bytes == 0 ? most : static_cast<std::int64_t>(kTcSplitDqMaxBytes / copy_bytes);
+  most = by_memory < most ? by_memory : most;
+  const std::int64_t by_waves = (4 * slots + kv_heads_total - 1) / kv_heads_total;
+  most = by_waves < most ? by_waves : most;
+  std::int64_t best = 1, best_cost = tc_split_dq_cost(1, kv_tiles, kv_heads_total, slots);
+  for (std::int64_t s = 2; s <= most; ++s) {
+    const std::int64_t c = tc_split_dq_cost(s, kv_tiles, kv_heads_total, slots);
+    if (c < best_cost) best = s, best_cost = c;
+  }
+  return best;
+}
+
+/// K/V tile of split `split` in round `round` (of ceil(kv_tiles / splits)), dealt
+/// serpentine: round 0 gives tiles 0..S-1 to splits 0..S-1, round 1 tiles S..2S-1 to splits
+/// S-1..0, and so on. Causal, a tile's work falls with its index (tile j meets the query
+/// rows from about j * 128 on), so each pair of rounds gives every split about the same
+/// work, where tiles s, s + S, s + 2S, ... would give split 0 the most in every round. A
+/// value >= kv_tiles means the split has no tile in that round (the last, partial one).
+/// Called by the kernel as well (constexpr: nvcc's --expt-relaxed-constexpr).
+constexpr std::int64_t tc_split_dq_tile(std::int64_t split, std::int64_t round, std::int64_t splits) {
+  return round * splits + (round % 2 == 0 ? split : splits - 1 - split);
+}
+
+/// Resident blocks of the tensor-core backward kernel on the current device (SMs *
+/// kTcBackwardBlocksPerSm; kTcSplitDqFallbackSms where no device answers).
+inline std::int64_t tc_backward_block_slots() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) {
+    (void)cudaGetLastError();  // no device here: not an error of a later call
+    sms = kTcSplitDqFallbackSms;
+  }
+  return static_cast<std::int64_t>(sms) * kTcBackwardBlocksPerSm;
+}
+
+/// tc_split_dq's S for these arguments on the current device (1 for sizes validation
+/// rejects). The workspace size and the launch both come from here.
+inline std::int64_t tc_split_dq_plan(const AttentionBackwardArgsBf16& a) {
+  if (a.batch <= 0 || a.heads <= 0 || a.kv_heads <= 0 || a.seq_q <= 0 || a.seq_k <= 0 || a.head_dim <= 0) return 1;
+  const auto f = [](std::int64_t x) { return static_cast<std::size_t>(x); };
+  const std::int64_t kv_tiles = (a.seq_k + kTcBackwardKeyTile - 1) / kTcBackwardKeyTile;
+  const std::size_t copy_bytes = f(a.batch) * f(a.heads) * f(a.seq_q) * f(a.head_dim) * sizeof(float);
+  return tc_split_dq_splits(kv_tiles, a.batch * a.kv_heads, tc_backward_block_slots(), copy_bytes);
+}
+
 /// Where the parts of a tensor-core step's workspace live (byte offsets from its start, each
 /// 16-byte aligned). Rows are padded to whole query tiles: N_q_pad = N_q rounded up to
 /// kTcBackwardQTile, so a tile's lse and D are read as whole 16-byte chunks.
 ///  - lse2 [B*H, N_q_pad] fp32: lse * log2(e); +inf for padding and for rows that see no key
 ///    (P = 2^(s*c - lse2) is then exactly 0);
 ///  - d    [B*H, N_q_pad] fp32: D_i = dO_i . O_i (0 for padding);
-///  - dq   [B*H, N_q, d] fp32: the dQ accumulator (zeroed, then added to by every K/V tile);
+///  - dq   [splits][B*H, N_q, d] fp32: the dQ accumulator (zeroed, then added to by every K/V
+///    tile); one copy per split for tc_split_dq (tc_split_dq_plan()), else one;
 ///  - sem  [B*H, N_q_pad / kTcBackwardQTile] int: the dQ turn counters (tc_deterministic).
 struct TcBackwardWorkspace {
   std::size_t lse2 = 0, d = 0, dq = 0, sem = 0, bytes = 0;
 };
 
 inline TcBackwardWorkspace tc_backward_workspace(AttentionBackwardStep step, std::int64_t batch, std::int64_t heads,
-                                                 std::int64_t seq_q, std::int64_t head_dim) {
+                                                 std::int64_t seq_q, std::int64_t head_dim, std::int64_t splits = 1) {
   TcBackwardWorkspace w;
-  if (batch <= 0 || heads <= 0 || seq_q <= 0 || head_dim <= 0) return w;
+  if (batch <= 0 || heads <= 0 || seq_q <= 0 || head_dim <= 0 || splits <= 0) return w;
   const auto f = [](std::int64_t x) { return static_cast<std::size_t>(x); };
   const std::size_t bh = f(batch) * f(heads);
   const std::size_t tiles = (f(seq_q) + kTcBackwardQTile - 1) / kTcBackwardQTile;
@@ -345,14 +452,22 @@ inline TcBackwardWorkspace tc_backward_workspace(AttentionBackwardStep step, std
   w.lse2 = 0;
   w.d = w.lse2 + up16(bh * padded * sizeof(float));
   w.dq = w.d + up16(bh * padded * sizeof(float));
-  w.sem = w.dq + up16(bh * f(seq_q) * f(head_dim) * sizeof(float));
+  w.sem = w.dq + up16(f(splits) * bh * f(seq_q) * f(head_dim) * sizeof(float));
   w.bytes = w.sem + (step == AttentionBackwardStep::tc_deterministic ? up16(bh * tiles * sizeof(int)) : 0);
   return w;
 }
 
-/// Scratch bytes a tensor-core step needs: O(B*H*N_q*d) (the fp32 dQ accumulator).
+/// The workspace of a tensor-core step for these arguments (tc_split_dq: on the current
+/// device, see tc_split_dq_plan()).
+inline TcBackwardWorkspace tc_backward_workspace(AttentionBackwardStep step, const AttentionBackwardArgsBf16& a) {
+  const std::int64_t splits = step == AttentionBackwardStep::tc_split_dq ? tc_split_dq_plan(a) : 1;
+  return tc_backward_workspace(step, a.batch, a.heads, a.seq_q, a.head_dim, splits);
+}
+
+/// Scratch bytes a tensor-core step needs: O(B*H*N_q*d) (the fp32 dQ accumulator; S copies
+/// of it for tc_split_dq, which depends on the device's SM count).
 inline std::size_t attention_backward_workspace_bytes(AttentionBackwardStep step, const AttentionBackwardArgsBf16& a) {
-  return tc_backward_workspace(step, a.batch, a.heads, a.seq_q, a.head_dim).bytes;
+  return tc_backward_workspace(step, a).bytes;
 }
 
 /// FLOPs by the FlashAttention convention, as for AttentionBackwardArgs.
@@ -536,7 +651,8 @@ void validate_backward_args(const Args& a, AttentionBackwardStep step, const cha
   const std::size_t need = attention_backward_workspace_bytes(step, a);
   require_arg(a.workspace_bytes >= need, fn, "workspace_bytes", a.workspace_bytes,
               msg("must be >= attention_backward_workspace_bytes(step, ...) = ", need, " (step ", sname,
-                  kBf16 ? " stores D, lse in base 2, an fp32 dQ accumulator of B*H*N_q*d floats and its counters)"
+                  kBf16 ? " stores D, lse in base 2, an fp32 dQ accumulator of B*H*N_q*d floats (tc_split_dq: one per "
+                          "split, tc_split_dq_plan()) and its counters)"
                   : step == AttentionBackwardStep::naive ? " stores P and dP: 2 * B*H*N_q*N_k floats)"
                                                          : " stores D = rowsum(dO * O): B*H*N_q floats)")
                   .c_str());

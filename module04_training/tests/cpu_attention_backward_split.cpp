@@ -1,0 +1,157 @@
+// CPU tests of tc_split_dq's host-side plan (module04/attention_backward.hpp): the number of
+// splits S (tc_split_dq_splits: whole waves, the K/V tile count, the memory cap), the
+// serpentine dealing of K/V tiles to splits (tc_split_dq_tile: every tile once, balanced
+// causal work), and the workspace size that uses the same S as the launch. No GPU needed:
+// without a device tc_backward_block_slots() falls back to kTcSplitDqFallbackSms.
+
+#include "module04/attention_backward.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+namespace {
+
+namespace m04 = course::m04;
+using m04::AttentionBackwardStep;
+
+/// The K/V tiles split `split` walks, in its order (the kernel's loop).
+std::vector<std::int64_t> tiles_of(std::int64_t split, std::int64_t splits, std::int64_t kv_tiles) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t round = 0;; ++round) {
+    const std::int64_t t = m04::tc_split_dq_tile(split, round, splits);
+    if (t >= kv_tiles) break;
+    out.push_back(t);
+  }
+  return out;
+}
+
+/// Query tiles (64 rows) a K/V tile of 128 keys visits per query head, as the kernel counts
+/// them (first_query_tile), causal, N_q = N_k.
+std::int64_t causal_work(std::int64_t kv_tile, std::int64_t seq) {
+  const std::int64_t q_tiles = (seq + m04::kTcBackwardQTile - 1) / m04::kTcBackwardQTile;
+  const std::int64_t first_row = kv_tile * m04::kTcBackwardKeyTile;  // causal offset 0
+  return q_tiles - first_row / m04::kTcBackwardQTile;
+}
+
+TEST(TcSplitDqPlan, EveryKvTileGoesToExactlyOneSplitInAscendingOrder) {
+  for (std::int64_t kv_tiles = 1; kv_tiles <= 70; ++kv_tiles)
+    for (std::int64_t splits = 1; splits <= kv_tiles; ++splits) {
+      std::vector<int> seen(static_cast<std::size_t>(kv_tiles), 0);
+      std::int64_t fewest = kv_tiles, most = 0;
+      for (std::int64_t s = 0; s < splits; ++s) {
+        const auto list = tiles_of(s, splits, kv_tiles);
+        EXPECT_TRUE(std::is_sorted(list.begin(), list.end())) << kv_tiles << " tiles, split " << s << " of " << splits;
+        for (const std::int64_t t : list) ++seen[static_cast<std::size_t>(t)];
+        fewest = std::min<std::int64_t>(fewest, static_cast<std::int64_t>(list.size()));
+        most = std::max<std::int64_t>(most, static_cast<std::int64_t>(list.size()));
+      }
+      EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }))
+          << kv_tiles << " tiles over " << splits << " splits";
+      EXPECT_LE(most - fewest, 1) << kv_tiles << " tiles over " << splits << " splits";
+    }
+}
+
+TEST(TcSplitDqPlan, SerpentineDealingBalancesCausalWork) {
+  // Causal, N = 16384: tile j visits 256 - 2j query tiles. Round-robin (s, s + S, ...) gives
+  // split 0 the heaviest tile of every round; the serpentine order pairs heavy with light.
+  const std::int64_t seq = 16384, kv_tiles = seq / m04::kTcBackwardKeyTile;
+  for (const std::int64_t splits : {2, 3, 4, 5, 8, 16}) {
+    std::vector<std::int64_t> work(static_cast<std::size_t>(splits), 0), robin(work);
+    for (std::int64_t s = 0; s < splits; ++s) {
+      for (const std::int64_t t : tiles_of(s, splits, kv_tiles)) work[static_cast<std::size_t>(s)] += causal_work(t, seq);
+      for (std::int64_t t = s; t < kv_tiles; t += splits) robin[static_cast<std::size_t>(s)] += causal_work(t, seq);
+    }
+    const auto spread = [](const std::vector<std::int64_t>& w) {
+      const auto [lo, hi] = std::minmax_element(w.begin(), w.end());
+      return static_cast<double>(*hi - *lo) / static_cast<double>(std::accumulate(w.begin(), w.end(), 0LL)) *
+             static_cast<double>(w.size());
+    };
+    // At most one tile's work (2 query tiles per split index) apart: < 2% of a split's share here.
+    EXPECT_LT(spread(work), 0.02) << splits << " splits";
+    EXPECT_LE(spread(work), spread(robin)) << splits << " splits";
+  }
+}
+
+TEST(TcSplitDqPlan, SplitsFillWholeWavesAtTheBenchmarkShapes) {
+  // B*N = 16384, H*d = 2048 on 132 SMs, one block per SM: S * B*H stays at most 132 where a
+  // wave of 128 blocks is possible (the lesson's and the kernel banner's numbers).
+  struct Row {
+    std::int64_t d, seq, splits;
+  };
+  const Row rows[] = {{128, 1024, 1}, {128, 2048, 1}, {128, 4096, 2}, {128, 8192, 4}, {128, 16384, 8},
+                      {64, 1024, 1},  {64, 2048, 1},  {64, 4096, 1},  {64, 8192, 2},  {64, 16384, 4}};
+  for (const Row& r : rows) {
+    const std::int64_t batch = 16384 / r.seq, heads = 2048 / r.d;
+    const std::size_t copy = static_cast<std::size_t>(batch * heads * r.seq * r.d) * sizeof(float);
+    EXPECT_EQ(m04::tc_split_dq_splits(r.seq / m04::kTcBackwardKeyTile, batch * heads, 132, copy), r.splits)
+        << "d = " << r.d << ", N = " << r.seq;
+  }
+}
+
+TEST(TcSplitDqPlan, SplitsRespectTheTileCountTheMemoryCapAndWaves) {
+  // Never more splits than K/V tiles; one tile or no slots: one split.
+  EXPECT_EQ(m04::tc_split_dq_splits(1, 1, 132, 1024), 1);
+  EXPECT_EQ(m04::tc_split_dq_splits(3, 1, 132, 1024), 3);
+  EXPECT_EQ(m04::tc_split_dq_splits(64, 4, 0, 1024), 1);
+  // 16 heads, 128 tiles: 8 splits fill 128 of 132 slots; 9 would start a second wave.
+  EXPECT_EQ(m04::tc_split_dq_splits(128, 16, 132, 1024), 8);
+  EXPECT_LT(m04::tc_split_dq_cost(8, 128, 16, 132), m04::tc_split_dq_cost(9, 128, 16, 132));
+  // The memory cap: copies of 300 MiB allow 3 within 1 GiB; copies above it still get one.
+  const std::size_t mib = std::size_t{1} << 20;
+  EXPECT_EQ(m04::tc_split_dq_splits(128, 16, 132, 300 * mib), 3);
+  EXPECT_EQ(m04::tc_split_dq_splits(128, 1, 132, 2048 * mib), 1);
+  // 67 heads: one split leaves half the GPU idle; whole waves need more.
+  const std::int64_t s67 = m04::tc_split_dq_splits(32, 67, 132, 1024);
+  EXPECT_GT(s67, 1);
+  EXPECT_LT(m04::tc_split_dq_cost(s67, 32, 67, 132), m04::tc_split_dq_cost(1, 32, 67, 132));
+  // Many heads: already more blocks than slots.
+  EXPECT_EQ(m04::tc_split_dq_splits(32, 128, 132, 1024), 1);
+  // Always within 1 <= S <= kv_tiles, and S copies within the cap unless S = 1.
+  for (std::int64_t kv_tiles : {1, 2, 7, 33, 128, 1000})
+    for (std::int64_t heads : {1, 3, 16, 67, 131, 132, 500})
+      for (std::size_t copy : {std::size_t{4096}, 100 * mib, 700 * mib}) {
+        const std::int64_t s = m04::tc_split_dq_splits(kv_tiles, heads, 132, copy);
+        EXPECT_GE(s, 1);
+        EXPECT_LE(s, kv_tiles);
+        if (s > 1) {
+          EXPECT_LE(static_cast<std::size_t>(s) * copy, m04::kTcSplitDqMaxBytes);
+        }
+      }
+}
+
+TEST(TcSplitDqPlan, WorkspaceUsesTheLaunchesSplitCount) {
+  m04::AttentionBackwardArgsBf16 a;
+  a.batch = 2;
+  a.heads = 8;
+  a.kv_heads = 2;
+  a.seq_q = 300;
+  a.seq_k = 1000;
+  a.head_dim = 64;
+  const std::int64_t splits = m04::tc_split_dq_plan(a);
+  const std::int64_t kv_tiles = (a.seq_k + m04::kTcBackwardKeyTile - 1) / m04::kTcBackwardKeyTile;
+  ASSERT_GE(splits, 1);
+  ASSERT_LE(splits, kv_tiles);
+  const std::size_t copy = static_cast<std::size_t>(a.batch * a.heads * a.seq_q * a.head_dim) * sizeof(float);
+  EXPECT_EQ(splits, m04::tc_split_dq_splits(kv_tiles, a.batch * a.kv_heads, m04::tc_backward_block_slots(), copy));
+  const m04::TcBackwardWorkspace split = m04::tc_backward_workspace(AttentionBackwardStep::tc_split_dq, a);
+  const m04::TcBackwardWorkspace one = m04::tc_backward_workspace(AttentionBackwardStep::tc_pipelined, a);
+  EXPECT_EQ(split.dq, one.dq);
+  EXPECT_EQ(split.sem - split.dq, static_cast<std::size_t>(splits) * copy);
+  EXPECT_EQ(one.sem - one.dq, copy);
+  EXPECT_EQ(m04::attention_backward_workspace_bytes(AttentionBackwardStep::tc_split_dq, a), split.bytes);
+  EXPECT_EQ(split.bytes, m04::tc_backward_workspace(AttentionBackwardStep::tc_split_dq, a.batch, a.heads, a.seq_q,
+                                                    a.head_dim, splits)
+                             .bytes);
+  // The other steps ignore kv_heads and the device.
+  EXPECT_EQ(one.bytes,
+            m04::tc_backward_workspace(AttentionBackwardStep::tc_pipelined, a.batch, a.heads, a.seq_q, a.head_dim).bytes);
+  // Sizes validation rejects give one split, not a throw.
+  a.kv_heads = 0;
+  EXPECT_EQ(m04::tc_split_dq_plan(a), 1);
+}
+
+}  // namespace
