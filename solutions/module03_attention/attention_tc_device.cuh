@@ -29,6 +29,8 @@ using bf16 = __nv_bfloat16;
 using m03::AttentionArgsBf16;
 using m03::AttentionStrides;
 using m03::block_coordinates;
+using m03::causal_group_heads;
+using m03::grouped_tile_coordinates;
 using m03::row_offset;
 
 /// log2(e): e^x = 2^(x * log2(e)).

@@ -565,6 +565,7 @@ struct KvStage {
 struct WsParams {
   TcParams p;
   int q_head, q_batch, kv_head, kv_batch;
+  int group_heads;  ///< causal tile order: heads per group (grouped_tile_coordinates)
 };
 
 /// The GEMM phases of one consumer warpgroup over the num_tiles (> 0) K/V tiles of its
@@ -676,7 +677,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const std::uint32_t q_bar = empty_bar + 8 * R::kStages;
 
   int q_tile, bh;
-  block_coordinates(kCausal, q_tile, bh);
+  grouped_tile_coordinates(kCausal, static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x,
+                           static_cast<int>(gridDim.x), static_cast<int>(gridDim.y), wp.group_heads, q_tile, bh);
   const int q0 = q_tile * T::kBlockM;
   const int b = bh / p.heads, h = bh % p.heads, hk = h / p.group;
   const int num_tiles = (kv_end<kCausal>(p, q0, T::kBlockM) + T::kBlockN - 1) / T::kBlockN;
@@ -807,6 +809,7 @@ void launch(const AttentionArgsBf16& a, const TcParams& p) {
   constexpr int kSmem = Ring<D, kSchedule>::kSmemBytes;
   cc::opt_in_dynamic_smem<kernel>(kSmem);
   const dim3 grid(static_cast<unsigned>((a.seq_q + 127) / 128), static_cast<unsigned>(a.batch * a.heads));
+  wp.group_heads = causal_group_heads(grid.x, grid.y, device_properties().multiProcessorCount);  // 1 block per SM
   kernel<<<grid, kThreads, kSmem, a.stream>>>(m.q, m.k, m.v, wp);
   COURSE_CHECK_LAUNCH("warp_specialized_kernel");
 }
@@ -900,23 +903,6 @@ struct Ring {
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than a Hopper block may have");
 };
 
-/// Query tile and batch*head pair of work tile `w`: block_coordinates' order
-/// (attention_blocks.cuh) with w as the linear block number of a (q_tiles, batch*heads)
-/// grid. No mask: the query tiles of one head in a row (the blocks working together share
-/// its K and V in L2). Causal: the query tile is the slow index, counted down. So along
-/// one block's walk w, w + grid, ... the query tile never grows when causal, and with it
-/// the number of K/V tiles.
-__device__ __forceinline__ void work_coordinates(bool causal, int w, int q_tiles, int batch_heads, int& q_tile,
-                                                 int& bh) {
-  if (!causal) {
-    q_tile = w % q_tiles;
-    bh = w / q_tiles;
-    return;
-  }
-  q_tile = q_tiles - 1 - w / batch_heads;
-  bh = w % batch_heads;
-}
-
 template <class Phases, int D, bool kCausal>
 __global__ void __launch_bounds__(kThreads, 1)
     persistent_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
@@ -938,7 +924,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Work tile w: its first query row, batch*head pair and number of K/V tiles.
   const auto tile_of = [&](int w, int& q0, int& bh, int& num_tiles) {
     int q_tile;
-    work_coordinates(kCausal, w, q_tiles, batch_heads, q_tile, bh);
+    grouped_tile_coordinates(kCausal, w, q_tiles, batch_heads, wp.group_heads, q_tile, bh);
     q0 = q_tile * T::kBlockM;
     num_tiles = (kv_end<kCausal>(p, q0, T::kBlockM) + T::kBlockN - 1) / T::kBlockN;
   };
@@ -1037,6 +1023,7 @@ void launch(const AttentionArgsBf16& a, const TcParams& p) {
   constexpr int kSmem = Ring<D>::kSmemBytes;
   cc::opt_in_dynamic_smem<kernel>(kSmem);
   const int blocks = static_cast<int>(std::min<long long>(work, device_properties().multiProcessorCount));
+  wp.group_heads = causal_group_heads(q_tiles, a.batch * a.heads, blocks);
   kernel<<<static_cast<unsigned>(blocks), kThreads, kSmem, a.stream>>>(m.q, m.k, m.v, wp, static_cast<int>(q_tiles),
                                                                       static_cast<int>(work));
   COURSE_CHECK_LAUNCH("persistent_kernel");

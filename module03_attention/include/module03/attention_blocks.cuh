@@ -33,6 +33,40 @@ __device__ __forceinline__ void block_coordinates(bool causal, int& q_tile, int&
   bh = static_cast<int>(linear % gridDim.y);
 }
 
+/// The Hopper steps' order (steps 11-14): work tile `linear` of q_tiles x batch_heads as
+/// (query tile, batch*head pair). No mask: as block_coordinates. Causal: block_coordinates'
+/// longest-first order over ALL heads gives every running block a different head, so no two
+/// of them share a K/V tile in L2 (ncu, H100, N = 1024, d = 128: 667 MB read from DRAM,
+/// exactly Q once plus every block's K/V prefix: the kernel is bound by HBM, not by the
+/// tensor cores). Here the heads go in groups of `group_heads`; inside a group the query
+/// tile is the slow index, counted down (longest first within the group), so the blocks
+/// running together are the tiles of a few heads and read the same K/V prefixes.
+/// causal_group_heads picks the group size.
+__device__ __forceinline__ void grouped_tile_coordinates(bool causal, long long linear, int q_tiles, int batch_heads,
+                                                         int group_heads, int& q_tile, int& bh) {
+  if (!causal) {
+    q_tile = static_cast<int>(linear % q_tiles);
+    bh = static_cast<int>(linear / q_tiles);
+    return;
+  }
+  const long long per_group = static_cast<long long>(group_heads) * q_tiles;
+  const int group = static_cast<int>(linear / per_group);
+  const int first = group * group_heads;
+  const int size = min(group_heads, batch_heads - first);  // the last group may be smaller
+  const int r = static_cast<int>(linear - group * per_group);
+  q_tile = q_tiles - 1 - r / size;
+  bh = first + r % size;
+}
+
+/// Heads per group of grouped_tile_coordinates: enough that a group holds about two waves of
+/// blocks (2 x `concurrent_blocks` tiles), so that the last group's heaviest tile starts early
+/// and the tail is light tiles, as in longest-first; but no more, so that the K/V prefixes
+/// the running blocks read stay few (two heads at N = 16384, d = 128: 16 MB of the 50 MB L2).
+inline int causal_group_heads(long long q_tiles, long long batch_heads, long long concurrent_blocks) {
+  const long long g = (2 * concurrent_blocks + q_tiles - 1) / q_tiles;
+  return static_cast<int>(g < 1 ? 1 : (g > batch_heads ? batch_heads : g));
+}
+
 /// Which (key tile, batch * kv head) this block computes, for a grid of (num_kv_tiles,
 /// B * H_kv). No mask: key tile = blockIdx.x, so the blocks running together share one
 /// head's Q and dO in L2. Causal: the key tile is the SLOW index of the linear block
