@@ -912,7 +912,8 @@ def extra_compare_sections(docs, images, plots):
     """docs/data/compare_torch_*.json: runs of scripts/compare_torch.py on a few steps only,
     on another GPU than the page's main run (for example the Hopper attention steps measured
     on an H100 while the rest of the page is an H200's). Each becomes its own section with
-    its own GPU named, so that no table mixes two cards. A file may carry a "title" and a
+    its own GPU named, so that no table mixes two cards: a table of the bf16 forward's rows
+    with a section against N, and a table of the bf16 backward's. A file may carry a "title" and a
     "note" besides compare_torch.py's "env" and "results". Returns the page's lines."""
     out = []
     for path in sorted((docs / "data").glob(EXTRA_COMPARE)):
@@ -925,8 +926,13 @@ def extra_compare_sections(docs, images, plots):
                 f"From `docs/data/{path.name}` ({facts}): `scripts/compare_torch.py` on the same tensors as PyTorch, "
                 "one timer, as in the section above but on this run's GPU; ratios only within this table."
                 + (" " + data["note"] if data.get("note") else ""), ""]
-        out += attention_steps_table(rows, "attention_bf16") + [""]
-        out += attention_vs_n_section(rows, "attention_bf16", images, f"{title}: the top step against N", plots, tag)
+        forward, backward = attention_steps_table(rows, "attention_bf16"), attention_steps_table(rows, "attention_backward_bf16")
+        if forward:
+            out += forward + [""]
+            out += attention_vs_n_section(rows, "attention_bf16", images, f"{title}: the top step against N", plots, tag)
+        if backward:
+            out += ["The backward (`attention_backward_bf16`): TFLOP/s at 2.5 times the forward's FLOPs "
+                    "(the FlashAttention convention), SDPA's backends through `torch.autograd.grad`.", ""] + backward + [""]
     return out
 
 

@@ -107,6 +107,14 @@ class GptSections(unittest.TestCase):
         self.assertIn("gpu GPU TWO", page)
         self.assertIn("| 128 | no | 4096 | 350.0 | 650.0 | 617.5 (0.95) |", page)
         self.assertIn('<a id="results_pytorch_gpu2"></a>', page)
+        self.assertNotIn("backward", page)  # no backward rows, no backward table
+        # Backward rows get their own table under the forward's.
+        bwd = [dict(r, op="attention_backward_bf16", value=r["value"] / 2) for r in rows]
+        (docs / "data" / "compare_torch_gpu2.json").write_text(
+            json.dumps({"title": "A second card", "env": {"gpu": "GPU TWO"}, "results": rows + bwd}))
+        page = "\n".join(mr.extra_compare_sections(docs, self.images, False))
+        self.assertIn("The backward (`attention_backward_bf16`)", page)
+        self.assertIn("| 128 | no | 4096 | 175.0 | 325.0 | 308.8 (0.95) |", page)
         self.assertEqual(mr.extra_compare_sections(self.tmp / "none", self.images, False), [])
 
     def test_page_rebuilds_from_docs_data(self):
