@@ -61,7 +61,7 @@ __device__ __forceinline__ void grouped_tile_coordinates(bool causal, long long 
 /// Heads per group of grouped_tile_coordinates: enough that a group holds about two waves of
 /// blocks (2 x `concurrent_blocks` tiles), so that the last group's heaviest tile starts early
 /// and the tail is light tiles, as in longest-first; but no more, so that the K/V prefixes
-/// the running blocks read stay few (two heads at N = 16384, d = 128: 16 MB of the 50 MB L2).
+/// the running blocks read stay few (three heads at N = 16384, d = 128: 24 MB of the 50 MB L2).
 inline int causal_group_heads(long long q_tiles, long long batch_heads, long long concurrent_blocks) {
   const long long g = (2 * concurrent_blocks + q_tiles - 1) / q_tiles;
   return static_cast<int>(g < 1 ? 1 : (g > batch_heads ? batch_heads : g));
