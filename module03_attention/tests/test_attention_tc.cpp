@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <iterator>
 #include <limits>
 #include <sstream>
@@ -254,6 +255,53 @@ TEST_P(AttentionTcTest, LargeBatchHeads) {
   Case c = make_case(4, 16, 512, 512, 128, BNHD, true);
   c.H_kv = 4;
   check({make_case(4, 16, 256, 256, 64, BHND, false), c});
+}
+
+/// Launches on concurrent streams share nothing (no step may keep state between launches,
+/// such as a tile counter of a dynamic schedule). Two non-blocking streams run the same
+/// problem into two outputs, three launches each, interleaved; both must equal one run on the
+/// default stream bit for bit (shared state would hand tiles of one launch to the other: rows
+/// left poisoned).
+TEST_P(AttentionTcTest, ConcurrentStreamsGiveTheSameResult) {
+  const AttentionStep step = GetParam().step;
+  const Case c = make_case(4, 36, 300, 100, 64, BHND, true);  // 432 tiles of 1, 1 and 0 K/V tiles
+  const Inputs in = make_inputs(c, seed());
+  const HostTensor<float> o_shape = course::attention_testing::make_tensor(c.B, c.H, c.N_q, c.d, c.o_layout, c.o_pad);
+  DeviceBuffer<bf16> dq(course::to_bf16(in.q.storage())), dk(course::to_bf16(in.k.storage())),
+      dv(course::to_bf16(in.v.storage()));
+  std::vector<DeviceBuffer<bf16>> d_o;
+  for (int i = 0; i < 3; ++i) {
+    d_o.emplace_back(o_shape.storage().size());
+    d_o.back().poison();
+  }
+  AttentionArgsBf16 a;
+  a.q = dq.data();
+  a.k = dk.data();
+  a.v = dv.data();
+  a.o = d_o[0].data();
+  course::attention_testing::set_shape(a, c);
+  a.q_strides = course::m03::tc_checks::strides_of(in.q);
+  a.k_strides = course::m03::tc_checks::strides_of(in.k);
+  a.v_strides = course::m03::tc_checks::strides_of(in.v);
+  a.o_strides = course::m03::tc_checks::strides_of(o_shape);
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(impl::attention(step, a));  // d_o[0]: the default stream, alone
+  COURSE_CUDA_CHECK(cudaDeviceSynchronize());
+  cudaStream_t streams[2] = {nullptr, nullptr};
+  for (cudaStream_t& st : streams) ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  for (int r = 0; r < 3; ++r)
+    for (int i = 0; i < 2; ++i) {
+      a.o = d_o[1 + i].data();
+      a.stream = streams[i];
+      impl::attention(step, a);
+    }
+  COURSE_CUDA_CHECK(cudaDeviceSynchronize());
+  for (cudaStream_t st : streams) cudaStreamDestroy(st);
+  const std::vector<bf16> want = d_o[0].download();
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<bf16> got = d_o[1 + i].download();
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(bf16)), 0)
+        << "O on stream " << i << " differs from the default stream's";
+  }
 }
 
 /// Causality, exactly: change K and V at every key a row may not see (j > i0 + N_k - N_q)
