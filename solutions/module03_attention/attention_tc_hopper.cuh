@@ -10,7 +10,7 @@
 ///                            barriers): one's softmax runs under the other's GEMMs
 ///   13. tc_overlap           a consumer's softmax of tile j starts once S_j has landed,
 ///                            under its own P_{j-1} V_{j-1} (two commit groups, O rescaled after)
-///   14. tc_persistent        one block per SM walks the query tiles, longest first; the
+///   14. tc_persistent        one block per SM walks a static list of query tiles; the
 ///                            producer loads the next tile's Q and K/V under this one
 ///
 /// Every step computes 128-row query tiles (one per block; step 14 several) as two warpgroups of 64 rows
@@ -820,22 +820,20 @@ void launch(const AttentionArgsBf16& a, const TcParams& p) {
 // Step 14: tc_persistent -- one block per SM walks a list of query tiles; the producer
 // loads the next tile's Q and K/V while the consumers finish the current one.
 //
-// What limits step 13: a block owns one (query tile, batch*head) pair. With causal masking
-// and short sequences it has 1-16 K/V tiles (N = 1024, d = 128: 4.5 on average, 8.4 MFLOP
-// each, ~1.9 us at 600 TFLOP/s over 132 SMs), and around them the tensor cores idle: a new
-// block starts only when the old one has exited (one 225 KB block per SM), then waits for
-// its Q and first K/V tile by TMA (~1-2 us from DRAM); at the end each consumer stages its
-// O rows in the Q tile, meets its own 4 warps and stores them. That is ~2-3 us per block
-// beside ~8 us of wgmma: step 13 runs
-// at 0.64x cuDNN there (d = 128, N = 1024-2048 causal), 0.71-0.79x at d = 64 up to N = 4096.
+// Why a persistent schedule: a block of step 13 owns one (query tile, batch*head) pair.
+// With causal masking and short sequences it has 1-16 K/V tiles (N = 1024, d = 128: 4.5 on
+// average, 8.4 MFLOP each, ~1.9 us at 600 TFLOP/s over 132 SMs), and around them the
+// tensor cores idle: a new block starts only when the old one has exited (one 225 KB block
+// per SM), then waits for its Q and first K/V tile by TMA (~1-2 us); at the end each
+// consumer stages its O rows in the Q tile, meets its own 4 warps and stores them: ~2-3 us
+// per block beside ~8 us of wgmma. (What held step 13 back most at short causal N was the
+// tile order instead -- DRAM traffic, fixed by grouped_tile_coordinates; see the lesson.)
 // Changes from step 13 (persistent_kernel below; the consumers' loop is step 13's,
 // gemm_phases with Schedule::overlap):
 //  (a) The grid is one block per SM (device_properties().multiProcessorCount, fewer when
-//      there are fewer tiles). Work tile w is (q tile, batch*head) in block_coordinates'
-//      order with w as the linear block number -- causal: the query tile counted down as
-//      the slow index, the heaviest tiles of all heads first -- and block i takes tiles
-//      i, i + grid, i + 2 grid, ... (a static schedule: every block sees the same mix of
-//      heavy and light tiles, longest first).
+//      there are fewer tiles). Work tile w is (q tile, batch*head) in the order of steps
+//      11-13 (grouped_tile_coordinates), and block i takes tiles i, i + grid, i + 2 grid, ...
+//      (a static schedule).
 //  (b) The barriers are initialized once. The K/V ring's RingPosition runs on across tiles
 //      (producer and consumers advance it once per K/V tile, so they agree on every stage
 //      and parity); Q becomes a ring too, kQStages tiles with a "q_full" (TMA bytes) and a
@@ -875,7 +873,23 @@ void launch(const AttentionArgsBf16& a, const TcParams& p) {
 // at d = 64 up to N = 4096; non-causal N = 1024-2048 +3-8%; from N = 4096 on (32+ K/V
 // tiles per block) within +-3% of step 13. If d = 128 gains clearly less than d = 64, the
 // single Q buffer is the first suspect (try kQStagesAt128 = 2).
-// Outcome: pending (GPU run).
+// Outcome (H100, one run each; ratios to step 13 in the same run): the static walk pays at
+// d = 64 and not at d = 128 causal. compare_torch: 0.97-1.08x step 13 at d = 64, 0.97-1.02x
+// at d = 128, 0.81-1.12x causal (0.71-0.99x cuDNN causal; best at d = 64, N = 2048: 0.93x
+// against step 13's 0.83x; worst at d = 128, N = 1024-2048 and 16384: 0.81-0.89x of step 13).
+// ncu before the grouped order (B = 1, H = 16, N = 16384, d = 128, causal): 3.0 GB read from
+// DRAM against step 13's 1.18 GB, L2 hits 59% against 79%. With tiles of unequal length the
+// static walk lets the blocks drift apart, so the tiles in flight are no longer consecutive
+// and stop sharing K/V in L2 -- the hardware's block scheduler, which starts step 13's
+// blocks in order whenever an SM frees up, keeps them together.
+// Tried, not landed: a dynamic schedule (FlashAttention-3's), each next tile taken from a
+// per-launch atomic counter and handed to the consumers through a shared-memory slot of
+// its Q stage. Beside SDPA it ran 0.86-0.95x cuDNN causal at N = 1024-2048 (step 13:
+// 0.73-0.95x) and its DRAM traffic fell back to step 13's (0.30 GB at N = 16384). But
+// racecheck reports hazards on the slot (written by the producer after q_empty, read by
+// the consumers after q_full: an mbarrier hand-off the tool flags), and m03_bench timed it
+// 0.82-1.00x step 13 where SDPA's timer saw gains (its per-launch cudaMallocAsync is the
+// suspect). Both need a GPU session of their own.
 // ============================================================================
 namespace persistent_step {
 
