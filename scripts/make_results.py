@@ -908,12 +908,36 @@ def attention_steps_table(rows, op):
     return lines
 
 
+def other_ops_table(rows, skip=("attention_bf16", "attention_backward_bf16")):
+    """The rows of ops other than `skip`, one line per (op, shape): the fastest PyTorch
+    variant and the fastest solution step, each with its value (in the op's unit) and time,
+    and PyTorch's time over the step's (above 1: the course is faster). Returns the page's lines."""
+    cells = {}  # (op, shape) -> {"unit": u, "torch": (ms, name, value), "step": (ms, name, value)}
+    for r in rows:
+        if r.get("op") in skip or not r.get("ms") or r.get("impl") not in ("solution", "pytorch"):
+            continue
+        c = cells.setdefault((r["op"], r["shape"]), {"unit": r.get("unit", "")})
+        key, name = ("step", r["step"]) if r["impl"] == "solution" else ("torch", r["backend"])
+        if key not in c or r["ms"] < c[key][0]:
+            c[key] = (r["ms"], name, r.get("value"))
+    lines = ["| op | shape | unit | fastest PyTorch | value | ms | top step | value | ms | PyTorch ms / step ms |",
+             "| --- | --- | --- | --- | ---: | ---: | --- | ---: | ---: | ---: |"]
+    for (op, shape), c in cells.items():
+        if "torch" not in c or "step" not in c:
+            continue
+        t, st = c["torch"], c["step"]
+        lines.append(f"| {op} | {shape} | {c['unit']} | `{t[1]}` | {fmt(t[2])} | {t[0]:.3f} | `{st[1]}` | {fmt(st[2])} | "
+                     f"{st[0]:.3f} | {t[0] / st[0]:.2f} |")
+    return lines if len(lines) > 2 else []
+
+
 def extra_compare_sections(docs, images, plots):
     """docs/data/compare_torch_*.json: runs of scripts/compare_torch.py on a few steps only,
     on another GPU than the page's main run (for example the Hopper attention steps measured
     on an H100 while the rest of the page is an H200's). Each becomes its own section with
     its own GPU named, so that no table mixes two cards: a table of the bf16 forward's rows
-    with a section against N, and a table of the bf16 backward's. A file may carry a "title" and a
+    with a section against N, a table of the bf16 backward's, and one line per shape of any
+    other op (other_ops_table). A file may carry a "title" and a
     "note" besides compare_torch.py's "env" and "results". Returns the page's lines."""
     out = []
     for path in sorted((docs / "data").glob(EXTRA_COMPARE)):
@@ -933,6 +957,7 @@ def extra_compare_sections(docs, images, plots):
         if backward:
             out += ["The backward (`attention_backward_bf16`): TFLOP/s at 2.5 times the forward's FLOPs "
                     "(the FlashAttention convention), SDPA's backends through `torch.autograd.grad`.", ""] + backward + [""]
+        out += other_ops_table(rows) + [""] if other_ops_table(rows) else []
     return out
 
 

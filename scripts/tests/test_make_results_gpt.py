@@ -117,6 +117,19 @@ class GptSections(unittest.TestCase):
         self.assertIn("| 128 | no | 4096 | 175.0 | 325.0 | 308.8 (0.95) |", page)
         self.assertEqual(mr.extra_compare_sections(self.tmp / "none", self.images, False), [])
 
+    def test_other_ops_of_an_extra_run(self):
+        # Ops other than attention: one line per shape, the fastest of each side by time.
+        row = lambda impl, name, ms, v: {"op": "softmax", "shape": "16384x4096_dim0", "impl": impl,  # noqa: E731
+                                         ("step" if impl == "solution" else "backend"): name, "ms": ms, "value": v,
+                                         "unit": "GB/s"}
+        rows = [row("pytorch", "torch", 20.0, 26.7), row("solution", "naive", 4.0, 134.0),
+                row("solution", "cluster_columns", 0.25, 2449.2)]
+        lines = mr.other_ops_table(rows)
+        self.assertEqual(len(lines), 3)
+        self.assertIn("| softmax | 16384x4096_dim0 | GB/s | `torch` | 26.7 | 20.000 | `cluster_columns` | 2449.2 | 0.250 | "
+                      "80.00 |", lines[2])
+        self.assertEqual(mr.other_ops_table(rows[1:]), [])  # no PyTorch row: no line
+
     def test_page_rebuilds_from_docs_data(self):
         # The real page, from the stored data, into a copy (no plots): the GPT profile section is there.
         docs = self.tmp / "docs"
