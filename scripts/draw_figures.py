@@ -23,6 +23,15 @@ model of the tensor cores: wgmma groups run in the order they were issued; group
 warpgroups issue at the same moment (step 11's lockstep) share them. The softmax of one
 warpgroup does not slow the other's. Schematic, not measured.
 
+Draws causal_tile_order.png: which causal attention tiles run together in the first wave of
+blocks (lesson section 12, the grouped order of steps 11-14), on a small example: 12 heads of
+8 query tiles, 16 blocks running at once. Left, longest first over all heads (block_coordinates,
+steps 3-10): the first wave holds the last query tile of every head, so almost every K/V tile
+it reads is read once. Right, heads in groups of causal_group_heads (two waves of blocks),
+longest first inside a group (grouped_tile_coordinates): the first wave holds all the long
+tiles of 4 heads, which read the same K/V prefixes. The orders are the two functions in
+module03_attention/include/module03/attention_blocks.cuh, rewritten in Python below.
+
 Needs matplotlib (as scripts/make_results.py). The figure is committed; rerun this script
 after changing the durations or the schedules, and look at the image before committing it.
 """
@@ -458,6 +467,83 @@ def annotate(ax, sim, y_of):
                         bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="none", alpha=0.9))
 
 
+# ---------------------------------------------------------------------------------------------
+# The causal tile orders (module03/attention_blocks.cuh), on a small example.
+ORDER_HEADS = 12        # batch * heads
+ORDER_Q_TILES = 8       # query tiles per head (N = 1024 with 128-row tiles)
+ORDER_RUNNING = 16      # blocks running at once (the GPU's "SMs" in the example)
+
+
+def longest_first(linear, q_tiles, heads):
+    """block_coordinates, causal: the query tile is the slow index, counted down, over all heads."""
+    return q_tiles - 1 - linear // heads, linear % heads
+
+
+def grouped(linear, q_tiles, heads, group):
+    """grouped_tile_coordinates, causal: heads in groups, longest first inside a group."""
+    per_group = group * q_tiles
+    g = linear // per_group
+    first = g * group
+    size = min(group, heads - first)
+    r = linear - g * per_group
+    return q_tiles - 1 - r // size, first + r % size
+
+
+def causal_group_heads(q_tiles, heads, running):
+    return max(1, min(heads, -(-2 * running // q_tiles)))
+
+
+def draw_tile_order(out_dir):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    q_tiles, heads, running = ORDER_Q_TILES, ORDER_HEADS, ORDER_RUNNING
+    group = causal_group_heads(q_tiles, heads, running)
+    orders = [("Longest first over all heads (steps 3-10)", lambda w: longest_first(w, q_tiles, heads)),
+              (f"Heads in groups of {group}, longest first inside (steps 11-14)",
+               lambda w: grouped(w, q_tiles, heads, group))]
+    fig, axes = plt.subplots(1, 2, figsize=(10.5, 4.6), dpi=100)
+    fig.subplots_adjust(left=0.06, right=0.99, top=0.80, bottom=0.2, wspace=0.12)
+    for ax, (title, order) in zip(axes, orders):
+        first_wave = set()
+        for w in range(q_tiles * heads):
+            q, h = order(w)
+            wave = w // running
+            color = ["#1f5fa8", "#9ec5e8"][wave] if wave < 2 else "white"
+            ax.add_patch(Rectangle((h, q), 1, 1, facecolor=color, edgecolor="#888888", lw=0.6))
+            ax.text(h + 0.5, q + 0.5, str(w), ha="center", va="center", fontsize=7,
+                    color="white" if wave == 0 else "black")
+            if wave == 0:
+                first_wave.add((q, h))
+        # K/V tiles the first wave reads (causal: query tile q reads K/V tiles 0..q of its head)
+        # and the tile products it computes.
+        distinct = {(h, k) for q, h in first_wave for k in range(q + 1)}
+        products = sum(q + 1 for q, h in first_wave)
+        ax.set_xlim(0, heads)
+        ax.set_ylim(0, q_tiles)
+        ax.set_xticks([h + 0.5 for h in range(heads)], [str(h) for h in range(heads)], fontsize=7)
+        ax.set_yticks([q + 0.5 for q in range(q_tiles)], [str(q) for q in range(q_tiles)], fontsize=7)
+        ax.set_xlabel("batch * head", fontsize=8)
+        ax.set_ylabel("query tile (reads K/V tiles 0..q)", fontsize=8)
+        ax.set_title(f"{title}\nfirst wave: {len(distinct)} distinct K/V tiles for {products} tile products "
+                     f"({products / len(distinct):.1f} uses each)", fontsize=8.5)
+    fig.suptitle(f"Causal attention: which tiles run together ({running} blocks at once; number = launch order)",
+                 fontsize=10.5, fontweight="bold")
+    fig.text(0.5, 0.02, "dark: the first wave of blocks, light: the second. A K/V tile read by several running "
+             "blocks comes from L2 after the first read; one read once comes from HBM.",
+             ha="center", fontsize=8, color="#444444")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "causal_tile_order.png"
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=100, format="png")
+    plt.close(fig)
+    from PIL import Image
+    Image.open(buf).convert("RGB").quantize(colors=64).save(path, optimize=True)
+    return path
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / "docs" / "images",
@@ -471,6 +557,8 @@ def main():
     for sim, _ in sims:
         print(f"{sim.schedule:9s} done at {sim.end / TICKS:5.1f} units, tensor cores busy "
               f"{100 * sim.tc_utilization():.0f}%")
+    print(f"wrote {path} ({path.stat().st_size // 1024} KB)")
+    path = draw_tile_order(args.out)
     print(f"wrote {path} ({path.stat().st_size // 1024} KB)")
 
 
