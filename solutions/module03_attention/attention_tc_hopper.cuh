@@ -886,10 +886,11 @@ void launch(const AttentionArgsBf16& a, const TcParams& p) {
 // per-launch atomic counter and handed to the consumers through a shared-memory slot of
 // its Q stage. Beside SDPA it ran 0.86-0.95x cuDNN causal at N = 1024-2048 (step 13:
 // 0.73-0.95x) and its DRAM traffic fell back to step 13's (0.30 GB at N = 16384). But
-// racecheck reports hazards on the slot (written by the producer after q_empty, read by
-// the consumers after q_full: an mbarrier hand-off the tool flags), and m03_bench timed it
-// 0.82-1.00x step 13 where SDPA's timer saw gains (its per-launch cudaMallocAsync is the
-// suspect). Both need a GPU session of their own.
+// racecheck reports hazards on the slot: one thread per warpgroup arrived on q_empty, so
+// the other threads' reads of the slot were not ordered before the producer's next write
+// (a race by the memory model, however unlikely in time). And m03_bench timed it 0.82-1.00x
+// step 13 where SDPA's timer saw gains (its per-launch cudaMallocAsync is the suspect: the
+// default pool unmaps its memory at every sync). Both are fixed on a branch, untested.
 // ============================================================================
 namespace persistent_step {
 
