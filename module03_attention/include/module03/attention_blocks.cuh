@@ -22,6 +22,9 @@ namespace course::m03 {
 ///    ALL heads start first and the light ones fill the last wave (longest job first). Only
 ///    reversing the tiles within each head still leaves the heavy tiles of the last heads
 ///    starting late, and a heavy block that runs nearly alone at the end is slow twice over.
+///    But the blocks running together then all belong to different heads and share no K/V
+///    in L2: grouped_tile_coordinates (the Hopper steps) keeps longest first within groups
+///    of heads instead.
 __device__ __forceinline__ void block_coordinates(bool causal, int& q_tile, int& bh) {
   if (!causal) {
     q_tile = static_cast<int>(blockIdx.x);
