@@ -654,8 +654,10 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
 //   proj+residual 16384x384x1536 ~0.9 (0.8-1.0); dX 16384x384x1152 ~0.9 (0.8-1.0);
 //   dW 1152x384x16384 ~0.4: only 27 tiles of 128 x 128 for 132 SMs, one consumer busy per
 //   block -- K = 16384 wants split-K, which this step does not do.
-//   At 8192^3 (hgemm_bf16): level with step 5 (~0.85-0.95): m64n128 reads B from shared
-//   memory once per 64 rows of A for half the math of m64n256.
+//   At 8192^3 (hgemm_bf16): level with step 5 (~0.85-0.95), perhaps a little below: a
+//   128 x 128 tile loads 32 KB per 2.1 MFLOP slab against 48 KB per 4.2 MFLOP, ~37% more
+//   L2 -> shared traffic per FLOP (~10 TB/s over the chip at full rate), which is what
+//   step 6's multicast had taken away.
 // Measured: pending (GPU run)
 // ============================================================================
 namespace pingpong {

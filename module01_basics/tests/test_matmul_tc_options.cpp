@@ -131,6 +131,27 @@ TEST_P(MatmulTcOptionsTest, SplitKProducts) {
     }
 }
 
+/// Grids with more tiles than SMs, for the persistent steps (persistent, cluster_multicast,
+/// pingpong; the others report SKIPPED): every block walks several tiles, and pingpong's two
+/// consumers take several turns each (585 tiles of 128 x 128 for ~132 blocks: 4-5 each).
+/// K = 200 is 4 slabs, the last partial, against a 6-stage ring: a consumer's ring
+/// position wraps at a different stage from one tile to the next. A plain product, the
+/// forward layer (B transposed, bias + GELU, bf16 out) and dW (A transposed, accumulate).
+TEST_P(MatmulTcOptionsTest, ManyTilesPerBlock) {
+  const TcMatmulStep step = GetParam().step;
+  if (step != TcMatmulStep::persistent && step != TcMatmulStep::cluster_multicast && step != TcMatmulStep::pingpong)
+    GTEST_SKIP() << "not a persistent step (its grid has one block per tile)";
+  std::uint64_t salt = 1000;
+  for (int product = 0; product < 3; ++product) {
+    OptionCase oc;
+    oc.m = 8200, oc.n = 1032, oc.k = 200;
+    oc.b_transposed = product == 1;
+    oc.bf16_out = oc.bias = oc.gelu = product == 1;
+    oc.a_transposed = oc.accumulate = product == 2;
+    check(oc, ++salt);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Steps, MatmulTcOptionsTest, ::testing::ValuesIn(course::m01::kTcMatmulSteps), step_name);
 
 /// The split-K order is fixed: two runs from the same C give the same bits.
