@@ -696,9 +696,12 @@ struct Ring {
 /// One slab of a consumer's 128 x 128 tile: per k16 step, two wgmma m64n128k16 with the same
 /// B descriptor, rows 0-63 into acc0 and rows 64-127 into acc1. Descriptors as in
 /// wgmma_slab, with the half h of the tile in place of the warpgroup. Issued only.
+/// first: the tile's first slab, whose first k16 step overwrites the accumulators
+/// (wgmma's scale-d = 0) instead of adding. No zeroing with ordinary instructions: those
+/// can make ptxas serialize the wgmmas (C7515; the first build of this step's stub did).
 template <bool kATrans, bool kBTrans>
 __device__ __forceinline__ void wgmma_slab_128(float (&acc0)[64], float (&acc1)[64], std::uint32_t stage_a,
-                                               std::uint32_t stage_b) {
+                                               std::uint32_t stage_b, bool first) {
 #pragma unroll
   for (int ks = 0; ks < kBK / 16; ++ks) {
     const std::uint64_t db = kBTrans ? cc::wgmma_desc_sw128(stage_b + ks * 32, 16, 1024)
@@ -707,8 +710,9 @@ __device__ __forceinline__ void wgmma_slab_128(float (&acc0)[64], float (&acc1)[
                                       : cc::wgmma_desc_sw128(stage_a + ks * 32, 16, 1024);
     const std::uint64_t da1 = kATrans ? cc::wgmma_desc_sw128(stage_a + kBBlockBytes + ks * 16 * 128, kBBlockBytes, 1024)
                                       : cc::wgmma_desc_sw128(stage_a + 64 * 128 + ks * 32, 16, 1024);
-    cc::wgmma_m64n128k16_bf16_f32</*kBMnMajor=*/!kBTrans, /*kAMnMajor=*/kATrans>(acc0, da0, db);
-    cc::wgmma_m64n128k16_bf16_f32</*kBMnMajor=*/!kBTrans, /*kAMnMajor=*/kATrans>(acc1, da1, db);
+    const int accumulate = (first && ks == 0) ? 0 : 1;
+    cc::wgmma_m64n128k16_bf16_f32</*kBMnMajor=*/!kBTrans, /*kAMnMajor=*/kATrans>(acc0, da0, db, accumulate);
+    cc::wgmma_m64n128k16_bf16_f32</*kBMnMajor=*/!kBTrans, /*kAMnMajor=*/kATrans>(acc1, da1, db, accumulate);
   }
 }
 
@@ -799,18 +803,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       // @step pingpong
       // TODO(step 7c): tile t of the block's walk is consumer t % 2's. For the other's tile,
       // move the ring past its k_tiles slabs (Ring::skip) and go on to the next tile. For
-      // your own: zero both accumulators, then wait for your turn -- unless t == 0. (Why
-      // must every later tile wait, even for correctness? The step 7 banner above says.)
+      // your own: wait for your turn -- unless t == 0. (Why must every later tile wait,
+      // even for correctness? The step 7 banner above says.) No zeroing: the first slab's
+      // wgmmas overwrite the accumulators.
       (void)t;
-      zero(acc0);
-      zero(acc1);
       // @end
       int held = 0;  // the stage of the slab still in flight
       for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
         cc::mbarrier_wait(full_bar + 8 * ring.stage, ring.phase);  // the stage's 32 KB have landed
         const std::uint32_t stage_a = smem + ring.stage * kStageBytes;
         cc::wgmma_fence();
-        wgmma_slab_128<kATrans, kBTrans>(acc0, acc1, stage_a, stage_a + kABytes);
+        wgmma_slab_128<kATrans, kBTrans>(acc0, acc1, stage_a, stage_a + kABytes, kt == 0);
         cc::wgmma_commit();
         cc::wgmma_wait<1>();            // slab kt - 1 is complete ...
         if (kt > 0) release(held);      // ... so its stage may be refilled

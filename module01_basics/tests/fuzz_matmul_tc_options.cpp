@@ -1,6 +1,7 @@
 // Random-case hardening (label fuzz) of matmul_tc's options on every step that takes them
-// (mma_sync, tma_warp_specialized, persistent, cluster_multicast, pingpong): 512 random cases over the whole options contract -- any of the four operand
-// layouts, fp32 or bf16 output, any allowed epilogue combination (bias, GELU with or
+// (mma_sync, tma_warp_specialized, persistent, cluster_multicast, pingpong): 512 random
+// cases over the whole options contract -- any of the four operand layouts, fp32 or bf16
+// output, any allowed epilogue combination (bias, GELU with or
 // without pre_gelu, residual separate or in place, accumulate), sizes around the tiles
 // (1, primes, tile +- 1) and padded leading dimensions -- plus a few large cases, each
 // checked by matmul_tc_options_check.hpp against the CPU reference. Seeds and replay:

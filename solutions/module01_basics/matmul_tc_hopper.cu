@@ -697,9 +697,12 @@ struct Ring {
 /// One slab of a consumer's 128 x 128 tile: per k16 step, two wgmma m64n128k16 with the same
 /// B descriptor, rows 0-63 into acc0 and rows 64-127 into acc1. Descriptors as in
 /// wgmma_slab, with the half h of the tile in place of the warpgroup. Issued only.
+/// first: the tile's first slab, whose first k16 step overwrites the accumulators
+/// (wgmma's scale-d = 0) instead of adding. No zeroing with ordinary instructions: those
+/// can make ptxas serialize the wgmmas (C7515; the first build of this step's stub did).
 template <bool kATrans, bool kBTrans>
 __device__ __forceinline__ void wgmma_slab_128(float (&acc0)[64], float (&acc1)[64], std::uint32_t stage_a,
-                                               std::uint32_t stage_b) {
+                                               std::uint32_t stage_b, bool first) {
 #pragma unroll
   for (int ks = 0; ks < kBK / 16; ++ks) {
     const std::uint64_t db = kBTrans ? cc::wgmma_desc_sw128(stage_b + ks * 32, 16, 1024)
@@ -708,8 +711,9 @@ __device__ __forceinline__ void wgmma_slab_128(float (&acc0)[64], float (&acc1)[
                                       : cc::wgmma_desc_sw128(stage_a + ks * 32, 16, 1024);
     const std::uint64_t da1 = kATrans ? cc::wgmma_desc_sw128(stage_a + kBBlockBytes + ks * 16 * 128, kBBlockBytes, 1024)
                                       : cc::wgmma_desc_sw128(stage_a + 64 * 128 + ks * 32, 16, 1024);
-    cc::wgmma_m64n128k16_bf16_f32</*kBMnMajor=*/!kBTrans, /*kAMnMajor=*/kATrans>(acc0, da0, db);
-    cc::wgmma_m64n128k16_bf16_f32</*kBMnMajor=*/!kBTrans, /*kAMnMajor=*/kATrans>(acc1, da1, db);
+    const int accumulate = (first && ks == 0) ? 0 : 1;
+    cc::wgmma_m64n128k16_bf16_f32</*kBMnMajor=*/!kBTrans, /*kAMnMajor=*/kATrans>(acc0, da0, db, accumulate);
+    cc::wgmma_m64n128k16_bf16_f32</*kBMnMajor=*/!kBTrans, /*kAMnMajor=*/kATrans>(acc1, da1, db, accumulate);
   }
 }
 
@@ -799,8 +803,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         ring.skip(k_tiles);  // the other consumer's tile: its slabs pass this consumer by
         continue;
       }
-      zero(acc0);
-      zero(acc1);
       if (t > 0) wait_turn(cw);  // the consumer of tile t - 1 has issued its main loop
       // @end
       int held = 0;  // the stage of the slab still in flight
@@ -808,7 +810,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         cc::mbarrier_wait(full_bar + 8 * ring.stage, ring.phase);  // the stage's 32 KB have landed
         const std::uint32_t stage_a = smem + ring.stage * kStageBytes;
         cc::wgmma_fence();
-        wgmma_slab_128<kATrans, kBTrans>(acc0, acc1, stage_a, stage_a + kABytes);
+        wgmma_slab_128<kATrans, kBTrans>(acc0, acc1, stage_a, stage_a + kABytes, kt == 0);
         cc::wgmma_commit();
         cc::wgmma_wait<1>();            // slab kt - 1 is complete ...
         if (kt > 0) release(held);      // ... so its stage may be refilled

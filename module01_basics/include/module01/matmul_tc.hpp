@@ -78,7 +78,7 @@ inline constexpr StepInfo<TcMatmulStep> kTcMatmulSteps[] = {
     {TcMatmulStep::cluster_multicast, "cluster_multicast",
      "2-block clusters: each B tile is read once from L2 and multicast into both blocks"},
     {TcMatmulStep::pingpong, "pingpong",
-     "each consumer warpgroup owns a 128x128 tile; turns on the tensor cores hide one's epilogue under the other's math"},
+     "each consumer warpgroup owns a 128x128 tile; taking turns, one's epilogue runs under the other's math"},
 };
 static_assert(steps_in_enum_order(kTcMatmulSteps), "kTcMatmulSteps must list TcMatmulStep in enum order");
 
@@ -146,7 +146,8 @@ inline void require_no_options(const TcMatmulArgs& a, const std::string& step) {
   if (uses_options(a))
     throw Unsupported(step, std::string("plain fp32 C = A * B only: it does not take TcMatmulArgs::") +
                                 first_option(a) +
-                                " (steps mma_sync, tma_warp_specialized, persistent, cluster_multicast and pingpong take them)");
+                                " (steps mma_sync, tma_warp_specialized, persistent, cluster_multicast and "
+                                "pingpong take them)");
 }
 
 /// The validation both implementations run before any launch.
