@@ -63,7 +63,7 @@ using m01::TcMatmulArgs;
 using bf16 = __nv_bfloat16;
 namespace cc = ::course::cuda;
 
-// ---------------------------------------------------------------- shared by steps 3-6 ---
+// ---------------------------------------------------------------- shared by steps 3-7 ---
 
 constexpr int kBM = 128, kBN = 256, kBK = 64;
 constexpr std::uint32_t kABytes = kBM * kBK * 2;        // 16 KB: 128 rows of 128 bytes
