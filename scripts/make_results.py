@@ -217,7 +217,7 @@ SUMMARY = [
     dict(label="matmul bf16, tensor cores (sm_80)", module="m01", op="hgemm_bf16", steps=["wmma", "mma_sync"],
          torch="matmul_tc"),
     dict(label="matmul bf16, Hopper (sm_90a)", module="m01", op="hgemm_bf16",
-         steps=["wgmma", "tma_warp_specialized", "persistent", "cluster_multicast"], torch="matmul_tc"),
+         steps=["wgmma", "tma_warp_specialized", "persistent", "cluster_multicast", "pingpong"], torch="matmul_tc"),
     dict(label="linear layer bf16 (mma_sync, epilogue options)", module="m01", op="linear_bf16", torch="linear_bf16"),
     # The strided API: the one compare_torch.py runs (the pointer-array steps run the same bodies).
     dict(label="batched GEMM Q K^T, fp32", module="m02", op="bgemm_qk_f32", steps=strided, torch="bgemm_qk_f32"),

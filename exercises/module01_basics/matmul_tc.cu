@@ -2,8 +2,8 @@
 /// @brief YOUR ladder for C = A * B on tensor cores: bf16 inputs, fp32 accumulation (module 1).
 ///
 /// Read module01_basics/README.md, "Tensor-core matmul", then fill in one step at a time.
-/// Steps 1-2 (wmma, mma_sync) are in this file; the Hopper steps 3-6 (wgmma,
-/// tma_warp_specialized, persistent, cluster_multicast) in matmul_tc_hopper.cu.
+/// Steps 1-2 (wmma, mma_sync) are in this file; the Hopper steps 3-7 (wgmma,
+/// tma_warp_specialized, persistent, cluster_multicast, pingpong) in matmul_tc_hopper.cu.
 /// The code outside the `// @step` ... `// @end` regions is the solution's
 /// (solutions/module01_basics/matmul_tc.cu, generated from it): the tile configurations,
 /// the helper structs' members, the split-K launcher and the dispatcher are given; the
@@ -476,6 +476,7 @@ void matmul_tc(TcMatmulStep step, const TcMatmulArgs& args) {
     case TcMatmulStep::tma_warp_specialized: tc_parts::launch_tma_warp_specialized(args); return;
     case TcMatmulStep::persistent: tc_parts::launch_persistent(args); return;
     case TcMatmulStep::cluster_multicast: tc_parts::launch_cluster_multicast(args); return;
+    case TcMatmulStep::pingpong: tc_parts::launch_pingpong(args); return;
   }
   require_arg(false, "matmul_tc", "step", static_cast<int>(step), "is not a TcMatmulStep");
 }

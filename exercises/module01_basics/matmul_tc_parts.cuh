@@ -2,8 +2,8 @@
 /// @file matmul_tc_parts.cuh
 /// @brief What the two files of YOUR tensor-core matmul share: matmul_tc.cu (steps 1-2 and
 /// the dispatcher matmul_tc()) calls the launchers of the Hopper steps, which live in
-/// matmul_tc_hopper.cu (steps 3-6: wgmma, tma_warp_specialized, persistent,
-/// cluster_multicast). The same split as solutions/module01_basics/, and generated from
+/// matmul_tc_hopper.cu (steps 3-7: wgmma, tma_warp_specialized, persistent,
+/// cluster_multicast, pingpong). The same split as solutions/module01_basics/, and generated from
 /// its matmul_tc_parts.cuh: tile order, the masked epilogue store (Epilogue, which applies
 /// TcMatmulArgs' options), launch helpers -- all given.
 
@@ -202,5 +202,6 @@ void launch_wgmma(const m01::TcMatmulArgs& a);
 void launch_tma_warp_specialized(const m01::TcMatmulArgs& a);
 void launch_persistent(const m01::TcMatmulArgs& a);
 void launch_cluster_multicast(const m01::TcMatmulArgs& a);
+void launch_pingpong(const m01::TcMatmulArgs& a);
 
 }  // namespace course::exercise::tc_parts

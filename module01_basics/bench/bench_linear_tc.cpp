@@ -1,6 +1,6 @@
 // The tensor-core matmul's options at work: the five products of a GPT linear layer at the
 // course GPT's sizes (16384 tokens, d_model 384, MLP 1536), every step that takes the
-// options (mma_sync, tma_warp_specialized, persistent, cluster_multicast), beside cuBLAS.
+// options (mma_sync, tma_warp_specialized, persistent, cluster_multicast, pingpong), beside cuBLAS.
 //
 // Rows "linear_bf16/<impl>/<step>/<product>" where <product> names the layer, its
 // options and M x N x K:

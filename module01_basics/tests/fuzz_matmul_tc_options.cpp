@@ -1,6 +1,7 @@
 // Random-case hardening (label fuzz) of matmul_tc's options on every step that takes them
-// (mma_sync, tma_warp_specialized, persistent, cluster_multicast): 512 random cases over the whole options contract -- any of the four operand
-// layouts, fp32 or bf16 output, any allowed epilogue combination (bias, GELU with or
+// (mma_sync, tma_warp_specialized, persistent, cluster_multicast, pingpong): 512 random
+// cases over the whole options contract -- any of the four operand layouts, fp32 or bf16
+// output, any allowed epilogue combination (bias, GELU with or
 // without pre_gelu, residual separate or in place, accumulate), sizes around the tiles
 // (1, primes, tile +- 1) and padded leading dimensions -- plus a few large cases, each
 // checked by matmul_tc_options_check.hpp against the CPU reference. Seeds and replay:
@@ -82,6 +83,7 @@ const course::StepInfo<TcMatmulStep>& step_info(TcMatmulStep step) {
 COURSE_FUZZ_INSTANTIATE(FuzzMatmulTcOptions, FuzzMatmulTcOptionsLarge, step_part_name<TcMatmulStep>,
                         ::testing::Values(step_info(TcMatmulStep::mma_sync), step_info(TcMatmulStep::tma_warp_specialized),
                                           step_info(TcMatmulStep::persistent),
-                                          step_info(TcMatmulStep::cluster_multicast)));
+                                          step_info(TcMatmulStep::cluster_multicast),
+                                          step_info(TcMatmulStep::pingpong)));
 
 }  // namespace

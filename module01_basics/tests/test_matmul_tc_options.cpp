@@ -131,6 +131,43 @@ TEST_P(MatmulTcOptionsTest, SplitKProducts) {
     }
 }
 
+/// Grids with more tiles than SMs, for the persistent steps (persistent, cluster_multicast,
+/// pingpong; the others report SKIPPED): every block walks several tiles, and pingpong's two
+/// consumers take several turns each (585 tiles of 128 x 128 for ~132 blocks: 4-5 each).
+/// K = 200 is 4 slabs, the last partial, against a 6-stage ring: a consumer's ring
+/// position wraps at a different stage from one tile to the next. A plain product, the
+/// forward layer (B transposed, bias + GELU, bf16 out) and dW (A transposed, accumulate).
+/// Then the other ring strides of pingpong's Ring::skip, with several tiles per block:
+/// K = 384 (6 slabs = the ring: skip lands on the same stage, phase flipped), K = 800 (13
+/// slabs: the ring wraps twice or three times per skip; 297 tiles of 128 x 128, 2-3 per
+/// block) and K = 40 (one partial slab per tile).
+TEST_P(MatmulTcOptionsTest, ManyTilesPerBlock) {
+  const TcMatmulStep step = GetParam().step;
+  if (step != TcMatmulStep::persistent && step != TcMatmulStep::cluster_multicast && step != TcMatmulStep::pingpong)
+    GTEST_SKIP() << "not a persistent step (its grid has one block per tile)";
+  std::uint64_t salt = 1000;
+  for (int product = 0; product < 3; ++product) {
+    OptionCase oc;
+    oc.m = 8200, oc.n = 1032, oc.k = 200;
+    oc.b_transposed = product == 1;
+    oc.bf16_out = oc.bias = oc.gelu = product == 1;
+    oc.a_transposed = oc.accumulate = product == 2;
+    check(oc, ++salt);
+  }
+  OptionCase ring_wrap;  // K = 384: the GPT's forward layer, residual added
+  ring_wrap.m = 4100, ring_wrap.n = 1032, ring_wrap.k = 384;
+  ring_wrap.b_transposed = ring_wrap.residual = true;
+  check(ring_wrap, ++salt);
+  OptionCase long_k;  // K = 800, both operands transposed
+  long_k.m = 4100, long_k.n = 1032, long_k.k = 800;
+  long_k.a_transposed = long_k.b_transposed = true;
+  check(long_k, ++salt);
+  OptionCase one_slab;  // K = 40, bf16 out
+  one_slab.m = 8200, one_slab.n = 1032, one_slab.k = 40;
+  one_slab.bf16_out = true;
+  check(one_slab, ++salt);
+}
+
 INSTANTIATE_TEST_SUITE_P(Steps, MatmulTcOptionsTest, ::testing::ValuesIn(course::m01::kTcMatmulSteps), step_name);
 
 /// The split-K order is fixed: two runs from the same C give the same bits.

@@ -159,7 +159,7 @@ m01::TcMatmulStep parse_gemm_step(const std::string& name) {
     if (name == info.name && info.step != m01::TcMatmulStep::wmma) return info.step;
   throw course::InvalidArgument("m04_gpt: --gemm '" + name +
                                 "' is not a matmul_tc step that takes the linear-layer options (mma_sync, wgmma, "
-                                "tma_warp_specialized, persistent, cluster_multicast)");
+                                "tma_warp_specialized, persistent, cluster_multicast, pingpong)");
 }
 
 /// bf16 bits -> float (exact).

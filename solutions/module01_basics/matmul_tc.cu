@@ -8,6 +8,7 @@
 ///   4. tma_warp_specialized  (matmul_tc_hopper.cu) TMA copies on an mbarrier ring; producer + 2 consumer warpgroups
 ///   5. persistent            (matmul_tc_hopper.cu) one block per SM walks the tiles; next loads overlap the epilogue
 ///   6. cluster_multicast     (matmul_tc_hopper.cu) 2-block clusters share each B tile, multicast by TMA
+///   7. pingpong              (matmul_tc_hopper.cu) a 128x128 tile per consumer warpgroup; turns on the tensor cores
 ///
 /// This file holds the first two. `wmma` uses the C++ fragment API (nvcuda::wmma), which
 /// hides the register layout of the tensor-core operands; `mma_sync` drops to PTX and takes
@@ -712,6 +713,7 @@ void matmul_tc(TcMatmulStep step, const TcMatmulArgs& args) {
     case TcMatmulStep::tma_warp_specialized: tc_parts::launch_tma_warp_specialized(args); return;
     case TcMatmulStep::persistent: tc_parts::launch_persistent(args); return;
     case TcMatmulStep::cluster_multicast: tc_parts::launch_cluster_multicast(args); return;
+    case TcMatmulStep::pingpong: tc_parts::launch_pingpong(args); return;
   }
   require_arg(false, "matmul_tc", "step", static_cast<int>(step), "is not a TcMatmulStep");
 }

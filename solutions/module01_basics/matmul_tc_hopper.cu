@@ -4,9 +4,13 @@
 ///   4. tma_warp_specialized  TMA copies on an mbarrier ring; 1 producer + 2 consumer warpgroups
 ///   5. persistent            one block per SM walks the tiles: next loads overlap this epilogue
 ///   6. cluster_multicast     2-block clusters; each B tile read once from L2, multicast to both
+///   7. pingpong              each consumer warpgroup owns a 128 x 128 tile; the two take turns on
+///                            the tensor cores, one's epilogue under the other's main loop
 ///
-/// Every step computes the same 128 x 256 tile of C per block, as two warpgroups of 64 x 256
-/// (wgmma m64n256k16: 128 fp32 accumulators per thread), over K in slabs of 64. The
+/// Steps 3-6 compute the same 128 x 256 tile of C per block, as two warpgroups of 64 x 256
+/// (wgmma m64n256k16: 128 fp32 accumulators per thread), over K in slabs of 64 (step 7:
+/// each consumer warpgroup its own 128 x 128 tile, two m64n128k16 per k16; its B slab is
+/// two of the 64-column blocks below). The
 /// shared-memory tile layouts are the same in every step, the ones wgmma's 128-byte-swizzle
 /// descriptors describe (and the TMA's SWIZZLE_128B writes):
 ///   A slab [128 m][64 k], K-major: row m is 128 bytes, 16-byte chunk c at c ^ (m % 8).
@@ -51,7 +55,7 @@ using m01::TcMatmulArgs;
 using bf16 = __nv_bfloat16;
 namespace cc = ::course::cuda;
 
-// ---------------------------------------------------------------- shared by steps 3-6 ---
+// ---------------------------------------------------------------- shared by steps 3-7 ---
 
 constexpr int kBM = 128, kBN = 256, kBK = 64;
 constexpr std::uint32_t kABytes = kBM * kBK * 2;        // 16 KB: 128 rows of 128 bytes
@@ -91,18 +95,19 @@ __device__ __forceinline__ void wgmma_slab(float (&acc)[128], std::uint32_t stag
 }
 
 /// The epilogue with TcMatmulArgs' options (tc_parts::Epilogue), for one warp of a consumer
-/// warpgroup: its 16 rows x 256 columns go through a 16 x 32 fp32 patch of shared memory
+/// warpgroup: its 16 rows x kCols columns (256; 128 in step 7) go through a 16 x 32 fp32 patch of shared memory
 /// (row stride 40 floats: the float2 writes are conflict-free), 32 columns at a time, and
 /// come back four columns per lane for Epilogue::store4 (16-byte loads and stores). The
 /// read-back loop stays rolled: unrolled over all 64 accumulator pairs, the options'
 /// code would overflow the instruction cache (see mma_sync in matmul_tc.cu).
-__device__ __forceinline__ void store_warp_rows(const float (&acc)[128], float* patch, const Epilogue& epilogue,
+template <int kCols = kBN>
+__device__ __forceinline__ void store_warp_rows(const float (&acc)[kCols / 2], float* patch, const Epilogue& epilogue,
                                                 int row0, int n0) {
   constexpr int kLd = 40;
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
-  for (int c = 0; c < kBN / 32; ++c) {
+  for (int c = 0; c < kCols / 32; ++c) {
 #pragma unroll
     for (int jj = 0; jj < 4; ++jj) {
       const int j = 4 * c + jj;
@@ -126,22 +131,24 @@ constexpr int kPatchBytes = 8 * 16 * 40 * 4;
 /// The epilogue of one warpgroup, straight from its accumulators: warp w of the group owns
 /// rows 16 w .. 16 w + 15 of its 64, and acc[4 j + 2 h], acc[4 j + 2 h + 1] is the pair of
 /// columns (8 j + 2 t, + 1) of row g + 8 h (g = lane / 4, t = lane % 4). One warp store
-/// writes 8 rows x 32 bytes: whole 32-byte sectors.
-__device__ __forceinline__ void store_warpgroup_tile(const float (&acc)[128], float* C, int M, int N,
+/// writes 8 rows x 32 bytes: whole 32-byte sectors. kCols: the group's columns (256; 128 in step 7).
+template <int kCols = kBN>
+__device__ __forceinline__ void store_warpgroup_tile(const float (&acc)[kCols / 2], float* C, int M, int N,
                                                      std::int64_t ldc, bool vec_ok, int row0, int n0) {
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = row0 + warp * 16 + lane / 4 + 8 * h;
 #pragma unroll
-    for (int j = 0; j < kBN / 8; ++j)
+    for (int j = 0; j < kCols / 8; ++j)
       store_pair(C, M, N, ldc, vec_ok, row, n0 + 8 * j + 2 * (lane % 4), acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
   }
 }
 
-__device__ __forceinline__ void zero(float (&acc)[128]) {
+template <int kN>
+__device__ __forceinline__ void zero(float (&acc)[kN]) {
 #pragma unroll
-  for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+  for (int i = 0; i < kN; ++i) acc[i] = 0.f;
 }
 
 /// Dynamic shared memory rounded up to the 1024-byte alignment of the swizzle atoms
@@ -599,6 +606,274 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
 }
 }  // namespace ws
 
+// ============================================================================
+// Step 7: pingpong -- each consumer warpgroup owns a tile; they take turns on the tensor cores.
+//
+// What limits steps 5-6 at the GPT's linear shapes (M = 16384, K = 384 or 1152-1536): a
+// tile's main loop is short (6 slabs at K = 384, ~1.7 us), and its epilogue (128 x 256
+// outputs, with bias, GELU, residual, bf16 rounding) takes a large fraction of that. Both
+// consumers compute the SAME tile, so both store at once and the tensor cores idle while
+// they do; the producer can only prefetch the next tile's first 4 slabs. And N = 384 or
+// 1152 is not a multiple of 256: 25% / 11% of each tile row is computed for nothing.
+// (Where steps 4-6 stand beside cuBLAS at these shapes: docs/results.md, linear_bf16.)
+//
+// Changes from step 5 (persistent):
+//  * Each consumer warpgroup owns its own 128 x 128 output tile: per k16, two wgmma
+//    m64n128k16 (rows 0-63 into acc0, rows 64-127 into acc1, the same B descriptor): still
+//    128 fp32 accumulators per thread. N = 384 and 1152 are multiples of 128: no waste.
+//  * The block's tiles (the persistent schedule, grouped order, now over 128 x 128 tiles)
+//    are dealt alternately: tile t of the block's walk to consumer t % 2.
+//  * One ring of kStages = 6 stages of 32 KB (A [128 m][64 k] + B [64 k][128 n]). The
+//    producer loads every tile's slabs in walk order, exactly as before; a consumer waits
+//    only for its own tiles' slabs and SKIPS the other's: after a tile of the other
+//    consumer it advances its ring position by k_tiles at once (Ring::skip: stage +=
+//    k_tiles mod kStages, phase flipped once per wrap). Both consumers thus agree with the
+//    producer on which stage and phase holds slab i of the walk, and each stage's empty
+//    barrier counts ONE arrival (the consumer of that slab).
+//  * Turns (module 3's tc_pingpong): an ordered pair of named barriers, kTurnBarrier + c
+//    for consumer c. The consumer of tile t (t >= 1) waits for its turn (bar.sync, 256
+//    threads), issues its whole main loop, and, if the block has a tile t + 1, passes the
+//    turn (bar.arrive on the other's barrier) right after issuing its last slab; then it
+//    drains its wgmmas and runs its epilogue WHILE the other consumer runs its main loop.
+//    Each pass is matched by exactly one wait (tile 0 needs none, the last tile gives none),
+//    so no barrier is left half-arrived at exit.
+//  * Why the single ring's parities are safe: a parity wait cannot tell phase p from phase
+//    p - 2, so no consumer may wait on a stage more than one pass ahead of the slab it
+//    holds. The turns guarantee it: the consumer of tile t starts waiting only after the
+//    consumer of tile t - 1 has waited for (so seen land) every slab of tile t - 1, and by
+//    induction every slab before its own has landed. Without the turns consumer B could
+//    reach tile t + 1's first slab while tile t's (same stage, one pass earlier) had not
+//    landed yet, and its wait would return at once.
+//  * Only one consumer issues at a time, so draining every slab (wait_group 0, steps 4-6)
+//    would leave the tensor cores idle between slabs: a consumer keeps one slab in flight
+//    (wait_group 1) and releases the stage of the slab before.
+// The epilogue is steps 4-6's (store_warp_rows, tc_parts::Epilogue: every option), and the
+// tensor maps are theirs (the B box for a transposed B is already [128 n][64 k]; a plain B
+// is two [64 k][64 n] boxes instead of four).
+// Prediction (linear_bf16, speed / cuBLAS on an H100: cuBLAS time over this step's time):
+//   fwd 16384x1152x384 ~0.85 (0.75-0.95); fc+GELU 16384x1536x384 ~0.8 (0.7-0.9);
+//   proj+residual 16384x384x1536 ~0.9 (0.8-1.0); dX 16384x384x1152 ~0.9 (0.8-1.0);
+//   dW 1152x384x16384 ~0.4: only 27 tiles of 128 x 128 for 132 SMs, one consumer busy per
+//   block -- K = 16384 wants split-K, which this step does not do.
+//   At 8192^3 (hgemm_bf16): level with step 5 (~0.85-0.95), perhaps a little below: a
+//   128 x 128 tile loads 32 KB per 2.1 MFLOP slab against 48 KB per 4.2 MFLOP, ~37% more
+//   L2 -> shared traffic per FLOP (~10 TB/s over the chip at full rate), which is what
+//   step 6's multicast had taken away.
+// Measured: pending (GPU run)
+// ============================================================================
+namespace pingpong {
+constexpr int kTN = 128;                                       // a consumer's tile: 128 x 128
+constexpr std::uint32_t kBTileBytes = kBK * kTN * 2;           // 16 KB: two [64 k][64 n] blocks
+constexpr std::uint32_t kStageBytes = kABytes + kBTileBytes;   // 32 KB per stage
+constexpr int kStages = 6;
+constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
+constexpr int kProducerRegisters = 40;
+constexpr int kConsumerRegisters = 232;
+constexpr int kBarrierBytes = 2 * kStages * 8;
+constexpr int kSmemBytes = kStages * static_cast<int>(kStageBytes) + kBarrierBytes + kPatchBytes + 1024;
+/// Named barriers: kTurnBarrier + c is consumer c's turn (0 is __syncthreads').
+constexpr int kTurnBarrier = 1;
+
+/// A position in the ring, shared by the producer's walk and each consumer's view of it.
+struct Ring {
+  int stage = 0;
+  std::uint32_t phase = 0;
+  __device__ __forceinline__ void advance() {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+  /// n advances at once: past the slabs of a tile of the other consumer.
+  __device__ __forceinline__ void skip(int n) {
+    // @step pingpong  (the exercise writes the skip)
+    const int s = stage + n;
+    stage = s % kStages;
+    phase ^= static_cast<std::uint32_t>(s / kStages) & 1u;
+    // @end
+  }
+};
+
+/// One slab of a consumer's 128 x 128 tile: per k16 step, two wgmma m64n128k16 with the same
+/// B descriptor, rows 0-63 into acc0 and rows 64-127 into acc1. Descriptors as in
+/// wgmma_slab, with the half h of the tile in place of the warpgroup. Issued only.
+/// first: the tile's first slab, whose first k16 step overwrites the accumulators
+/// (wgmma's scale-d = 0) instead of adding. No zeroing with ordinary instructions: those
+/// can make ptxas serialize the wgmmas (C7515; the first build of this step's stub did).
+template <bool kATrans, bool kBTrans>
+__device__ __forceinline__ void wgmma_slab_128(float (&acc0)[64], float (&acc1)[64], std::uint32_t stage_a,
+                                               std::uint32_t stage_b, bool first) {
+#pragma unroll
+  for (int ks = 0; ks < kBK / 16; ++ks) {
+    const std::uint64_t db = kBTrans ? cc::wgmma_desc_sw128(stage_b + ks * 32, 16, 1024)
+                                     : cc::wgmma_desc_sw128(stage_b + ks * 16 * 128, kBBlockBytes, 1024);
+    const std::uint64_t da0 = kATrans ? cc::wgmma_desc_sw128(stage_a + ks * 16 * 128, kBBlockBytes, 1024)
+                                      : cc::wgmma_desc_sw128(stage_a + ks * 32, 16, 1024);
+    const std::uint64_t da1 = kATrans ? cc::wgmma_desc_sw128(stage_a + kBBlockBytes + ks * 16 * 128, kBBlockBytes, 1024)
+                                      : cc::wgmma_desc_sw128(stage_a + 64 * 128 + ks * 32, 16, 1024);
+    const int accumulate = (first && ks == 0) ? 0 : 1;
+    cc::wgmma_m64n128k16_bf16_f32</*kBMnMajor=*/!kBTrans, /*kAMnMajor=*/kATrans>(acc0, da0, db, accumulate);
+    cc::wgmma_m64n128k16_bf16_f32</*kBMnMajor=*/!kBTrans, /*kAMnMajor=*/kATrans>(acc1, da1, db, accumulate);
+  }
+}
+
+/// Waits until the tensor cores are consumer cw's: the other consumer's 128 threads have
+/// arrived (pass_turn) and cw's 128 sync -- 256 in all.
+__device__ __forceinline__ void wait_turn(int cw) {
+  // @step pingpong  (the exercise writes the wait)
+  cc::named_barrier_sync(kTurnBarrier + cw, 256);
+  // @end
+}
+
+/// Hands the tensor cores to the other consumer, right after issuing (its wgmmas queue
+/// behind ours): counted on its barrier without waiting.
+__device__ __forceinline__ void pass_turn(int cw) {
+  // @step pingpong  (the exercise writes the pass)
+  cc::named_barrier_arrive(kTurnBarrier + (1 - cw), 256);
+  // @end
+}
+
+template <bool kATrans, bool kBTrans>
+__global__ void __launch_bounds__(kThreads, 1)
+    matmul_tc_pingpong_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+                              const Epilogue epilogue, int K, int tiles_m, int tiles_n) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const std::uint32_t smem = aligned_smem_base(smem_raw);
+  const std::uint32_t full_bar = smem + kStages * kStageBytes;  // full[s] at full_bar + 8 s
+  const std::uint32_t empty_bar = full_bar + kStages * 8;      // empty[s] at empty_bar + 8 s
+  const int wg = threadIdx.x / 128;
+  const int k_tiles = (K + kBK - 1) / kBK;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      cc::mbarrier_init(full_bar + 8 * s, 1);   // the producer's arrive (+ bytes)
+      cc::mbarrier_init(empty_bar + 8 * s, 1);  // the one consumer of the slab
+    }
+    cc::fence_barrier_init();
+    cc::tma_prefetch_descriptor(&tmap_a);
+    cc::tma_prefetch_descriptor(&tmap_b);
+  }
+  __syncthreads();
+
+  ws::TileSchedule<1> schedule(tiles_m, tiles_n);  // over 128 x 128 tiles (tiles_n counts them)
+  Ring ring;
+  int tile_m, tile_n;
+  if (wg == 0) {
+    // ---- Producer: every slab of every tile of the walk, in order, whichever consumer's.
+    cc::setmaxnreg_dec<kProducerRegisters>();
+    if (threadIdx.x == 0) {
+      while (schedule.take(tile_m, tile_n)) {
+        for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+          const std::uint32_t full = full_bar + 8 * ring.stage;
+          const std::uint32_t stage_a = smem + ring.stage * kStageBytes;
+          const std::uint32_t stage_b = stage_a + kABytes;
+          cc::mbarrier_wait(empty_bar + 8 * ring.stage, ring.phase ^ 1u);  // stage free
+          cc::mbarrier_arrive_expect_tx(full, kStageBytes);                // 32 KB will land here
+          if constexpr (!kATrans) {
+            cc::tma_load_2d(stage_a, &tmap_a, full, kt * kBK, tile_m * kBM);
+          } else {
+            cc::tma_load_2d(stage_a, &tmap_a, full, tile_m * kBM, kt * kBK);
+            cc::tma_load_2d(stage_a + kBBlockBytes, &tmap_a, full, tile_m * kBM + 64, kt * kBK);
+          }
+          // B: two [64 k][64 n] boxes, or (stored N x K) one [128 n][64 k] box.
+          if constexpr (!kBTrans) {
+            cc::tma_load_2d(stage_b, &tmap_b, full, tile_n * kTN, kt * kBK);
+            cc::tma_load_2d(stage_b + kBBlockBytes, &tmap_b, full, tile_n * kTN + 64, kt * kBK);
+          } else {
+            cc::tma_load_2d(stage_b, &tmap_b, full, kt * kBK, tile_n * kTN);
+          }
+        }
+      }
+    }
+  } else {
+    // ---- Consumers: consumer cw computes tiles cw, cw + 2, ... of the block's walk.
+    cc::setmaxnreg_inc<kConsumerRegisters>();
+    const int cw = wg - 1;
+    float* patch = reinterpret_cast<float*>(smem_raw + (smem - cc::smem_u32(smem_raw)) + kStages * kStageBytes +
+                                            kBarrierBytes) +
+                   (threadIdx.x / 32 - 4) * 16 * 40;  // this consumer warp's patch (store_warp_rows)
+    const auto release = [&](int stage) {
+      if (threadIdx.x % 128 == 0) cc::mbarrier_arrive(empty_bar + 8 * stage);
+    };
+    float acc0[64], acc1[64];
+    for (int t = 0; schedule.take(tile_m, tile_n); ++t) {
+      // @step pingpong  (the exercise deals the tiles and takes turns)
+      if (t % 2 != cw) {
+        ring.skip(k_tiles);  // the other consumer's tile: its slabs pass this consumer by
+        continue;
+      }
+      if (t > 0) wait_turn(cw);  // the consumer of tile t - 1 has issued its main loop
+      // @end
+      int held = 0;  // the stage of the slab still in flight
+      for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+        cc::mbarrier_wait(full_bar + 8 * ring.stage, ring.phase);  // the stage's 32 KB have landed
+        const std::uint32_t stage_a = smem + ring.stage * kStageBytes;
+        cc::wgmma_fence();
+        wgmma_slab_128<kATrans, kBTrans>(acc0, acc1, stage_a, stage_a + kABytes, kt == 0);
+        cc::wgmma_commit();
+        cc::wgmma_wait<1>();            // slab kt - 1 is complete ...
+        if (kt > 0) release(held);      // ... so its stage may be refilled
+        held = ring.stage;
+      }
+      // @step pingpong  (the exercise passes the turn)
+      // The block's tile t + 1 exists (schedule.next is its walk index): hand it the tensor
+      // cores; its main loop runs under our epilogue.
+      if (schedule.next < schedule.total) pass_turn(cw);
+      // @end
+      cc::wgmma_wait<0>();
+      release(held);
+      const int row0 = tile_m * kBM, n0 = tile_n * kTN;
+      if (epilogue.plain) {
+        store_warpgroup_tile<kTN>(acc0, epilogue.c, epilogue.m, epilogue.n, epilogue.ldc, epilogue.pairs_ok, row0, n0);
+        store_warpgroup_tile<kTN>(acc1, epilogue.c, epilogue.m, epilogue.n, epilogue.ldc, epilogue.pairs_ok, row0 + 64,
+                                  n0);
+      } else {
+        store_warp_rows<kTN>(acc0, patch, epilogue, row0, n0);
+        store_warp_rows<kTN>(acc1, patch, epilogue, row0 + 64, n0);
+      }
+    }
+  }
+#else
+  (void)tmap_a, (void)tmap_b, (void)epilogue, (void)K, (void)tiles_m, (void)tiles_n;
+  __trap();  // never launched: the host checks sm90a_code_available() first
+#endif
+}
+
+/// Launches the ping-pong kernel, one block per SM (at most one per tile).
+template <bool kATrans, bool kBTrans>
+void launch_layout(const TcMatmulArgs& a, const char* step) {
+  const int tiles_m = static_cast<int>((a.m + kBM - 1) / kBM);
+  const int tiles_n = static_cast<int>((a.n + kTN - 1) / kTN);
+  const int tiles = static_cast<int>(grid_blocks(a.m, a.n, kBM, kTN, step));
+  // The boxes of steps 4-6: A as there; B [64 k][64 n] (two per stage) or [128 n][64 k] (one).
+  const CUtensorMap map_a = kATrans ? make_tma_map_bf16_2d(a.a, a.k, a.m, a.lda, kBK, 64, TmaSwizzle::bytes128)
+                                    : make_tma_map_bf16_2d(a.a, a.m, a.k, a.lda, kBM, kBK, TmaSwizzle::bytes128);
+  const CUtensorMap map_b = kBTrans ? make_tma_map_bf16_2d(a.b, a.n, a.k, a.ldb, kTN, kBK, TmaSwizzle::bytes128)
+                                    : make_tma_map_bf16_2d(a.b, a.k, a.n, a.ldb, kBK, 64, TmaSwizzle::bytes128);
+  constexpr auto kernel = matmul_tc_pingpong_kernel<kATrans, kBTrans>;
+  cc::opt_in_dynamic_smem<kernel>(kSmemBytes);
+  int device = 0, sms = 0, per_sm = 0;
+  COURSE_CUDA_CHECK(cudaGetDevice(&device));
+  COURSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  COURSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kSmemBytes));
+  require_arg(per_sm >= 1, step, "blocks per SM", per_sm, "must be >= 1 (not enough shared memory per SM?)");
+  const int blocks = std::min(tiles, sms * per_sm);
+  kernel<<<blocks, kThreads, kSmemBytes, a.stream>>>(map_a, map_b, Epilogue::from(a), static_cast<int>(a.k), tiles_m,
+                                                      tiles_n);
+  COURSE_CHECK_LAUNCH("matmul_tc_pingpong_kernel");
+}
+
+/// One kernel per operand layout, as launch_ws.
+void launch(const TcMatmulArgs& a, const char* step) {
+  require_sm90a(step);
+  if (!a.a_transposed && !a.b_transposed) launch_layout<false, false>(a, step);
+  else if (!a.a_transposed) launch_layout<false, true>(a, step);
+  else if (!a.b_transposed) launch_layout<true, false>(a, step);
+  else launch_layout<true, true>(a, step);
+}
+}  // namespace pingpong
+
 // @step wgmma  (the exercise's written flags, one per step; the solution has none)
 // @end
 // @step tma_warp_specialized
@@ -606,6 +881,8 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
 // @step persistent
 // @end
 // @step cluster_multicast
+// @end
+// @step pingpong
 // @end
 
 }  // namespace
@@ -641,6 +918,12 @@ void launch_cluster_multicast(const TcMatmulArgs& a) {
   // @step cluster_multicast  (the exercise's written tests)
   // @end
   ws::launch_ws<2>(a, /*persistent=*/true, "matmul_tc(cluster_multicast)");
+}
+
+void launch_pingpong(const TcMatmulArgs& a) {
+  // @step pingpong  (the exercise's written tests)
+  // @end
+  pingpong::launch(a, "matmul_tc(pingpong)");
 }
 
 }  // namespace course::solution::tc_parts

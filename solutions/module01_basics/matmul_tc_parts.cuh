@@ -1,8 +1,8 @@
 #pragma once
 /// @file matmul_tc_parts.cuh
 /// @brief What the two translation units of the tensor-core matmul ladder share:
-/// matmul_tc.cu (steps 1-2: wmma, mma_sync) and matmul_tc_hopper.cu (steps 3-6: wgmma,
-/// tma_warp_specialized, persistent, cluster_multicast). Tile order, the masked
+/// matmul_tc.cu (steps 1-2: wmma, mma_sync) and matmul_tc_hopper.cu (steps 3-7: wgmma,
+/// tma_warp_specialized, persistent, cluster_multicast, pingpong). Tile order, the masked
 /// epilogue store (plain, and with TcMatmulArgs' options), launch helpers, and the Hopper
 /// steps' launchers.
 
@@ -198,5 +198,6 @@ void launch_wgmma(const m01::TcMatmulArgs& a);
 void launch_tma_warp_specialized(const m01::TcMatmulArgs& a);
 void launch_persistent(const m01::TcMatmulArgs& a);
 void launch_cluster_multicast(const m01::TcMatmulArgs& a);
+void launch_pingpong(const m01::TcMatmulArgs& a);
 
 }  // namespace course::solution::tc_parts

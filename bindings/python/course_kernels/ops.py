@@ -202,7 +202,7 @@ def matmul_tc(a: Any, b: Any, *, step: Optional[str] = None, impl: str = "soluti
     """C = a @ b on tensor cores: bfloat16 a (M x K) and b (K x N), float32 C (M x N).
 
     a and b: 16-byte aligned, row strides multiples of 8 elements. Steps: wmma, mma_sync (default),
-    and on Hopper (sm_90a) wgmma, tma_warp_specialized, persistent, cluster_multicast.
+    and on Hopper (sm_90a) wgmma, tma_warp_specialized, persistent, cluster_multicast, pingpong.
     """
     lib = library(impl)
     Am, Bm, m, n, k = _gemm_operands(a, b, BFLOAT16)

@@ -32,7 +32,7 @@
 ///     v += residual(i, j); C(i, j) = v, or C(i, j) += v with accumulate (fp32 C only).
 ///     residual has the output's dtype and may be C itself (same pointer and leading
 ///     dimension: the residual stream updated in place); it must not overlap C otherwise.
-/// Steps mma_sync, tma_warp_specialized, persistent and cluster_multicast take every option;
+/// Steps mma_sync, tma_warp_specialized, persistent, cluster_multicast and pingpong take every option;
 /// wmma and wgmma throw course::Unsupported naming the first option they are given.
 ///
 /// Steps wgmma and later use Hopper-only instructions (wgmma, setmaxnreg: sm_90a; TMA,
@@ -61,6 +61,7 @@ enum class TcMatmulStep {
   tma_warp_specialized,  ///< TMA loads into an mbarrier ring; a producer warpgroup and two consumer warpgroups
   persistent,            ///< one block per SM loops over tiles: the next tile's loads overlap this tile's stores
   cluster_multicast,     ///< clusters of 2 blocks share each B tile: one TMA read, multicast to both
+  pingpong,              ///< each consumer warpgroup owns a 128x128 tile; they take turns on the tensor cores
 };
 
 inline constexpr StepInfo<TcMatmulStep> kTcMatmulSteps[] = {
@@ -76,6 +77,8 @@ inline constexpr StepInfo<TcMatmulStep> kTcMatmulSteps[] = {
      "one block per SM walks a tile schedule: the next tile's loads overlap this tile's epilogue"},
     {TcMatmulStep::cluster_multicast, "cluster_multicast",
      "2-block clusters: each B tile is read once from L2 and multicast into both blocks"},
+    {TcMatmulStep::pingpong, "pingpong",
+     "each consumer warpgroup owns a 128x128 tile; taking turns, one's epilogue runs under the other's math"},
 };
 static_assert(steps_in_enum_order(kTcMatmulSteps), "kTcMatmulSteps must list TcMatmulStep in enum order");
 
@@ -143,7 +146,8 @@ inline void require_no_options(const TcMatmulArgs& a, const std::string& step) {
   if (uses_options(a))
     throw Unsupported(step, std::string("plain fp32 C = A * B only: it does not take TcMatmulArgs::") +
                                 first_option(a) +
-                                " (steps mma_sync, tma_warp_specialized, persistent and cluster_multicast take them)");
+                                " (steps mma_sync, tma_warp_specialized, persistent, cluster_multicast and "
+                                "pingpong take them)");
 }
 
 /// The validation both implementations run before any launch.

@@ -370,9 +370,10 @@ __device__ __forceinline__ void wgmma_m64n64k16_bf16_f32(float (&d)[32], std::ui
 /// memory: the warpgroup's 64 x 128 fp32 accumulator tile d += A (64 x 16) * B (16 x 128).
 /// desc_a / desc_b: wgmma_desc_sw128 descriptors; accumulate = 0 computes d = A * B.
 /// kBMnMajor = false: B is K-major (rows are n, k contiguous: the K of Q*K^T); true: B
-/// is MN-major (rows are k, n contiguous: the V of P*V), transposed on the fly. 64 registers per thread, in
+/// is MN-major (rows are k, n contiguous: the V of P*V), transposed on the fly. kAMnMajor
+/// likewise for A (true: a transposed A, module 1's pingpong step). 64 registers per thread, in
 /// the mma.sync fragment order repeated over n8 tiles (see wgmma_m64nNk16 notes above).
-template <bool kBMnMajor>
+template <bool kBMnMajor, bool kAMnMajor = false>
 __device__ __forceinline__ void wgmma_m64n128k16_bf16_f32(float (&d)[64], std::uint64_t desc_a, std::uint64_t desc_b,
                                                          int accumulate = 1) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -386,7 +387,7 @@ __device__ __forceinline__ void wgmma_m64n128k16_bf16_f32(float (&d)[64], std::u
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
       "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, %64, %65, p, 1, 1, 0, %67;\n"
+      "}, %64, %65, p, 1, 1, %68, %67;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
@@ -396,7 +397,7 @@ __device__ __forceinline__ void wgmma_m64n128k16_bf16_f32(float (&d)[64], std::u
         "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kBMnMajor ? 1 : 0));
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kBMnMajor ? 1 : 0), "n"(kAMnMajor ? 1 : 0));
 #else
   (void)d, (void)desc_a, (void)desc_b, (void)accumulate;
   __trap();  // wgmma needs an sm_90a build
