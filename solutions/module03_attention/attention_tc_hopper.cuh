@@ -852,11 +852,11 @@ void launch(const AttentionArgsBf16& a, const TcParams& p) {
 //  (b) The barriers are initialized once. The K/V ring's RingPosition runs on across tiles
 //      (producer and consumers advance it once per K/V tile, so they agree on every stage
 //      and parity); Q becomes a ring too, kQStages tiles with a "q_full" (TMA bytes) and a
-//      "q_empty" barrier each (one arrival per consumer warpgroup once its LAST S of the
-//      tile has landed: Q is read by S only). Both sides advance the Q ring once per tile,
+//      "q_empty" barrier each (one arrival per consumer thread once its LAST S of the tile
+//      has landed: Q is read by S only, and the tile slot by every thread before its S). Both sides advance the Q ring once per tile,
 //      including tiles without any K/V tile (causal, N_q > N_k: q_full completes by the
-//      producer's arrive alone, no bytes, and the consumers release the stage as soon as
-//      they have read the slot) and the sentinel; such tiles load nothing else, and their
+//      producer's arrive alone, no bytes, and each consumer thread releases the stage as
+//      soon as it has read the slot) and the sentinel; such tiles load nothing else, and their
 //      O = 0 and lse = -inf are written all the same.
 //  (c) The producer issues, per tile, K/V tile 0, then Q (waiting on q_empty), then the
 //      other K/V tiles: the stage that K/V tile 0 of the next tile reuses is released at
@@ -962,7 +962,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     for (int i = 0; i < R::kQStages; ++i) {
       cc::mbarrier_init(q_full_bar + 8 * i, 1);
-      cc::mbarrier_init(q_empty_bar + 8 * i, T::kBlockM / 64);  // each consumer's last S has landed
+      // Every consumer thread arrives (256): each has read the stage's tile slot by then, so
+      // the producer's next write to it is ordered after every read by the mbarrier itself.
+      cc::mbarrier_init(q_empty_bar + 8 * i, T::kBlockM / 64 * 128);
     }
     cc::fence_barrier_init();
   }
@@ -1035,17 +1037,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       const std::uint32_t q_tile = s_q + q_ring.stage * T::kQBytes;
       const std::uint32_t q_empty = q_empty_bar + 8 * q_ring.stage;
       if (num_tiles > 0) {
-        // q_empty once the last S has landed: all four warps issued S after reading the slot
-        // (a warpgroup's wgmma runs once all of them have), so the slot is free as well.
+        // q_empty once this thread's last S has landed: Q and the slot are free (every
+        // thread arrives itself, after its own read of the slot).
         ws_step::gemm_phases<Phases, T, R, kCausal, Schedule::overlap>(
             o, row_max, row_sum, ring, q_tile, s_kv, full_bar, empty_bar, p, num_tiles, cw, q0 + 64 * cw + 16 * warp,
-            /*open_turns=*/first, /*pass_last=*/true, [&] {
-              if (threadIdx.x % 128 == 0) cc::mbarrier_arrive(q_empty);  // Q is free for the next tile's
-            });
+            /*open_turns=*/first, /*pass_last=*/true, [&] { cc::mbarrier_arrive(q_empty); });
         first = false;
       } else {
-        cc::named_barrier_sync(1 + cw, 128);  // all 128 have read the slot (no S to order that here)
-        if (threadIdx.x % 128 == 0) cc::mbarrier_arrive(q_empty);
+        cc::mbarrier_arrive(q_empty);  // no K/V tile: the slot, read above, is all this tile used
       }
       q_ring.advance<R::kQStages>();
       const int b = bh / p.heads, h = bh % p.heads;
@@ -1080,8 +1079,12 @@ void launch(const AttentionArgsBf16& a, const TcParams& p) {
   // in stream order on a.stream. Not a static counter: two launches on concurrent streams
   // would take tiles from each other's count, and a reset between launches would race with a
   // kernel still running on another stream.
+  // From the course's scratch pool (course::scratch_pool, device.hpp), which keeps its memory
+  // mapped across synchronizations: the default pool returns it at every sync, and the next
+  // cudaMallocAsync then maps it again -- tens of microseconds, on a benchmark's timeline.
   int* tile_counter = nullptr;
-  COURSE_CUDA_CHECK(cudaMallocAsync(&tile_counter, sizeof(int), a.stream));
+  COURSE_CUDA_CHECK(cudaMallocFromPoolAsync(reinterpret_cast<void**>(&tile_counter), sizeof(int), scratch_pool(),
+                                            a.stream));
   COURSE_CUDA_CHECK(cudaMemsetAsync(tile_counter, 0, sizeof(int), a.stream));
   kernel<<<static_cast<unsigned>(blocks), kThreads, kSmem, a.stream>>>(m.q, m.k, m.v, wp, static_cast<int>(q_tiles),
                                                                       static_cast<int>(work), tile_counter);
