@@ -1,6 +1,10 @@
 #include "course/device.hpp"
 
+#include <cstdint>
 #include <fstream>
+#include <limits>
+#include <map>
+#include <mutex>
 #include <sstream>
 #include <string>
 
@@ -66,6 +70,25 @@ const cudaDeviceProp& device_properties() {
     return p;
   }();
   return props;
+}
+
+cudaMemPool_t scratch_pool() {
+  static std::mutex mutex;
+  static std::map<int, cudaMemPool_t> pools;  // one per device, never destroyed
+  int dev = 0;
+  COURSE_CUDA_CHECK(cudaGetDevice(&dev));
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = pools.find(dev); it != pools.end()) return it->second;
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = dev;
+  cudaMemPool_t pool = nullptr;
+  COURSE_CUDA_CHECK(cudaMemPoolCreate(&pool, &props));
+  std::uint64_t keep = std::numeric_limits<std::uint64_t>::max();
+  COURSE_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  pools.emplace(dev, pool);
+  return pool;
 }
 
 std::string device_summary() {

@@ -10,7 +10,7 @@
 ///                            barriers): one's softmax runs under the other's GEMMs
 ///   13. tc_overlap           a consumer's softmax of tile j starts once S_j has landed,
 ///                            under its own P_{j-1} V_{j-1} (two commit groups, O rescaled after)
-///   14. tc_persistent        one block per SM walks a static list of query tiles; the
+///   14. tc_persistent        one block per SM walks the query tiles, longest first; the
 ///                            producer loads the next tile's Q and K/V under this one
 ///
 /// Every step computes 128-row query tiles (one per block; step 14 several) as two warpgroups of 64 rows
@@ -519,7 +519,8 @@ constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
 constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
 
 /// Named barriers of the ping-pong schedule (step 12): kTurnBarrier + w is consumer
-/// warpgroup w's turn to issue its GEMMs (0 is __syncthreads', 1 and 2 the epilogue's).
+/// warpgroup w's turn to issue its GEMMs (0 is __syncthreads'; 1 + w consumer warpgroup
+/// w's own: step 13's epilogue, step 14's tiles without K/V).
 constexpr int kTurnBarrier = 3;
 
 /// How a consumer warpgroup orders its work on one K/V tile: step 11 one tile after the
@@ -817,29 +818,46 @@ void launch(const AttentionArgsBf16& a, const TcParams& p) {
 }  // namespace ws_step
 
 // ============================================================================
-// Step 14: tc_persistent -- one block per SM walks a list of query tiles; the producer
-// loads the next tile's Q and K/V while the consumers finish the current one.
+// Step 14: tc_persistent -- one block per SM takes query tiles one after another, in step
+// 13's order, from a counter; the producer loads the next tile's Q and K/V while the
+// consumers finish the current one.
 //
-// Why a persistent schedule: a block of step 13 owns one (query tile, batch*head) pair.
-// With causal masking and short sequences it has 1-16 K/V tiles (N = 1024, d = 128: 4.5 on
-// average, 8.4 MFLOP each, ~1.9 us at 600 TFLOP/s over 132 SMs), and around them the
-// tensor cores idle: a new block starts only when the old one has exited (one 225 KB block
-// per SM), then waits for its Q and first K/V tile by TMA (~1-2 us); at the end each
-// consumer stages its O rows in the Q tile, meets its own 4 warps and stores them: ~2-3 us
-// per block beside ~8 us of wgmma. (What held step 13 back most at short causal N was the
-// tile order instead -- DRAM traffic, fixed by grouped_tile_coordinates; see the lesson.)
+// What limits step 13: a block owns one (query tile, batch*head) pair. With causal masking
+// and short sequences it has 1-16 K/V tiles (N = 1024, d = 128: 4.5 on average, 8.4 MFLOP
+// each, ~1.9 us at 600 TFLOP/s over 132 SMs), and around them the tensor cores idle: a new
+// block starts only when the old one has exited (one 225 KB block per SM), then waits for
+// its Q and first K/V tile by TMA (~1-2 us from DRAM); at the end each consumer stages its
+// O rows in the Q tile, meets its own 4 warps and stores them. That is ~2-3 us per block
+// beside ~8 us of wgmma: step 13 runs
+// at 0.64x cuDNN there (d = 128, N = 1024-2048 causal), 0.71-0.79x at d = 64 up to N = 4096.
 // Changes from step 13 (persistent_kernel below; the consumers' loop is step 13's,
 // gemm_phases with Schedule::overlap):
 //  (a) The grid is one block per SM (device_properties().multiProcessorCount, fewer when
-//      there are fewer tiles). Work tile w is (q tile, batch*head) in the order of steps
-//      11-13 (grouped_tile_coordinates), and block i takes tiles i, i + grid, i + 2 grid, ...
-//      (a static schedule).
+//      there are fewer tiles). Work tile w is (q tile, batch*head) in step 13's block order
+//      (grouped_tile_coordinates with w as the linear block number; causal: heads in
+//      groups, longest query tile first inside a group, so that the tiles running together
+//      share K/V in L2), and the tiles START in w order, as step 13's blocks do: a dynamic
+//      schedule. Block i takes tile i first, then whichever tile is next on a counter of the
+//      launch (gridDim.x + atomicAdd(counter, 1), fetched while the current tile's K/V
+//      loads; the host allocates and zeroes the counter on the launch's stream). The
+//      producer hands each tile to the consumers through its Q stage: a shared-memory int
+//      per stage, written before the q_full arrive; after the last tile a sentinel (w >=
+//      work_tiles) ends the consumers' loop.
+//      Why not the static walk i, i + grid, i + 2 grid, ... (this step's first version):
+//      causal tiles differ in length, so the blocks drift apart and the tiles in flight are
+//      no longer consecutive ones: they stop sharing K/V in L2. Seen on an H100 (ncu, B = 1,
+//      H = 16, N = 16384, d = 128, causal): 3.0 GB read from DRAM against 1.18 GB for step 13
+//      (L2 hit rate 59% against 79%), 0.86x the speed of step 13; 0.81-0.89x of step 13 at
+//      d = 128 causal, N = 1024-2048; faster than step 13 only at d = 64 (up to 12%).
 //  (b) The barriers are initialized once. The K/V ring's RingPosition runs on across tiles
 //      (producer and consumers advance it once per K/V tile, so they agree on every stage
 //      and parity); Q becomes a ring too, kQStages tiles with a "q_full" (TMA bytes) and a
-//      "q_empty" barrier each (one arrival per consumer warpgroup once its LAST S of the
-//      tile has landed: Q is read by S only). Tiles without any K/V tile (causal, N_q >
-//      N_k) load nothing on either side; their O = 0 and lse = -inf are written all the same.
+//      "q_empty" barrier each (one arrival per consumer thread once its LAST S of the tile
+//      has landed: Q is read by S only, and the tile slot by every thread before its S). Both sides advance the Q ring once per tile,
+//      including tiles without any K/V tile (causal, N_q > N_k: q_full completes by the
+//      producer's arrive alone, no bytes, and each consumer thread releases the stage as
+//      soon as it has read the slot) and the sentinel; such tiles load nothing else, and their
+//      O = 0 and lse = -inf are written all the same.
 //  (c) The producer issues, per tile, K/V tile 0, then Q (waiting on q_empty), then the
 //      other K/V tiles: the stage that K/V tile 0 of the next tile reuses is released at
 //      least one GEMM phase before the current tile's last S lands (q_empty), so it never
@@ -855,17 +873,18 @@ void launch(const AttentionArgsBf16& a, const TcParams& p) {
 //      takes one unused turn at the end, so that every pass has its wait. Both warpgroups
 //      run num_tiles + 1 phases per tile, so the turns alternate strictly across tiles.
 // Shared memory, where O staged in Q would have needed a second Q buffer:
-//   d = 128: Q 32 KB + 3 x 64 KB (K, V) = 224 KB + 8 barriers + 1 KB alignment = 230,464 B
-//            of the 232,448 (227 KB); a second Q tile (256 KB) does not fit. Alternatives:
+//   d = 128: Q 32 KB + 3 x 64 KB (K, V) = 224 KB + 8 barriers + the tile slot + 1 KB
+//            alignment = 230,468 B of the 232,448 (227 KB); a second Q tile (256 KB) does not fit. Alternatives:
 //            2 Q + 2 K/V stages (192 KB: kQStagesAt128 = 2 below, which measures whether
 //            the third stage of step 12 still matters), or O staged in the K half of the
 //            last stage (free once both last S have landed, but then the stage's release
 //            waits for the stores, and one warpgroup's O would overwrite K rows the other's
 //            S may still read: a cross-warpgroup barrier per tile). Direct stores cost none.
-//   d = 64:  2 Q x 16 KB + 4 x 32 KB = 160 KB (164,960 B): Q of the next tile loads during
+//   d = 64:  2 Q x 16 KB + 4 x 32 KB = 160 KB (164,968 B): Q of the next tile loads during
 //            the whole current tile.
 // Registers: as step 13 (S 64, O 64 at d = 128, packed P 32 per consumer thread) plus the
-// tile walk (tile index, Q ring position, flags): no spills at 240.
+// tile walk (tile index, Q ring position, flags): no spills at 240. The producer thread
+// fits its 24: the next tile's index replaces the current one as soon as Q is issued.
 // Prediction: the ~2-3 us per block that step 13 spends without wgmma shrink to the wait
 // for the next Q at d = 128 (its load starts when the last S of the tile has landed, ~1 us
 // of TMA latency against ~0.5-1 us of softmax, last P V and epilogue) and to nothing at
@@ -873,24 +892,12 @@ void launch(const AttentionArgsBf16& a, const TcParams& p) {
 // at d = 64 up to N = 4096; non-causal N = 1024-2048 +3-8%; from N = 4096 on (32+ K/V
 // tiles per block) within +-3% of step 13. If d = 128 gains clearly less than d = 64, the
 // single Q buffer is the first suspect (try kQStagesAt128 = 2).
-// Outcome (H100, one run each; ratios to step 13 in the same run): the static walk pays at
-// d = 64 and not at d = 128 causal. compare_torch: 0.97-1.08x step 13 at d = 64, 0.97-1.02x
-// at d = 128, 0.81-1.12x causal (0.71-0.99x cuDNN causal; best at d = 64, N = 2048: 0.93x
-// against step 13's 0.83x; worst at d = 128, N = 1024-2048 and 16384: 0.81-0.89x of step 13).
-// ncu before the grouped order (B = 1, H = 16, N = 16384, d = 128, causal): 3.0 GB read from
-// DRAM against step 13's 1.18 GB, L2 hits 59% against 79%. With tiles of unequal length the
-// static walk lets the blocks drift apart, so the tiles in flight are no longer consecutive
-// and stop sharing K/V in L2 -- the hardware's block scheduler, which starts step 13's
-// blocks in order whenever an SM frees up, keeps them together.
-// Tried, not landed: a dynamic schedule (FlashAttention-3's), each next tile taken from a
-// per-launch atomic counter and handed to the consumers through a shared-memory slot of
-// its Q stage. Beside SDPA it ran 0.86-0.95x cuDNN causal at N = 1024-2048 (step 13:
-// 0.73-0.95x) and its DRAM traffic fell back to step 13's (0.30 GB at N = 16384). But
-// racecheck reports hazards on the slot: one thread per warpgroup arrived on q_empty, so
-// the other threads' reads of the slot were not ordered before the producer's next write
-// (a race by the memory model, however unlikely in time). And m03_bench timed it 0.82-1.00x
-// step 13 where SDPA's timer saw gains (its per-launch cudaMallocAsync is the suspect: the
-// default pool unmaps its memory at every sync). Both are fixed on a branch, untested.
+// Prediction for the dynamic schedule: DRAM reads and L2 hit rate back to step 13's at
+// N = 16384, d = 128 causal; step 14 >= step 13 within noise at d = 128, causal and
+// non-causal long N, and at d = 128 causal N = 1024-2048; the d = 64 gains kept. Costs: an
+// atomic per tile (hidden under the loads) and, per launch, a 4-byte stream-ordered
+// allocation and memset (a few us of host and stream time, visible only on the shortest runs).
+// Outcome: pending (GPU run).
 // ============================================================================
 namespace persistent_step {
 
@@ -905,7 +912,8 @@ using ws_step::kThreads;
 constexpr int kQStagesAt128 = 1;
 
 /// Shared memory of step 14: kQStages Q tiles, then step 13's K/V ring, then the barriers
-/// (full and empty per K/V stage, q_full and q_empty per Q tile).
+/// (full and empty per K/V stage, q_full and q_empty per Q tile), then one int per Q tile:
+/// the work tile that stage holds (change (a)).
 template <int D>
 struct Ring {
   using Step13 = ws_step::Ring<D, Schedule::overlap>;
@@ -914,14 +922,16 @@ struct Ring {
   static constexpr int kStageBytes = Step13::kStageBytes;  ///< K tile, then V tile
   static constexpr int kKvOffset = kQStages * HopperTile<D>::kQBytes;
   static constexpr int kBarrierOffset = kKvOffset + kStages * kStageBytes;
-  static constexpr int kSmemBytes = kBarrierOffset + (2 * kStages + 2 * kQStages) * 8 + 1024;
+  static constexpr int kTileSlotOffset = kBarrierOffset + (2 * kStages + 2 * kQStages) * 8;
+  static constexpr int kSmemBytes = kTileSlotOffset + kQStages * 4 + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than a Hopper block may have");
 };
 
 template <class Phases, int D, bool kCausal>
 __global__ void __launch_bounds__(kThreads, 1)
     persistent_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
-                      const __grid_constant__ CUtensorMap tmap_v, const WsParams wp, int q_tiles, int work_tiles) {
+                      const __grid_constant__ CUtensorMap tmap_v, const WsParams wp, int q_tiles, int work_tiles,
+                      int* tile_counter) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = HopperTile<D>;
   using R = Ring<D>;
@@ -934,6 +944,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const std::uint32_t empty_bar = full_bar + 8 * R::kStages;
   const std::uint32_t q_full_bar = empty_bar + 8 * R::kStages;  // q_full[i] at q_full_bar + 8 i
   const std::uint32_t q_empty_bar = q_full_bar + 8 * R::kQStages;
+  int* const tile_slot = reinterpret_cast<int*>(smem + R::kTileSlotOffset);  // the work tile of each Q stage
   const int batch_heads = work_tiles / q_tiles;
   const int wg = threadIdx.x / 128;
   // Work tile w: its first query row, batch*head pair and number of K/V tiles.
@@ -951,7 +962,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     for (int i = 0; i < R::kQStages; ++i) {
       cc::mbarrier_init(q_full_bar + 8 * i, 1);
-      cc::mbarrier_init(q_empty_bar + 8 * i, T::kBlockM / 64);  // each consumer's last S has landed
+      // Every consumer thread arrives (256): each has read the stage's tile slot by then, so
+      // the producer's next write to it is ordered after every read by the mbarrier itself.
+      cc::mbarrier_init(q_empty_bar + 8 * i, T::kBlockM / 64 * 128);
     }
     cc::fence_barrier_init();
   }
@@ -965,27 +978,45 @@ __global__ void __launch_bounds__(kThreads, 1)
       cc::tma_prefetch_descriptor(&tmap_q);
       cc::tma_prefetch_descriptor(&tmap_k);
       cc::tma_prefetch_descriptor(&tmap_v);
-      for (int w = static_cast<int>(blockIdx.x); w < work_tiles; w += static_cast<int>(gridDim.x)) {
+      // Hands work tile w to the consumers through the next Q stage (change (a)): once the
+      // stage is free, its slot names w -- written before the arrive, whose release the
+      // consumers' wait acquires -- and Q follows by TMA when the tile has K/V tiles; a tile
+      // without any (or the end, w >= work_tiles) completes the phase with a plain arrive.
+      const auto publish_tile = [&](int w, bool load_q, int q0, int qh, int qb) {
+        const std::uint32_t q_full = q_full_bar + 8 * q_ring.stage;
+        cc::mbarrier_wait(q_empty_bar + 8 * q_ring.stage, q_ring.phase ^ 1u);  // the last tile's S are done
+        tile_slot[q_ring.stage] = w;
+        if (load_q) {
+          cc::mbarrier_arrive_expect_tx(q_full, T::kQBytes);
+#pragma unroll
+          for (int cb = 0; cb < D / 64; ++cb)
+            cc::tma_load_4d(s_q + q_ring.stage * T::kQBytes + cb * T::kBlockM * 128, &tmap_q, q_full, 64 * cb, q0, qh,
+                            qb);
+        } else {
+          cc::mbarrier_arrive(q_full);
+        }
+        q_ring.advance<R::kQStages>();
+      };
+      // The next work tile: the first beyond the grid's first wave that no block has taken.
+      const auto next_work_tile = [&] { return static_cast<int>(gridDim.x) + atomicAdd(tile_counter, 1); };
+      int w = static_cast<int>(blockIdx.x);  // the first wave: one tile per block (grid <= work tiles)
+      while (w < work_tiles) {
         int q0, bh, num_tiles;
         tile_of(w, q0, bh, num_tiles);
         const int b = bh / p.heads, h = bh % p.heads, hk = h / p.group;
         const int qh = h * wp.q_head, qb = b * wp.q_batch, kh = hk * wp.kv_head, kb = b * wp.kv_batch;
-        for (int tile = 0; tile < num_tiles; ++tile, ring.advance<R::kStages>()) {
+        const auto load_kv = [&](int tile) {
           const KvStage st{s_kv + ring.stage * R::kStageBytes, full_bar + 8 * ring.stage, empty_bar + 8 * ring.stage,
                            ring.phase};
           Phases::template load_kv_tile<T, R>(st, &tmap_k, &tmap_v, tile * T::kBlockN, kh, kb);
-          if (tile == 0) {  // Q once K/V tile 0 is on its way (change (c))
-            const std::uint32_t q_full = q_full_bar + 8 * q_ring.stage;
-            cc::mbarrier_wait(q_empty_bar + 8 * q_ring.stage, q_ring.phase ^ 1u);  // the last tile's S are done
-            cc::mbarrier_arrive_expect_tx(q_full, T::kQBytes);
-#pragma unroll
-            for (int cb = 0; cb < D / 64; ++cb)
-              cc::tma_load_4d(s_q + q_ring.stage * T::kQBytes + cb * T::kBlockM * 128, &tmap_q, q_full, 64 * cb, q0, qh,
-                              qb);
-            q_ring.advance<R::kQStages>();
-          }
-        }
+          ring.advance<R::kStages>();
+        };
+        if (num_tiles > 0) load_kv(0);  // Q once K/V tile 0 is on its way (change (c))
+        publish_tile(w, num_tiles > 0, q0, qh, qb);
+        w = next_work_tile();  // early: the atomic's latency hides under the loads below
+        for (int tile = 1; tile < num_tiles; ++tile) load_kv(tile);
       }
+      publish_tile(w, false, 0, 0, 0);  // the end: w >= work_tiles
     }
   } else {
     // ---- Consumers: warpgroup 1 computes rows 0-63 of each query tile, warpgroup 2 rows 64-127.
@@ -993,24 +1024,29 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int row_in_tile = 64 * cw + 16 * warp + lane / 4;  // this thread's first row in a query tile
     bool first = true;  // no tile with K/V tiles yet: the turns are not open
-    for (int w = static_cast<int>(blockIdx.x); w < work_tiles; w += static_cast<int>(gridDim.x)) {
+    for (;;) {
+      // The producer's next work tile (change (a)): its Q stage names it.
+      cc::mbarrier_wait(q_full_bar + 8 * q_ring.stage, q_ring.phase);
+      const int w = tile_slot[q_ring.stage];
+      if (w >= work_tiles) break;  // the end
       int q0, bh, num_tiles;
       tile_of(w, q0, bh, num_tiles);
       float o[T::kORegs];
       zero<T>(o);
       float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+      const std::uint32_t q_tile = s_q + q_ring.stage * T::kQBytes;
+      const std::uint32_t q_empty = q_empty_bar + 8 * q_ring.stage;
       if (num_tiles > 0) {
-        const std::uint32_t q_tile = s_q + q_ring.stage * T::kQBytes;
-        const std::uint32_t q_empty = q_empty_bar + 8 * q_ring.stage;
-        cc::mbarrier_wait(q_full_bar + 8 * q_ring.stage, q_ring.phase);
+        // q_empty once this thread's last S has landed: Q and the slot are free (every
+        // thread arrives itself, after its own read of the slot).
         ws_step::gemm_phases<Phases, T, R, kCausal, Schedule::overlap>(
             o, row_max, row_sum, ring, q_tile, s_kv, full_bar, empty_bar, p, num_tiles, cw, q0 + 64 * cw + 16 * warp,
-            /*open_turns=*/first, /*pass_last=*/true, [&] {
-              if (threadIdx.x % 128 == 0) cc::mbarrier_arrive(q_empty);  // Q is free for the next tile's
-            });
-        q_ring.advance<R::kQStages>();
+            /*open_turns=*/first, /*pass_last=*/true, [&] { cc::mbarrier_arrive(q_empty); });
         first = false;
+      } else {
+        cc::mbarrier_arrive(q_empty);  // no K/V tile: the slot, read above, is all this tile used
       }
+      q_ring.advance<R::kQStages>();
       const int b = bh / p.heads, h = bh % p.heads;
       store_output_from_registers<T>(o, row_max, row_sum, p.o + row_offset(p.os, b, h, 0), p.os.seq, q0 + row_in_tile,
                                      p, bh);
@@ -1018,7 +1054,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (cw == 0 && !first) Phases::wait_turn(cw);  // warpgroup 1's last pass (change (e))
   }
 #else
-  (void)tmap_q, (void)tmap_k, (void)tmap_v, (void)wp, (void)q_tiles, (void)work_tiles;
+  (void)tmap_q, (void)tmap_k, (void)tmap_v, (void)wp, (void)q_tiles, (void)work_tiles, (void)tile_counter;
   __trap();  // never launched: the host checks sm90a_code_available() first
 #endif
 }
@@ -1031,16 +1067,30 @@ void launch(const AttentionArgsBf16& a, const TcParams& p) {
   constexpr int kBlockM = HopperTile<D>::kBlockM;
   const long long q_tiles = (static_cast<long long>(a.seq_q) + kBlockM - 1) / kBlockM;
   const long long work = q_tiles * a.batch * a.heads;  // >= 1: validation asks for N_q, B, H >= 1
-  require_arg(work <= std::numeric_limits<int>::max(), "attention", "seq_q", a.seq_q,
-              "times batch times heads, in 128-row query tiles, must be below 2^31 for step tc_persistent "
-              "(its work tiles are counted in int)");
+  const int blocks = static_cast<int>(std::min<long long>(work, device_properties().multiProcessorCount));
+  require_arg(work + blocks <= std::numeric_limits<int>::max(), "attention", "seq_q", a.seq_q,
+              "times batch times heads, in 128-row query tiles, plus one per SM must be below 2^31 for step "
+              "tc_persistent (its work tiles, and the tile counter past the last one, are counted in int)");
   constexpr auto kernel = persistent_kernel<Phases, D, kCausal>;
   constexpr int kSmem = Ring<D>::kSmemBytes;
   cc::opt_in_dynamic_smem<kernel>(kSmem);
-  const int blocks = static_cast<int>(std::min<long long>(work, device_properties().multiProcessorCount));
   wp.group_heads = causal_group_heads(q_tiles, a.batch * a.heads, blocks);
+  // The tile counter (change (a)): one int of this launch's own, zeroed, allocated and freed
+  // in stream order on a.stream. Not a static counter: two launches on concurrent streams
+  // would take tiles from each other's count, and a reset between launches would race with a
+  // kernel still running on another stream.
+  // From the course's scratch pool (course::scratch_pool, device.hpp), which keeps its memory
+  // mapped across synchronizations: the default pool returns it at every sync, and the next
+  // cudaMallocAsync then maps it again -- tens of microseconds, on a benchmark's timeline.
+  int* tile_counter = nullptr;
+  COURSE_CUDA_CHECK(cudaMallocFromPoolAsync(reinterpret_cast<void**>(&tile_counter), sizeof(int), scratch_pool(),
+                                            a.stream));
+  COURSE_CUDA_CHECK(cudaMemsetAsync(tile_counter, 0, sizeof(int), a.stream));
   kernel<<<static_cast<unsigned>(blocks), kThreads, kSmem, a.stream>>>(m.q, m.k, m.v, wp, static_cast<int>(q_tiles),
-                                                                      static_cast<int>(work));
+                                                                      static_cast<int>(work), tile_counter);
+  // Freed once the kernel is done (stream order); before the launch check, so that a failed
+  // launch frees it too (a successful call leaves the launch's error for cudaGetLastError).
+  COURSE_CUDA_CHECK(cudaFreeAsync(tile_counter, a.stream));
   COURSE_CHECK_LAUNCH("persistent_kernel");
 }
 

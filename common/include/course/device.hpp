@@ -43,6 +43,14 @@ std::string device_summary();
 /// Properties of the current device (cached after the first call).
 const cudaDeviceProp& device_properties();
 
+/// A memory pool of the current device for small stream-ordered scratch allocations
+/// (cudaMallocFromPoolAsync / cudaFreeAsync, e.g. a per-launch tile counter), created on
+/// first use per device and kept for the process. Its release threshold is unlimited, so
+/// freed memory stays mapped across synchronizations: the device's default pool gives it
+/// back at every sync, and the next allocation then maps it again (tens of microseconds,
+/// on the stream's timeline). A pool of its own leaves the default pool's settings alone.
+cudaMemPool_t scratch_pool();
+
 /// Owning, move-only buffer of `n` elements of T in device memory.
 /// Sized in elements; upload() and download() copy whole host vectors.
 template <class T>
