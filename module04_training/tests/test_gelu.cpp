@@ -45,7 +45,8 @@ std::string param_name(const ::testing::TestParamInfo<Param>& info) {
 
 TEST_P(GeluTest, WorkedValues) {
   // gelu(0) = 0, gelu(1) = 0.841192, gelu(-1) = -0.158808, gelu(2) = 1.954598, gelu(-3) = -0.003637;
-  // gelu'(0) = 0.5, gelu'(1) = 1.082964, gelu'(-1) = -0.082964 (gelu'(x) + gelu'(-x) = 1).
+  // gelu'(0) = 0.5, gelu'(1) = 1.082964, gelu'(-1) = -0.082964 (gelu'(x) + gelu'(-x) = 1),
+  // gelu'(2) = 1.086099, gelu'(-3) = -0.011584.
   if (dtype() != GeluDType::f32) GTEST_SKIP() << "the worked values are checked in fp32";
   const std::vector<float> x = {0.f, 1.f, -1.f, 2.f, -3.f};
   DeviceBuffer<float> dx_in(x), y(5), g(std::vector<float>(5, 1.f)), dx(5);
@@ -58,13 +59,15 @@ TEST_P(GeluTest, WorkedValues) {
                                                      -0.0036373920817729943},
                                  {1e-6, 1e-5}));
   GeluBackwardArgs b;
-  b.x = dx_in.data(), b.dy = g.data(), b.dx = dx.data(), b.n = 3;
+  b.x = dx_in.data(), b.dy = g.data(), b.dx = dx.data(), b.n = 5;
   COURSE_SKIP_IF_NOT_IMPLEMENTED(impl::gelu_backward(step(), b));
   COURSE_CUDA_CHECK(cudaDeviceSynchronize());
   const auto d = dx.download();
   EXPECT_NEAR(d[0], 0.5, 1e-6);
   EXPECT_NEAR(d[1], 1.0829640838457826, 1e-5);
   EXPECT_NEAR(d[1] + d[2], 1.0, 1e-6);
+  EXPECT_NEAR(d[3], 1.0860992566236183, 1e-5);
+  EXPECT_NEAR(d[4], -0.011584166630969516, 1e-6);
 }
 
 const std::vector<std::int64_t> kSizes = {1, 3, 4, 7, 8, 9, 31, 1023, 1024, 1025, 4097, 8192 + 5, 100003};
