@@ -8,8 +8,8 @@
 ///                            barriers): one's softmax runs under the other's GEMMs
 ///   13. tc_overlap           a consumer's softmax of tile j starts once S_j has landed,
 ///                            under its own P_{j-1} V_{j-1} (two commit groups, O rescaled after)
-///   14. tc_persistent        one block per SM walks a static list of query tiles; the
-///                            producer loads the next tile's Q and K/V under this one
+///   14. tc_persistent        one block per SM takes its next query tile from a counter,
+///                            in step 13's order; the producer loads its Q and K/V under this one
 /// The kernels are attention_tc_hopper.cuh (shared with the exercise), the solution's phases
 /// attention_tc_hopper_phases.cuh; this file is the entry point. Each step's doc comment,
 /// prediction and outcome: attention_tc_hopper.cuh.

@@ -124,7 +124,7 @@ inline constexpr StepInfo<AttentionStep> kAttentionSteps[] = {
     {AttentionStep::tc_overlap, "tc_overlap",
      "bf16, Hopper; + S_j waited for alone: softmax j runs under the same warpgroup's P_{j-1} V_{j-1}"},
     {AttentionStep::tc_persistent, "tc_persistent",
-     "bf16, Hopper; + one block per SM walks a static list of (q tile, head); next Q, K/V load under this tile"},
+     "bf16, Hopper; + one block per SM takes (q tile, head) from an atomic counter; next Q, K/V load under this tile"},
 };
 static_assert(steps_in_enum_order(kAttentionSteps), "kAttentionSteps must list AttentionStep in enum order");
 
