@@ -10,8 +10,8 @@
 ///                            barriers): one's softmax runs under the other's GEMMs
 ///   13. tc_overlap           a consumer's softmax of tile j starts once S_j has landed,
 ///                            under its own P_{j-1} V_{j-1} (two commit groups, O rescaled after)
-///   14. tc_persistent        one block per SM walks the query tiles, longest first; the
-///                            producer loads the next tile's Q and K/V under this one
+///   14. tc_persistent        one block per SM takes its next query tile from a counter, in
+///                            step 13's order; the producer loads its Q and K/V under this one
 ///
 /// Every step computes 128-row query tiles (one per block; step 14 several) as two warpgroups of 64 rows
 /// (wgmma's M is 64), against K/V tiles of 128 keys, for head dims 64 and 128 only (the
