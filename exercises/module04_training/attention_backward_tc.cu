@@ -96,13 +96,14 @@ struct Phases {
     (void)acc, (void)pk, (void)y_tile;
   }
 
-  /// TODO 4c: acc = dS K for one 64 x 64 block of dQ: keys key0 .. key0 + 16 W::kDqKeySteps - 1,
-  /// columns 64 col_block ... dS is read from the stored dS^T at ds_tile ([W::kBlockN keys][64
-  /// queries]); K at k_tile ([W::kBlockN][D]). Which operands are MN-major here?
+  /// TODO 4c: acc = dS K for one 64 x 64 block of dQ: the tile's 64 queries against all
+  /// W::kBlockN keys (W::kDqKeySteps k16 steps), columns 64 col_block ... dS is read from the
+  /// stored dS^T at ds_tile ([W::kBlockN keys][64 queries]); K at k_tile ([W::kBlockN][D]).
+  /// Which operands are MN-major here?
   template <class W>
   __device__ __forceinline__ static void issue_dq(float (&acc)[W::kDqRegs], std::uint32_t ds_tile,
-                                                  std::uint32_t k_tile, int key0, int col_block) {
-    (void)acc, (void)ds_tile, (void)k_tile, (void)key0, (void)col_block;
+                                                  std::uint32_t k_tile, int col_block) {
+    (void)acc, (void)ds_tile, (void)k_tile, (void)col_block;
   }
 };
 

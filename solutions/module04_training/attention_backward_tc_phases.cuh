@@ -104,18 +104,17 @@ struct Phases {
     }
   }
 
-  /// acc = dS K for one 64 x 64 block of dQ: the queries against keys key0 .. key0 +
-  /// 16 kDqKeySteps - 1, columns 64 col_block ... A = dS read from the stored dS^T
-  /// ([kBlockN keys][64 queries]): m (the queries) contiguous, one row per k (key): MN-major,
-  /// the instruction's transpose bit for A; B = K ([kBlockN keys][D]) MN-major likewise.
-  /// Both step 16 key rows (2048 bytes) per k16; sbo = 1024, lbo = a column block (unused at
-  /// 64 wide).
+  /// acc = dS K for one 64 x 64 block of dQ: the tile's 64 queries against all kBlockN keys,
+  /// columns 64 col_block ... A = dS read from the stored dS^T ([kBlockN keys][64 queries]):
+  /// m (the queries) contiguous, one row per k (key): MN-major, the instruction's transpose
+  /// bit for A; B = K ([kBlockN keys][D]) MN-major likewise. Both step 16 key rows (2048
+  /// bytes) per k16; sbo = 1024, lbo = a column block (unused at 64 wide).
   template <class W>
   __device__ __forceinline__ static void issue_dq(float (&acc)[W::kDqRegs], std::uint32_t ds_tile,
-                                                  std::uint32_t k_tile, int key0, int col_block) {
+                                                  std::uint32_t k_tile, int col_block) {
 #pragma unroll
     for (int kk = 0; kk < W::kDqKeySteps; ++kk) {
-      const int key = key0 + 16 * kk;
+      const int key = 16 * kk;
       const std::uint64_t da = cuda::wgmma_desc_sw128(ds_tile + key * 128, W::kDsBytes, 1024);
       const std::uint64_t db =
           cuda::wgmma_desc_sw128(k_tile + col_block * W::kBlockN * 128 + key * 128, W::kBlockN * 128, 1024);

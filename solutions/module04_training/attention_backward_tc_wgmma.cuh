@@ -38,12 +38,15 @@
 ///       (TileCopier); each thread fences its copies into the async proxy
 ///       (fence.proxy.async) before the barrier, because wgmma reads through it. Q, dO, lse2
 ///       and D of the next query tile load under this one (2 stages, as tc_pipelined).
-///   (c) dQ = dS K for the 64 x d query tile as two 64 x 64 blocks, one per warpgroup:
-///       d = 128, warpgroup wg takes columns 64 wg.. over all 128 keys (so dS^T of both
-///       warpgroups must be in shared memory: a block barrier); d = 64, the one column block
-///       over its own 64 keys, and both warpgroups add to the same dQ elements (twice the
-///       atomics of tc_pipelined at d = 64: the first suspect if d = 64 gains less). wgmma
-///       for dQ rather than mma.sync: the stored dS^T is [keys][queries], queries
+///   (c) dQ = dS K for the 64 x d query tile in 64 x 64 blocks over all 128 keys (so dS^T of
+///       both warpgroups must be in shared memory: a block barrier): d = 128, warpgroup wg
+///       takes columns 64 wg..; d = 64, warpgroup 0 takes the one block and warpgroup 1 goes
+///       on to the next barrier. (Splitting d = 64's block by keys instead, both warpgroups
+///       adding to every element, would put 4 addends per element and K/V-tile pair into the
+///       atomics: their order, and so dQ's last bits, would change run to run even for rows
+///       whose other keys are hidden -- HiddenKeysNeverReachDq compares bits. Splitting it
+///       by columns needs m64n32 from half a swizzle atom, which no descriptor here reads.)
+///       wgmma for dQ rather than mma.sync: the stored dS^T is [keys][queries], queries
 ///       contiguous, which is an MN-major A -- one bit of the instruction (module 1's
 ///       transposed-A GEMM reads A the same way), no ldmatrix.trans.
 ///   (d) Per query tile and warpgroup: S^T and dP^T issued as two groups, P^T computed as
@@ -55,8 +58,8 @@
 ///     dK, dV 2 x 64 fp32 accumulators (64 keys x 128 per warpgroup), S^T and dP^T 2 x 32
 ///     while the probabilities run (192 live), then P^T, dS^T packed 2 x 16 + dQ 32 while dV,
 ///     dK are in flight (192); the rest is addresses and loop state. d = 64: 2 x 32 for dK,
-///     dV. ptxas -v (sm_90a, CUDA of this build): 244 registers at d = 128 without the mask,
-///     254 with it, 186 / 195 at d = 64; no spills, no wgmma serialization. At d = 128 that
+///     dV. ptxas -v (sm_90a, CUDA of this build): 248 registers at d = 128 without the mask,
+///     254 with it, 186 / 196 at d = 64; no spills, no wgmma serialization. At d = 128 that
 ///     took the warpgroup index through a shuffle (uniform registers for the descriptors)
 ///     and a running (head, tile) pair instead of divisions: 8-24 bytes of spills without.
 ///   Shared memory: K, V (2 x 128 x d bf16), 2 stages of Q, dO (64 x d) and lse2, D (64
@@ -70,8 +73,8 @@
 ///     (~4 instructions per score) -> products -> barrier -> dQ -> atomics, with only the
 ///     other warpgroup to fill the gaps, and two block barriers per tile. Expected: 1.15-1.4x
 ///     tc_pipelined's TFLOP/s at d = 128 (>= 1.0x FlashAttention-2 everywhere, about 0.6-0.7x
-///     FlashAttention-3's backward), 1.0-1.2x at d = 64 (softmax per FLOP doubles, dQ atomics
-///     double).
+///     FlashAttention-3's backward), 1.0-1.2x at d = 64 (softmax per FLOP doubles; dQ's product
+///     and atomics fall on warpgroup 0 alone).
 ///   Measured: pending (GPU run)
 ///
 /// Why the block is two warpgroups and not three (FlashAttention-3 adds a producer
@@ -122,13 +125,14 @@ struct WgmmaConfig {
   static constexpr int kKeyRegs = 4 * kDTiles;            ///< dK or dV: the m64nD accumulator
   static constexpr int kQSteps = kBlockM / 16;            ///< k16 steps over the queries (dV, dK)
   static constexpr int kDSteps = D / 16;                  ///< k16 steps over d (S^T, dP^T)
-  // dQ: each warpgroup a 64 x 64 block (change (c)); warp w its rows 16 w .. 16 w + 15.
+  // dQ: 64 x 64 blocks over all kBlockN keys (change (c)), one per warpgroup while they
+  // last (d = 64: warpgroup 0 only); warp w its rows 16 w .. 16 w + 15.
   static constexpr int kDqMTiles = 1;
   static constexpr int kDqCols = 64;
   static constexpr int kDqTiles = kDqCols / 8;
   static constexpr int kDqRegs = 4 * kDqTiles;
-  static constexpr bool kDqSplitsKeys = D == 64;          ///< d = 64: each warpgroup its own keys
-  static constexpr int kDqKeySteps = (kDqSplitsKeys ? 64 : kBlockN) / 16;
+  static constexpr int kDqWarpgroups = D / kDqCols;       ///< warpgroups that compute dQ
+  static constexpr int kDqKeySteps = kBlockN / 16;
   using KvGeom = cuda::Sw128Geom<D, kBlockN>;
   using QGeom = cuda::Sw128Geom<D, kBlockM>;
   static constexpr int kKVBytes = kBlockN * D * 2;
@@ -255,13 +259,11 @@ __device__ __forceinline__ void accumulate_dk(float (&dk)[W::kDTiles][4], const 
   Phases::template issue_accumulate_keys<W>(flat(dk), dst, t.q(stage));
 }
 
-/// accumulate_dq: this warpgroup's 64 x 64 block of dQ_i = dS K (change (c)): d = 128,
-/// columns 64 wg.. over all 128 keys; d = 64, all columns over its own keys (issued).
+/// accumulate_dq: this warpgroup's 64 x 64 block of dQ_i = dS K, columns 64 wg.., over all
+/// 128 keys (change (c); issued). Only warpgroups wg < W::kDqWarpgroups call it.
 template <class W, class Phases>
 __device__ __forceinline__ void accumulate_dq(float (&dq)[W::kDqMTiles][W::kDqTiles][4], const Tiles<W>& t, int wg) {
-  const int key0 = W::kDqSplitsKeys ? 64 * wg : 0;
-  const int col_block = W::kDqSplitsKeys ? 0 : wg;
-  Phases::template issue_dq<W>(flat(dq[0]), t.ds(), t.k(), key0, col_block);
+  Phases::template issue_dq<W>(flat(dq[0]), t.ds(), t.k(), wg);
 }
 
 // ============================================================================
@@ -270,8 +272,8 @@ __device__ __forceinline__ void accumulate_dq(float (&dq)[W::kDqMTiles][W::kDqTi
 /// false: dV and dK stay in flight under the barrier and dQ's wgmmas (their A registers,
 /// P^T and dS^T packed, live beside dQ's 32 accumulators); true: they complete before the
 /// barrier (32 registers fewer while dQ runs, the barrier wait no longer hidden). Both fit
-/// without spills at d = 128 (ptxas -v, sm_90a: 244 / 254 registers non-causal / causal
-/// either way). A switch for an A/B run on the GPU: flip it, rebuild, compare.
+/// without spills at d = 128 (ptxas -v, sm_90a, non-causal / causal: 248 / 254 registers
+/// with false, 248 / 253 with true). A switch for an A/B run on the GPU: flip it, rebuild, compare.
 constexpr bool kWaitKeysBeforeDq = false;
 
 /// One block per K/V tile of one kv head (grid and order as tc_pipelined's): K and V loaded
@@ -359,14 +361,20 @@ __global__ void __launch_bounds__(W::kThreads, 1) wgmma_backward_kernel(const Pa
     if constexpr (kWaitKeysBeforeDq) cuda::wgmma_wait<0>();
     __syncthreads();  // dS^T of both warpgroups is in shared memory (fenced by each writer)
 
-    // ---- dQ_i += dS K: this warpgroup's 64 x 64 block, then the fp32 atomics.
-    float dq[W::kDqMTiles][W::kDqTiles][4];
-    cuda::wgmma_fence();
-    accumulate_dq<W, Phases>(dq, t, wg);
-    cuda::wgmma_commit();
-    cuda::wgmma_wait<0>();  // dV, dK and dQ: the stage and dS^T may be refilled after the next barrier
-    float* dq_head = p.dq_acc + static_cast<std::int64_t>(b * p.heads + h) * p.seq_q * W::D;
-    add_dq<W>(dq, dq_head, q0, p.seq_q, warp, W::kDqSplitsKeys ? 0 : wg);
+    // ---- dQ_i += dS K: this warpgroup's 64 x 64 block, then the fp32 atomics (one addend
+    // per element and block, as tc_pipelined). The condition is the same in a whole
+    // warpgroup, as wgmma requires.
+    if (wg < W::kDqWarpgroups) {
+      float dq[W::kDqMTiles][W::kDqTiles][4];
+      cuda::wgmma_fence();
+      accumulate_dq<W, Phases>(dq, t, wg);
+      cuda::wgmma_commit();
+      cuda::wgmma_wait<0>();  // dV, dK and dQ: the stage and dS^T may be refilled after the next barrier
+      float* dq_head = p.dq_acc + static_cast<std::int64_t>(b * p.heads + h) * p.seq_q * W::D;
+      add_dq<W>(dq, dq_head, q0, p.seq_q, warp, wg);
+    } else {
+      cuda::wgmma_wait<0>();  // dV, dK
+    }
     advance(h, q_tile);
   }
   cuda::cp_async_wait<0>();
