@@ -63,7 +63,7 @@
 ///     took the warpgroup index through a shuffle (uniform registers for the descriptors)
 ///     and a running (head, tile) pair instead of divisions: 8-24 bytes of spills without.
 ///   Shared memory: K, V (2 x 128 x d bf16), 2 stages of Q, dO (64 x d) and lse2, D (64
-///     floats), dS^T (128 x 64 bf16), 1 KB of alignment: 147 KB at d = 128, 82 KB at d = 64.
+///     floats), dS^T (128 x 64 bf16), 1 KB of alignment: 146 KB at d = 128, 82 KB at d = 64.
 ///   Prediction (H100 SXM, 132 SMs, ~990 TFLOP/s dense bf16 wgmma at the boost clock; per
 ///     block and query tile 5 x 2 x 128 x 64 x d FLOP = 10.5 MFLOP at d = 128, ~1.4 us of one
 ///     SM's share of the peak): shared-memory reads fall to ~290 KB per block and tile (K_wg,
