@@ -6,6 +6,9 @@
 ///   7. tc_split_dq       deterministic without a hand-off: a list of K/V tiles per block, its
 ///                        own fp32 dQ copy, the copies summed in order (nothing new to write:
 ///                        the kernel reuses your phases; read "Step tc_split_dq" in the header)
+///   8. tc_wgmma          (Hopper, sm_90a) the three warpgroup-MMA products (TODO 4): your
+///                        probabilities and ds run unchanged on wgmma's accumulators; the
+///                        kernel is solutions/module04_training/attention_backward_tc_wgmma.cuh
 ///
 /// The kernels -- loads, the five products on fragments, dS^T through shared memory, the dQ
 /// atomics, preprocessing and conversion -- are solutions/module04_training/
@@ -16,7 +19,7 @@
 /// written throws NotImplemented and its tests show SKIPPED.
 /// Run the tests with:   ctest --preset default -L exercise -R AttentionBackwardTc
 /// Hints, one at a time: `bash scripts/course.sh hint attention_backward/tc_mma` (and
-/// tc_deterministic).
+/// tc_deterministic, tc_wgmma).
 
 #include "../../solutions/module04_training/attention_backward_tc.cuh"
 
@@ -25,6 +28,8 @@
 #include "module04/attention_backward.hpp"
 
 #include <cuda/atomic>
+
+#include <cstdint>
 
 namespace course::exercise {
 namespace {
@@ -35,6 +40,7 @@ using attn_bwd_tc::TileSpot;
 constexpr bool kProbabilitiesWritten = false;  // TODO 1 below
 constexpr bool kDsWritten = false;             // TODO 2 below
 constexpr bool kDqTurnWritten = false;         // TODO 3 below
+constexpr bool kWgmmaWritten = false;          // TODO 4 below (step tc_wgmma, Hopper only)
 
 struct Phases {
   /// TODO 1: P^T = exp(scale * S^T - lse) on the warp's accumulators, in place.
@@ -63,6 +69,42 @@ struct Phases {
   /// TODO 3b: once every warp of the block has issued its additions, set *turn = kv_tile + 1
   /// so that the next K/V block may add (make the additions visible before the counter).
   __device__ __forceinline__ static void pass_dq_turn(int* turn, int kv_tile) { (void)turn, (void)kv_tile; }
+
+  // Step tc_wgmma: issue the wgmma of one product (no fence, commit or wait: the kernel does
+  // those). Tiles are in the 128-byte-swizzle layout (cuda::Sw128Geom in course/cuda/tile.cuh):
+  // [rows][64] column blocks of 128-byte rows, 8-row groups 1024 bytes apart. The wrappers
+  // and cuda::wgmma_desc_sw128 are in course/cuda/mma_ptx.cuh; module 3's issue_scores and
+  // issue_pv (solutions/module03_attention/attention_tc_hopper_phases.cuh) are the models.
+
+  /// TODO 4a: acc = X_rows Y^T: rows x_row0 .. x_row0 + 63 of X ([W::kBlockN][D] at x_tile:
+  /// K or V) against the W::kBlockM rows of Y ([W::kBlockM][D] at y_tile: Q or dO). W::kDSteps
+  /// wgmma m64n64k16, both operands K-major (d contiguous); the first one overwrites acc.
+  template <class W>
+  __device__ __forceinline__ static void issue_transposed_scores(float (&acc)[W::kSRegs], std::uint32_t x_tile,
+                                                                 int x_row0, std::uint32_t y_tile) {
+    (void)acc, (void)x_tile, (void)x_row0, (void)y_tile;
+  }
+
+  /// TODO 4b: acc (dV or dK, 64 keys x D) += A Y with A = P^T or dS^T FROM REGISTERS (pk:
+  /// bf16 pairs in accumulator order; n8 tiles 2kk and 2kk + 1 form k16 step kk) and Y ([64
+  /// queries][D] at y_tile: dO or Q) as B, k = the queries: MN-major. D = 64: m64n64k16,
+  /// D = 128: m64n128k16 (the _rs_ wrappers).
+  template <class W>
+  __device__ __forceinline__ static void issue_accumulate_keys(float (&acc)[W::kKeyRegs],
+                                                               const std::uint32_t (&pk)[W::kSTiles][2],
+                                                               std::uint32_t y_tile) {
+    (void)acc, (void)pk, (void)y_tile;
+  }
+
+  /// TODO 4c: acc = dS K for one 64 x 64 block of dQ: the tile's 64 queries against all
+  /// W::kBlockN keys (W::kDqKeySteps k16 steps), columns 64 col_block ... dS is read from the
+  /// stored dS^T at ds_tile ([W::kBlockN keys][64 queries]); K at k_tile ([W::kBlockN][D]).
+  /// Which operands are MN-major here?
+  template <class W>
+  __device__ __forceinline__ static void issue_dq(float (&acc)[W::kDqRegs], std::uint32_t ds_tile,
+                                                  std::uint32_t k_tile, int col_block) {
+    (void)acc, (void)ds_tile, (void)k_tile, (void)col_block;
+  }
 };
 
 }  // namespace
@@ -81,6 +123,10 @@ void attention_backward(m04::AttentionBackwardStep step, const m04::AttentionBac
   if (step == m04::AttentionBackwardStep::tc_split_dq && !kDqTurnWritten)
     throw NotImplemented("attention_backward step tc_split_dq (after tc_deterministic: Phases::wait_dq_turn / "
                          "pass_dq_turn)",
+                         file);
+  if (step == m04::AttentionBackwardStep::tc_wgmma && !kWgmmaWritten)
+    throw NotImplemented("attention_backward step tc_wgmma (Phases::issue_transposed_scores, issue_accumulate_keys, "
+                         "issue_dq)",
                          file);
   attn_bwd_tc::run_step<Phases>(step, args);
 }

@@ -16,6 +16,7 @@
 #include "attention_backward_tc_check.hpp"
 #include "attention_backward_tc_planted.hpp"
 #include "course/bf16.hpp"
+#include "course/error.hpp"
 #include "course/reference.hpp"
 #include "course/tensor.hpp"
 #include "course/testing.hpp"
@@ -261,8 +262,13 @@ TEST_F(PlantedAttentionBackwardTcTest, MistakesInThePhasesAreRejected) {
       {&course::planted::attention_backward_tc_natural_scale, "natural_scale"},
   };
   for (const auto& [fn, name] : bugs)
-    for (const auto& info : tc_steps())
-      EXPECT_FALSE(check_cases(fn, info.step, planted_cases(), seed())) << name << " passed as " << info.name;
+    for (const auto& info : tc_steps()) {
+      try {
+        EXPECT_FALSE(check_cases(fn, info.step, planted_cases(), seed())) << name << " passed as " << info.name;
+      } catch (const course::Unsupported& e) {  // tc_wgmma off Hopper / without sm_90a code
+        std::printf("[ skip ] %s as %s: %s\n", name, info.name, e.what());
+      }
+    }
 }
 
 TEST_F(PlantedAttentionBackwardTcTest, AnUnawaitedTurnBreaksDeterminism) {

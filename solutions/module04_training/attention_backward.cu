@@ -13,7 +13,8 @@
 ///   5. tc_pipelined         (attention_backward_tc.cu) + XOR-swizzled tiles, a 2-stage cp.async ring
 ///   6. tc_deterministic     (attention_backward_tc.cu) + dQ added in K/V-tile order: bit-identical
 ///   7. tc_split_dq          (attention_backward_tc.cu) one fp32 dQ copy per split, summed in order
-/// The bf16 steps, tc_mma to tc_split_dq, have their own entry point in attention_backward_tc.cu.
+///   8. tc_wgmma             (attention_backward_tc.cu, sm_90a) the five products on warpgroup MMA
+/// The bf16 steps, tc_mma to tc_wgmma, have their own entry point in attention_backward_tc.cu.
 ///
 /// The preprocessing (here): D_i = sum_c dO_ic O_ic, the row term of the softmax Jacobian
 /// (sum_j P_ij dP_ij = sum_j P_ij dO_i . V_j = dO_i . O_i), one dot product of length d per

@@ -6,9 +6,13 @@
 ///   6. tc_deterministic  + dQ added in K/V-tile order, one counter per query tile
 ///   7. tc_split_dq       5. with a fixed list of K/V tiles per block and its own fp32 dQ copy,
 ///                        the copies summed in index order: deterministic with no hand-off
-/// The kernels are attention_backward_tc.cuh, shared with the exercise; the solution's three
-/// phases (the parts the exercise asks for) are attention_backward_tc_phases.cuh; this file
-/// is the entry point.
+///   8. tc_wgmma          (Hopper, sm_90a; elsewhere course::Unsupported) the five products on
+///                        warpgroup MMA: two warpgroups of 64 keys, S^T, dP^T and dQ from
+///                        128-byte-swizzled shared memory, P^T and dS^T as register A operands
+///                        of dV and dK (attention_backward_tc_wgmma.cuh; Measured: pending)
+/// The kernels are attention_backward_tc.cuh (tc_wgmma's: attention_backward_tc_wgmma.cuh),
+/// shared with the exercise; the solution's phases (the parts the exercise asks for) are
+/// attention_backward_tc_phases.cuh; this file is the entry point.
 ///
 /// Predictions (H100/H200, 132 SMs, mma.sync bf16 ~60-70% of the 989 dense TFLOP/s wgmma
 /// reaches; B*N = 16k tokens, H*d = 2048): per query tile and warp the five products read
@@ -17,7 +21,9 @@
 /// barriers. Expected: tc_mma (8-way ldmatrix conflicts, no overlap of loads) ~100-150
 /// TFLOP/s; tc_pipelined ~250-320 (FlashAttention-2's backward: ~290 at d = 128);
 /// tc_deterministic within 15% of tc_pipelined (the turn order serializes only the adds);
-/// tc_split_dq 1.00-1.09x tc_pipelined's time (attention_backward_tc.cuh, "Step tc_split_dq").
+/// tc_split_dq 1.00-1.09x tc_pipelined's time (attention_backward_tc.cuh, "Step tc_split_dq");
+/// tc_wgmma 1.15-1.4x tc_pipelined's TFLOP/s at d = 128, 1.0-1.2x at d = 64
+/// (attention_backward_tc_wgmma.cuh).
 /// Outcome: module04_training/README.md, "The tensor-core backward".
 
 #include "attention_backward_tc.cuh"

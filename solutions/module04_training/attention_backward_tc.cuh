@@ -17,6 +17,9 @@
 ///   tc_split_dq       tc_pipelined where each block owns a fixed list of K/V tiles (a split)
 ///                     and adds dQ into its own fp32 copy; the conversion sums the copies in
 ///                     index order (deterministic with no hand-off; see "Step tc_split_dq").
+///   tc_wgmma          (sm_90a) the five products on warpgroup MMA, 64 keys per warpgroup, P^T
+///                     and dS^T as register A operands, 128-byte-swizzled tiles: its kernel is
+///                     attention_backward_tc_wgmma.cuh (included below), the rest is this file.
 ///
 /// One block owns one K/V tile (128 keys, 16 per warp) of one kv head and walks every query
 /// tile (64 rows) of every query head of its group. Per query tile, warp w (keys 16w..16w+15):
@@ -640,6 +643,17 @@ __global__ void convert_dq_kernel(const Params p, long long chunks) {
 }
 
 // ============================================================================
+// Step tc_wgmma's kernel (sm_90a): its own file, on the phases, preprocessing and dQ
+// conversion above; run_step below launches it.
+}  // namespace
+}  // namespace course::attn_bwd_tc
+
+#include "attention_backward_tc_wgmma.cuh"
+
+namespace course::attn_bwd_tc {
+namespace {
+
+// ============================================================================
 // The host side: the three kernels of one step.
 
 /// tc_split_dq's plan assumed m04::kTcBackwardBlocksPerSm resident blocks per SM; says so
@@ -679,6 +693,7 @@ void launch_main(const Params& p, std::int64_t batch, cudaStream_t stream) {
 /// the solution's or the exercise's (see the file comment).
 template <class Phases>
 void run_step(AttentionBackwardStep step, const AttentionBackwardArgsBf16& a) {
+  if (step == AttentionBackwardStep::tc_wgmma) wgmma_step::require_sm90a();  // before any launch
   const Params p = make_params(step, a);
   cuda::dispatch_value<m04::kTcBackwardHeadDims>(a.head_dim, "head_dim", [&](auto dim) {
     constexpr int D = decltype(dim)::value;
@@ -700,6 +715,10 @@ void run_step(AttentionBackwardStep step, const AttentionBackwardArgsBf16& a) {
       case AttentionBackwardStep::tc_pipelined: main(Config<D, true, 2, false>{}); break;
       case AttentionBackwardStep::tc_deterministic: main(Config<D, true, 2, true>{}); break;
       case AttentionBackwardStep::tc_split_dq: main(Config<D, true, 2, false, true>{}); break;
+      case AttentionBackwardStep::tc_wgmma:
+        if (a.causal) wgmma_step::launch<D, true, Phases>(p, a.batch, a.stream);
+        else wgmma_step::launch<D, false, Phases>(p, a.batch, a.stream);
+        break;
       default: throw Error(std::string("attention_backward: step ") + m04::step_name(step) + " is not a tensor-core step");
     }
     const long long chunks = static_cast<long long>(a.batch) * a.heads * a.seq_q * (D / 8);

@@ -1,7 +1,7 @@
 #pragma once
 /// @file attention_backward_tc_phases.cuh
 /// @brief The solution's phases of the tensor-core attention backward: P^T recomputed on the
-/// accumulator fragments, dS^T, and the ordered dQ hand-off. attention_backward_tc.cuh's
+/// accumulator fragments, dS^T, the ordered dQ hand-off, and tc_wgmma's three wgmma products. attention_backward_tc.cuh's
 /// kernels call them through their `Phases` parameter; the exercise writes its own, and the
 /// planted bugs of module04_training/tests/planted derive from these and replace one.
 
@@ -9,6 +9,8 @@
 
 #include "course/cuda/mma_ptx.cuh"
 #include "course/cuda/turns.cuh"
+
+#include <cstdint>
 
 namespace course::solution::attn_bwd_tc_phases {
 
@@ -59,6 +61,66 @@ struct Phases {
   /// Hands the turn to K/V tile kv_tile + 1 once every warp's additions are issued: the
   /// barrier orders them before thread 0's release store, which the next block acquires.
   __device__ __forceinline__ static void pass_dq_turn(int* turn, int kv_tile) { cuda::pass_turn(turn, kv_tile); }
+
+  // ---- step tc_wgmma: the three warpgroup products (attention_backward_tc_wgmma.cuh). Each
+  // only issues its wgmmas; the kernel fences, commits and waits. Tiles are in the 128-byte-
+  // swizzle layout (cuda::Sw128Geom): [rows][64] column blocks of 128-byte rows.
+
+  /// acc = X_rows Y^T (S^T = K_wg Q^T, dP^T = V_wg dO^T): rows x_row0 .. x_row0 + 63 of X
+  /// ([kBlockN][D] in shared memory) against the kBlockM rows of Y ([kBlockM][D]), d/16
+  /// wgmma m64n64k16 with both operands K-major (d contiguous). A k16 step is 32 bytes
+  /// further along the 128-byte rows, every 4 steps the next column block; 8-row groups are
+  /// 1024 bytes apart (sbo; lbo is unused for K-major swizzled operands).
+  template <class W>
+  __device__ __forceinline__ static void issue_transposed_scores(float (&acc)[W::kSRegs], std::uint32_t x_tile,
+                                                                 int x_row0, std::uint32_t y_tile) {
+#pragma unroll
+    for (int ks = 0; ks < W::kDSteps; ++ks) {
+      const std::uint32_t along = (ks % 4) * 32;
+      const std::uint64_t da =
+          cuda::wgmma_desc_sw128(x_tile + (ks / 4) * W::kBlockN * 128 + x_row0 * 128 + along, 16, 1024);
+      const std::uint64_t db = cuda::wgmma_desc_sw128(y_tile + (ks / 4) * W::kBlockM * 128 + along, 16, 1024);
+      cuda::wgmma_m64n64k16_bf16_f32</*kBMnMajor=*/false>(acc, da, db, ks > 0 ? 1 : 0);
+    }
+  }
+
+  /// acc (dV or dK: the warpgroup's 64 keys x D) += A Y, A = P^T or dS^T from registers
+  /// (pk: packed bf16 in accumulator order, k16 step kk = n8 tiles 2kk, 2kk + 1), Y = dO or Q
+  /// ([kBlockM queries][D]) MN-major: k = the queries, one 128-byte row each; a k16 step is
+  /// 16 rows (2048 bytes) further, lbo = one 64-column block of Y, sbo = 1024 between groups
+  /// of 8 rows. Module 3's P V, with P^T.
+  template <class W>
+  __device__ __forceinline__ static void issue_accumulate_keys(float (&acc)[W::kKeyRegs],
+                                                               const std::uint32_t (&pk)[W::kSTiles][2],
+                                                               std::uint32_t y_tile) {
+#pragma unroll
+    for (int kk = 0; kk < W::kQSteps; ++kk) {
+      const std::uint32_t a[4] = {pk[2 * kk][0], pk[2 * kk][1], pk[2 * kk + 1][0], pk[2 * kk + 1][1]};
+      const std::uint64_t db = cuda::wgmma_desc_sw128(y_tile + kk * 16 * 128, W::kBlockM * 128, 1024);
+      if constexpr (W::D == 64)
+        cuda::wgmma_m64n64k16_rs_bf16_f32</*kBMnMajor=*/true>(acc, a, db);
+      else
+        cuda::wgmma_m64n128k16_rs_bf16_f32</*kBMnMajor=*/true>(acc, a, db);
+    }
+  }
+
+  /// acc = dS K for one 64 x 64 block of dQ: the tile's 64 queries against all kBlockN keys,
+  /// columns 64 col_block ... A = dS read from the stored dS^T ([kBlockN keys][64 queries]):
+  /// m (the queries) contiguous, one row per k (key): MN-major, the instruction's transpose
+  /// bit for A; B = K ([kBlockN keys][D]) MN-major likewise. Both step 16 key rows (2048
+  /// bytes) per k16; sbo = 1024, lbo = a column block (unused at 64 wide).
+  template <class W>
+  __device__ __forceinline__ static void issue_dq(float (&acc)[W::kDqRegs], std::uint32_t ds_tile,
+                                                  std::uint32_t k_tile, int col_block) {
+#pragma unroll
+    for (int kk = 0; kk < W::kDqKeySteps; ++kk) {
+      const int key = 16 * kk;
+      const std::uint64_t da = cuda::wgmma_desc_sw128(ds_tile + key * 128, W::kDsBytes, 1024);
+      const std::uint64_t db =
+          cuda::wgmma_desc_sw128(k_tile + col_block * W::kBlockN * 128 + key * 128, W::kBlockN * 128, 1024);
+      cuda::wgmma_m64n64k16_bf16_f32</*kBMnMajor=*/true, /*kAMnMajor=*/true>(acc, da, db, kk > 0 ? 1 : 0);
+    }
+  }
 };
 
 }  // namespace course::solution::attn_bwd_tc_phases

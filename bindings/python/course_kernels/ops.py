@@ -544,7 +544,8 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, *, c
     float32 q, k, v, o, dout: steps naive, flash (default), flash_deterministic.
     bfloat16 q, k, v, o, dout (lse stays float32): the tensor-core steps
     (``steps("attention_backward_bf16")``: tc_mma, tc_pipelined (default), tc_deterministic,
-    tc_split_dq; the last two bit-identical run to run),
+    tc_split_dq, the last two bit-identical run to run; tc_wgmma on Hopper builds for
+    sm_90a),
     bfloat16 gradients with fp32 accumulation; head_dim 64 or 128, strides multiples of 8
     elements. The gradients come back in the inputs' dtype.
     """

@@ -415,6 +415,8 @@ def test_attention_autograd_bf16(impl, backward_step, causal, d, kv_heads):
         o.backward(dout)
     except ck.StubNotImplementedError as e:
         pytest.skip(f"exercise stub not written yet: {e}")
+    except ck.UnsupportedError as e:  # tc_wgmma off Hopper / without sm_90a code
+        pytest.skip(f"unsupported here: {e}")
     torch.cuda.synchronize()
     ref_o, _ = sdpa_with_grads(q, k, v, dout, causal, torch.float32)
     close(o, ref_o, 2e-2, 2e-2, "O")

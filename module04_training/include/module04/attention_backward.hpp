@@ -49,6 +49,10 @@
 /// - tc_split_dq: deterministic without a hand-off (FlashAttention-2's way): each block owns a
 ///   fixed list of K/V tiles of one kv head (a "split") and adds its dQ into its OWN fp32
 ///   copy; the conversion sums the copies in index order (tc_split_dq_plan()).
+/// - tc_wgmma (Hopper, sm_90a; elsewhere course::Unsupported): tc_pipelined's work split on
+///   warpgroup MMA. Each of two warpgroups owns 64 of the block's 128 keys; S^T, dP^T and dQ
+///   read both operands from 128-byte-swizzled shared memory, dV and dK take P^T and dS^T
+///   straight from registers.
 ///
 /// ## Contract (validate_attention_backward_args, run by both implementations before any
 /// launch; each violation throws course::InvalidArgument naming the argument and its value)
@@ -98,6 +102,7 @@ enum class AttentionBackwardStep {
   tc_pipelined,      ///< + XOR-swizzled tiles and a 2-stage cp.async ring for Q, dO, lse, D
   tc_deterministic,  ///< + dQ added in K/V-tile order (a semaphore per query tile): bit-identical
   tc_split_dq,       ///< tc_pipelined with one fp32 dQ copy per split, summed in order: bit-identical
+  tc_wgmma,          ///< sm_90a: the five products on warpgroup MMA, P^T and dS^T from registers
 };
 
 inline constexpr StepInfo<AttentionBackwardStep> kAttentionBackwardSteps[] = {
@@ -115,6 +120,8 @@ inline constexpr StepInfo<AttentionBackwardStep> kAttentionBackwardSteps[] = {
      "bf16; tc_pipelined with dQ added in K/V-tile order behind a semaphore per query tile"},
     {AttentionBackwardStep::tc_split_dq, "tc_split_dq",
      "bf16; tc_pipelined with a fixed list of K/V tiles per block and one fp32 dQ copy per block, summed in order"},
+    {AttentionBackwardStep::tc_wgmma, "tc_wgmma",
+     "bf16, sm_90a; the five products on wgmma: 64 keys per warpgroup, P^T and dS^T as register A operands"},
 };
 static_assert(steps_in_enum_order(kAttentionBackwardSteps),
               "kAttentionBackwardSteps must list AttentionBackwardStep in enum order");
@@ -129,6 +136,7 @@ struct BackwardStepSupport {
   bool causal;         ///< args.causal may be true
   bool grouped_query;  ///< kv_heads < heads
   bool deterministic;  ///< bit-identical results run to run
+  bool hopper = false;  ///< sm_90a only (wgmma): elsewhere the step throws course::Unsupported
 };
 
 /// The step table's further columns: one row per step, in the same order (checked below).
@@ -146,6 +154,7 @@ inline constexpr AttentionBackwardStepColumns kAttentionBackwardStepColumns[] = 
     {AttentionBackwardStep::tc_pipelined, AttentionBackwardDType::bf16, {128, true, true, false}},
     {AttentionBackwardStep::tc_deterministic, AttentionBackwardDType::bf16, {128, true, true, true}},
     {AttentionBackwardStep::tc_split_dq, AttentionBackwardDType::bf16, {128, true, true, true}},
+    {AttentionBackwardStep::tc_wgmma, AttentionBackwardDType::bf16, {128, true, true, false, true}},
 };
 static_assert(columns_match_steps(kAttentionBackwardSteps, kAttentionBackwardStepColumns),
               "kAttentionBackwardStepColumns must have one row per row of kAttentionBackwardSteps, in the same order");

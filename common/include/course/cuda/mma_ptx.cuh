@@ -19,7 +19,8 @@
 ///   steps: wgmma, P from registers); tests/planted/attention_tc_planted.cu
 /// - module 4: attention_backward_flash.cu (cp.async); attention_backward_tc.cuh,
 ///   attention_backward_tc_phases.cuh and the exercise's attention_backward_tc.cu (mma.sync,
-///   ldmatrix, cp.async); tests/planted/attention_backward_tc_planted.cu
+///   ldmatrix, cp.async; step tc_wgmma, attention_backward_tc_wgmma.cuh: wgmma m64n64 with
+///   both operands transposed for dQ, m64nN from registers); tests/planted/attention_backward_tc_planted.cu
 /// - common: course/cuda/tile.cuh (smem_u32, swizzle_chunk)
 ///
 /// Why PTX and not a C++ API: these instructions have no stable C++ wrapper that
@@ -339,9 +340,11 @@ __device__ __forceinline__ std::uint64_t wgmma_desc_sw128(std::uint32_t smem_add
 /// memory: the warpgroup's 64 x 64 fp32 accumulator tile d += A (64 x 16) * B (16 x 64).
 /// desc_a / desc_b: wgmma_desc_sw128 descriptors; accumulate = 0 computes d = A * B.
 /// kBMnMajor = false: B is K-major (rows are n, k contiguous: the K of Q*K^T); true: B
-/// is MN-major (rows are k, n contiguous: the V of P*V), transposed on the fly. 32 registers per thread, in
+/// is MN-major (rows are k, n contiguous: the V of P*V), transposed on the fly. kAMnMajor
+/// likewise for A (true: A stored with m contiguous, rows are k -- module 4's dQ = dS K, which
+/// reads dS from the stored dS^T). 32 registers per thread, in
 /// the mma.sync fragment order repeated over n8 tiles (see wgmma_m64nNk16 notes above).
-template <bool kBMnMajor>
+template <bool kBMnMajor, bool kAMnMajor = false>
 __device__ __forceinline__ void wgmma_m64n64k16_bf16_f32(float (&d)[32], std::uint64_t desc_a, std::uint64_t desc_b,
                                                          int accumulate = 1) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -353,13 +356,13 @@ __device__ __forceinline__ void wgmma_m64n64k16_bf16_f32(float (&d)[32], std::ui
       "{" 
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, %32, %33, p, 1, 1, 0, %35;\n"
+      "}, %32, %33, p, 1, 1, %36, %35;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kBMnMajor ? 1 : 0));
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kBMnMajor ? 1 : 0), "n"(kAMnMajor ? 1 : 0));
 #else
   (void)d, (void)desc_a, (void)desc_b, (void)accumulate;
   __trap();  // wgmma needs an sm_90a build

@@ -7,7 +7,8 @@
 /// Used by module 3's mma.sync attention steps (solutions: attention_tc_device.cuh,
 /// attention_tc_phases.cuh, attention_tc.cuh, attention_tc_flash.cuh, which its exercise
 /// attention_tc.cu includes) and module 4's tensor-core
-/// attention backward (attention_backward_tc.cuh, which its exercise includes).
+/// attention backward (attention_backward_tc.cuh, which its exercise includes; Sw128Geom:
+/// attention_backward_tc_wgmma.cuh).
 
 #include "course/cuda/mma_ptx.cuh"
 
@@ -47,6 +48,22 @@ struct TileGeom {
       return static_cast<std::uint32_t>(row * kRowBytes + 16 * swizzle_chunk<kRowChunks>(row, chunk));
     else
       return static_cast<std::uint32_t>(row * kRowBytes + 16 * chunk);
+  }
+};
+
+/// Geometry of a [kRows][D] bf16 tile in the layout wgmma's 128-byte-swizzle descriptors
+/// read (wgmma_desc_sw128, mma_ptx.cuh): D / 64 column blocks, each [kRows][64] (rows of 128
+/// bytes), 16-byte chunk c of row r at chunk (c % 8) ^ (r % 8) of its row in block c / 8.
+/// The tile must start 1024-byte aligned (a swizzle atom is 8 rows x 128 bytes). Same chunk
+/// interface as TileGeom, so TileCopier fills it (module 4's step tc_wgmma; module 3's
+/// Hopper steps compute the same offset as sw128_offset).
+template <int D, int kRows>
+struct Sw128Geom {
+  static_assert(D % 64 == 0 && kRows % 8 == 0, "whole 128-byte swizzle atoms: D a multiple of 64, rows of 8");
+  static constexpr int kChunks = D / 8;
+  static constexpr int kBlockBytes = kRows * 128;  ///< one 64-column block
+  __device__ __forceinline__ static std::uint32_t offset(int row, int chunk) {
+    return static_cast<std::uint32_t>((chunk / 8) * kBlockBytes + row * 128 + (((chunk % 8) ^ (row % 8)) * 16));
   }
 };
 
