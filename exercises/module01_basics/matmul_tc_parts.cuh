@@ -10,6 +10,7 @@
 #include "module01/matmul_tc.hpp"
 
 #include "course/cuda/gelu.cuh"
+#include "course/device.hpp"
 #include "course/error.hpp"
 
 #include <cuda/atomic>
@@ -18,10 +19,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstddef>
 #include <cstdint>
-#include <map>
-#include <mutex>
-#include <utility>
 
 namespace course::exercise::tc_parts {
 
@@ -123,8 +122,9 @@ struct Epilogue {
   }
 
   /// The epilogue of split-K's later splits (s > 0): C += the split's partial product.
-  /// Bias and residual were applied once, by split 0; a split epilogue is linear (no GELU,
-  /// no pre_gelu, fp32 C: split_k_allowed), so nothing else is left to do.
+  /// Bias and residual (in place too: split 0 read it before any later split added) were
+  /// applied once, by split 0; a split epilogue is linear (no GELU, no pre_gelu,
+  /// fp32 C: split_k_allowed), so nothing else is left to do.
   __host__ __device__ Epilogue later_split() const {
     Epilogue e = *this;
     e.accumulate = true;
@@ -212,12 +212,14 @@ struct Epilogue {
 // When a product has too few tiles of C to keep every SM busy and a long K (the GPT's
 // dW = dY^T X: 1152 x 384 outputs, K = 16384), K is cut into splits of whole slabs and each
 // (tile, split) pair is computed by its own block (mma_sync: blockIdx.y is the split) or as
-// its own work unit of a persistent block (steps 5-7). Split 0 applies the whole epilogue
-// (including accumulate); split s > 0 then adds its partial product into C
-// (Epilogue::later_split). The additions happen in the order s = 1, 2, ... : `turns` holds
+// its own work unit of a persistent block (steps 5-7, one unit per block). Split 0 applies
+// the whole epilogue (including accumulate); split s > 0 then adds its partial product into
+// C (Epilogue::later_split). The additions happen in the order s = 1, 2, ... : `turns` holds
 // one counter per tile of C, zero at launch; split s waits until its tile's counter reads s
 // (acquire), adds, and stores s + 1 (release). The order is fixed, so C is the same bit for
-// bit on every run -- unlike atomics racing in whatever order the blocks finish.
+// bit on every run -- unlike atomics racing in whatever order the blocks finish. Split s
+// waits only for a block of lower index (split s - 1 of its tile): with blocks started in
+// index order that cannot deadlock, however few of the grid's blocks are resident.
 
 /// Whether K may be split at all: only for a linear epilogue -- GELU of a sum is not the sum
 /// of GELUs, and a bf16 C would round every partial sum -- and only when the tiles alone
@@ -241,23 +243,24 @@ inline SplitK split_evenly(int k_tiles, int splits) {
   return s;
 }
 
-/// `count` zeroed ints on `stream` for the split-K turns, from a buffer kept per device
-/// (grown when a larger grid needs it; never freed: it lives as long as the process). One
-/// buffer for every step of both files (an inline function's statics exist once).
+/// `count` zeroed ints for ONE launch's split-K turns, allocated and zeroed in stream order on
+/// `stream` from course::scratch_pool (device.hpp: a per-device pool that keeps its memory
+/// mapped across synchronizations); give them back with free_turns right after the launch.
+/// Not a buffer kept per device: two split products running at once on two streams would
+/// count each other's turns, and zeroing it for the next launch would race with a kernel
+/// still running on another stream (module 3's step 14 takes its tile counter the same way).
 inline int* zeroed_turns(int count, cudaStream_t stream) {
-  static std::mutex mutex;
-  static std::map<int, std::pair<int*, int>> buffers;  // device -> (buffer, capacity)
-  int device = 0;
-  COURSE_CUDA_CHECK(cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(mutex);
-  auto& [buffer, capacity] = buffers[device];
-  if (capacity < count) {
-    if (buffer) COURSE_CUDA_CHECK(cudaFree(buffer));
-    COURSE_CUDA_CHECK(cudaMalloc(&buffer, static_cast<std::size_t>(count) * sizeof(int)));
-    capacity = count;
-  }
-  COURSE_CUDA_CHECK(cudaMemsetAsync(buffer, 0, static_cast<std::size_t>(count) * sizeof(int), stream));
-  return buffer;
+  const std::size_t bytes = static_cast<std::size_t>(count) * sizeof(int);
+  int* turns = nullptr;
+  COURSE_CUDA_CHECK(cudaMallocFromPoolAsync(reinterpret_cast<void**>(&turns), bytes, ::course::scratch_pool(), stream));
+  COURSE_CUDA_CHECK(cudaMemsetAsync(turns, 0, bytes, stream));
+  return turns;
+}
+
+/// Frees zeroed_turns' counters once the launch that uses them is done (stream order). Call
+/// it before the launch check, so that a failed launch frees them too. Null: nothing to free.
+inline void free_turns(int* turns, cudaStream_t stream) {
+  if (turns != nullptr) COURSE_CUDA_CHECK(cudaFreeAsync(turns, stream));
 }
 
 /// One thread: waits until tile `tile`'s counter reads `split` (every earlier split has added

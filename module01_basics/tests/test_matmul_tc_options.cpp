@@ -157,11 +157,10 @@ TEST_P(MatmulTcOptionsTest, SplitKProducts) {
 /// K = 384 (6 slabs = the ring: skip lands on the same stage, phase flipped), K = 800 (13
 /// slabs: the ring wraps twice or three times per skip; 297 tiles of 128 x 128, 2-3 per
 /// block) and K = 40 (one partial slab per tile).
-/// Last, split-K with several work units per block: dW-like (A transposed, accumulate),
-/// 2176 x 1024 x 1802 = 29 slabs of 64 in 3 splits of 10, 10, 9 on a 132-SM GPU
-/// (persistent_split_k) -- 68 tiles of 128 x 256 (204 units), 36 cluster tiles (108 units for
-/// ~66 clusters), 136 tiles of 128 x 128 (408 units, 3-4 per pingpong block: its consumers
-/// skip units of 10 and 9 slabs, and a block's units span different splits).
+/// Last, a dW-like product (A transposed, accumulate) where split-K is allowed (fp32 C, fewer
+/// than 2 tiles per SM) but two splits do not fit one wave: 2176 x 1024 x 1802 = 68 tiles of
+/// 128 x 256, 36 cluster tiles, 136 tiles of 128 x 128 on a 132-SM GPU -- not split
+/// (persistent_split_k: one unit per block, step 5's banner), several tiles per block.
 TEST_P(MatmulTcOptionsTest, ManyTilesPerBlock) {
   const TcMatmulStep step = GetParam().step;
   if (step != TcMatmulStep::persistent && step != TcMatmulStep::cluster_multicast && step != TcMatmulStep::pingpong)
@@ -187,7 +186,7 @@ TEST_P(MatmulTcOptionsTest, ManyTilesPerBlock) {
   one_slab.m = 8200, one_slab.n = 1032, one_slab.k = 40;
   one_slab.bf16_out = true;
   check(one_slab, ++salt);
-  OptionCase split_k;  // split-K, several units per block, unequal splits
+  OptionCase split_k;  // split-K allowed, but not in one wave: whole K, several tiles per block
   split_k.m = 2176, split_k.n = 1024, split_k.k = 1802;
   split_k.a_transposed = split_k.accumulate = true;
   check(split_k, ++salt);
@@ -228,6 +227,56 @@ TEST_P(MatmulTcSplitKTest, BitIdenticalAcrossRuns) {
     const auto c = dc.download();
     if (run == 0) first = c;
     else ASSERT_EQ(0, std::memcmp(first.data(), c.data(), c.size() * sizeof(float))) << "run " << run << " differs";
+  }
+}
+
+/// Split products on two streams at once: each launch takes its own turn counters (in
+/// stream order, tc_parts::zeroed_turns), so interleaved launches on two non-blocking
+/// streams give C bit-identical to a run alone on the default stream. (With one counter
+/// buffer per device, a launch's zeroing would reset the counters of a kernel still running
+/// on the other stream: a later split would wait forever, or add out of order.) The dW of
+/// BitIdenticalAcrossRuns with a bias (the first add's whole epilogue) into a fresh C.
+TEST_P(MatmulTcSplitKTest, ConcurrentStreamsGiveTheSameResult) {
+  const TcMatmulStep step = GetParam().step;
+  if (step != TcMatmulStep::mma_sync && step != TcMatmulStep::persistent && step != TcMatmulStep::cluster_multicast &&
+      step != TcMatmulStep::pingpong)
+    GTEST_SKIP() << "this step does not split K";
+  const std::int64_t M = 1152, N = 384, K = 4096;
+  const auto a_host = course::to_bf16(course::random_vector(static_cast<std::size_t>(K * M), seed(), -1.f, 1.f));
+  const auto b_host = course::to_bf16(course::random_vector(static_cast<std::size_t>(K * N), seed() + 1, -1.f, 1.f));
+  const auto bias = course::random_vector(static_cast<std::size_t>(N), seed() + 2, -1.f, 1.f);
+  course::DeviceBuffer<bf16> da(a_host), db(b_host);
+  course::DeviceBuffer<float> dbias(bias);
+  std::vector<course::DeviceBuffer<float>> dc;
+  for (int i = 0; i < 3; ++i) {
+    dc.emplace_back(static_cast<std::size_t>(M * N));
+    dc.back().poison();  // every element is written by the first add
+  }
+  TcMatmulArgs args;
+  args.a = da.data();
+  args.b = db.data();
+  args.c = dc[0].data();
+  args.m = M, args.n = N, args.k = K;
+  args.a_transposed = true;  // A stored K x M (dY), B stored K x N (X)
+  args.lda = M, args.ldb = N, args.ldc = N;
+  args.epilogue.bias = dbias.data();
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(impl::matmul_tc(step, args));  // dc[0]: the default stream, alone
+  COURSE_CUDA_CHECK(cudaDeviceSynchronize());
+  cudaStream_t streams[2] = {nullptr, nullptr};
+  for (cudaStream_t& st : streams) ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  for (int r = 0; r < 3; ++r)
+    for (int i = 0; i < 2; ++i) {
+      args.c = dc[1 + i].data();
+      args.stream = streams[i];
+      impl::matmul_tc(step, args);
+    }
+  COURSE_CUDA_CHECK(cudaDeviceSynchronize());
+  for (cudaStream_t st : streams) cudaStreamDestroy(st);
+  const std::vector<float> want = dc[0].download();
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<float> got = dc[1 + i].download();
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
+        << "C on stream " << i << " differs from the default stream's";
   }
 }
 

@@ -632,12 +632,14 @@ void launch_mma_sync_config(const TcMatmulArgs& a) {
   const tc_parts::SplitK plan = tc_parts::split_evenly(k_tiles, splits);  // no empty split
   splits = plan.splits;
   const int per_split = plan.slabs;
-  int* turns = splits > 1 ? tc_parts::zeroed_turns(static_cast<int>(tiles), a.stream) : nullptr;
   constexpr auto kernel = matmul_tc_mma_sync_kernel<Cfg, kATrans, kBTrans>;
   ::course::cuda::opt_in_dynamic_smem<kernel>(Cfg::kSmemBytes);  // more than the 48 KB default
+  // This launch's own turn counters (stream order: see tc_parts::zeroed_turns), freed after it.
+  int* turns = splits > 1 ? tc_parts::zeroed_turns(static_cast<int>(tiles), a.stream) : nullptr;
   kernel<<<dim3(tiles, static_cast<unsigned>(splits)), Cfg::kThreads, Cfg::kSmemBytes, a.stream>>>(
       a.a, a.b, static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), a.lda, a.ldb, tiles_m, tiles_n,
       tc_parts::Epilogue::from(a), per_split, turns);
+  tc_parts::free_turns(turns, a.stream);
   COURSE_CHECK_LAUNCH("matmul_tc_mma_sync_kernel");
   // @end
 }
