@@ -74,16 +74,18 @@ void require_sm90a(const char* step) {
 /// Split-K for a persistent grid (steps 5-7; tc_parts' split-K section says how the splits
 /// add up). Only where tc_parts::split_k_allowed (a linear epilogue, fewer than 2 tiles per
 /// SM: `tiles` of the block tile), each split at least kMinSplitSlabs slabs (512 of K, as
-/// mma_sync's 16 slabs of 32). `units` work units per split (tiles, or cluster tiles) are
-/// walked by at most `slots` blocks (clusters) at once, so a split count s costs about
-///   waves(s) * (slabs per split + kFillSlabs) + (s - 1) * kAddSlabs   slab-times,
-/// waves(s) = ceil(units * s / slots): the last wave sets the time; kFillSlabs is a unit's
-/// pipeline fill and epilogue, kAddSlabs one split's turn at adding into C (the splits of a
-/// tile finish together and add one after another: a 64-128 KB reduction into L2 and the
-/// release/acquire hand-off, estimated at 1-2 us or 2-3 slab-times; not measured). The
-/// cheapest s wins, ties to fewer splits. dW (1152 x 384 x 16384, 256 slabs) on 132 SMs: pingpong's 27 tiles of 128 x 128
-/// take 4 splits (108 units of 64 slabs, one wave), persistent's 18 tiles of 128 x 256 take 7
-/// (126 units of 37 slabs). The forward products (>= 384 tiles of 128 x 128) never split.
+/// mma_sync's 16 slabs of 32), and only as many splits as one wave holds: `units` work
+/// units per split (tiles, or cluster tiles) times the split count at most `slots`, the
+/// blocks (clusters) that fit at once -- one unit per block, the condition of the
+/// deadlock-freedom argument (step 5's banner). Among those counts s the cheapest in
+///   (slabs per split + kFillSlabs) + (s - 1) * kAddSlabs   slab-times
+/// wins, ties to fewer splits: kFillSlabs is a unit's pipeline fill and epilogue, kAddSlabs
+/// one split's turn at adding into C (the splits of a tile finish together and add one after
+/// another: a 64-128 KB reduction into L2 and the release/acquire hand-off, estimated at 1-2
+/// us or 2-3 slab-times; not measured). dW (1152 x 384 x 16384, 256 slabs) on 132 SMs:
+/// pingpong's 27 tiles of 128 x 128 take 4 splits (108 units of 64 slabs), persistent's 18
+/// tiles of 128 x 256 take 7 (126 units of 37 slabs). The forward products (>= 384 tiles of
+/// 128 x 128) never split, nor does any grid of more tiles than `slots`.
 constexpr int kMinSplitSlabs = 8;
 constexpr int kMaxSplits = 64;
 constexpr int kFillSlabs = 2;
@@ -92,13 +94,13 @@ SplitK persistent_split_k(const TcMatmulArgs& a, std::int64_t tiles, int units, 
   SplitK best{1, k_tiles};
   if (!split_k_allowed(a, tiles, device_properties().multiProcessorCount) || slots < 1) return best;
   const auto cost = [&](const SplitK& p) {
-    const std::int64_t waves = (static_cast<std::int64_t>(units) * p.splits + slots - 1) / slots;
-    return waves * (p.slabs + kFillSlabs) + static_cast<std::int64_t>(p.splits - 1) * kAddSlabs;
+    return static_cast<std::int64_t>(p.slabs + kFillSlabs) + static_cast<std::int64_t>(p.splits - 1) * kAddSlabs;
   };
   std::int64_t best_cost = cost(best);
   const int most = std::min(k_tiles / kMinSplitSlabs, kMaxSplits);
   for (int s = 2; s <= most; ++s) {
     const SplitK p = split_evenly(k_tiles, s);
+    if (static_cast<std::int64_t>(units) * p.splits > slots) break;  // one wave, one unit per block
     if (cost(p) < best_cost) best = p, best_cost = cost(p);
   }
   return best;
@@ -409,22 +411,29 @@ __global__ void __launch_bounds__(kThreads, 1)
 //    store the tile follows), adds its partial product into C (Epilogue::later_split: C +=
 //    v, no bias or residual), and every split, after a second named barrier, releases s + 1.
 //    The sums are made in the order 0, 1, 2, ...: the same bits on every run.
-//  * Why waiting for a turn cannot deadlock. Every block (cluster) takes its units in
-//    increasing u, and the unit split s waits for, the same tile's split s - 1, has the
-//    smaller number u - ctiles. Take the smallest unfinished unit u0. Every unit before it
-//    is finished, so the block that owns u0 has finished all its earlier units and is at u0;
-//    the ring stages u0's slabs need were released by earlier units' main loops (a consumer
-//    releases every stage before its epilogue), so its main loop completes; and its turn
-//    has come, since split s - 1 of its tile is an earlier unit. So u0 finishes, and by
-//    induction every unit does. That needs the block that owns u0 to be running: the grid
-//    is never larger than what fits on the GPU at once (the occupancy query), so each of its
-//    blocks is resident once the SMs are free. In a cluster both blocks take the same unit
-//    (the same slabs, multicast to both); their two tiles have a counter each, and the
-//    argument holds for the cluster's unit.
+//  * One wave: the launcher splits only as far as every unit gets a block (cluster) of its
+//    own (persistent_split_k: ctiles * splits <= the blocks that fit at once), so unit u
+//    runs on block u. Why waiting for a turn then cannot deadlock: split s of a tile (unit
+//    u) waits only for split s - 1 (unit u - ctiles), which runs on a block of LOWER index
+//    -- mma_sync's argument. Blocks (clusters) start in index order, a block only after every
+//    lower one has; so the lowest unfinished unit's block is running, its slabs land (the
+//    ring is its own), and its predecessor, lower still, has finished: it finishes, and by
+//    induction every unit does. Nothing needs the whole grid resident at once: a kernel
+//    holding SMs (a second split product on another stream included) only delays the
+//    blocks not yet started. In a cluster both blocks take the same unit (the same slabs,
+//    multicast to both); their two tiles have a counter each.
+//    Why not several units per block: with u = split * ctiles + ctile walked u = b, b + G,
+//    ..., block b's second unit (b + G) waits for unit b + G - ctiles, on block b + G - ctiles
+//    > b when b < ctiles. Every block resident at once would make that safe, but two split
+//    products on two streams can each hold part of the GPU while waiting for blocks of
+//    their own that cannot start. Adding in the order of the owning blocks instead (safe:
+//    every wait goes to a lower block) makes a first-wave unit wait for a last-wave one;
+//    a CPU model of the waits put that at 1.5-2x the time of the waves themselves. So a
+//    grid with more tiles than SMs does not split (the cost model had predicted ~10% there).
 // Prediction (linear_bf16 dW 1152x384x16384, H100): persistent from 0.25 to ~0.7 of cuBLAS
 // (7 splits: 126 units of 37 slabs on 132 SMs, 25% of each 128 x 256 tile wasted on N = 384;
-// seven serialized adds of a 128 KB tile cost ~20%); cluster_multicast similar (6 splits of
-// 43 slabs, 60 cluster units); pingpong from 0.47 to ~0.8-0.9 (below). The forward products
+// seven serialized adds of a 128 KB tile cost ~20%); cluster_multicast similar (7 splits of
+// 37 slabs, 63 cluster units of 9 cluster tiles, where 63 clusters fit); pingpong from 0.47 to ~0.8-0.9 (below). The forward products
 // and the square hgemm shapes have enough tiles: no split, unchanged.
 // Measured: pending (GPU run)
 // ============================================================================
@@ -691,9 +700,8 @@ void launch_ws_layout(const TcMatmulArgs& a, bool persistent, const char* step) 
     // @end
   }
   // Split-K (persistent only; persistent_split_k): few tiles and a long K make more work
-  // units than cluster tiles, and the grid grows to as many clusters as fit at once -- no
-  // more, so that every block of the grid is resident together (the deadlock-freedom
-  // argument of the split turns, step 5's banner, needs it).
+  // units than cluster tiles, and the grid grows to as many clusters as fit at once (still
+  // a persistent grid; step 5's banner says why the turns need nothing more of it).
   const int k_tiles = static_cast<int>((a.k + kBK - 1) / kBK);
   SplitK plan{1, k_tiles};
   int* turns = nullptr;
@@ -705,12 +713,16 @@ void launch_ws_layout(const TcMatmulArgs& a, bool persistent, const char* step) 
     plan = persistent_split_k(a, tiles, ctiles, fit, k_tiles);
     if (plan.splits > 1) {
       clusters = std::min(ctiles * plan.splits, fit);
-      turns = zeroed_turns(ctiles * kCluster, a.stream);  // one per tile (a cluster tile has kCluster)
+      // This launch's own counters, one per tile (a cluster tile has kCluster), in stream
+      // order (tc_parts::zeroed_turns), freed after the launch.
+      turns = zeroed_turns(ctiles * kCluster, a.stream);
     }
   }
   config.gridDim = dim3(clusters * kCluster);
-  COURSE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, map_a, map_b, Epilogue::from(a), static_cast<int>(a.k),
-                                       tiles_m, tiles_n, plan.splits, plan.slabs, turns));
+  const cudaError_t launched = cudaLaunchKernelEx(&config, kernel, map_a, map_b, Epilogue::from(a),
+                                                  static_cast<int>(a.k), tiles_m, tiles_n, plan.splits, plan.slabs, turns);
+  free_turns(turns, a.stream);  // also when the launch failed
+  COURSE_CUDA_CHECK(launched);
   COURSE_CHECK_LAUNCH("matmul_tc_ws_kernel");
 }
 
@@ -786,8 +798,9 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
 //   cuBLAS uses 192 x 192 tiles in 2-block clusters there. At 8192^3: 0.78 of cuBLAS
 //   (tma_warp_specialized 1.00, cluster_multicast 0.95). Lesson: module01_basics/README.md.
 // Split-K (steps 5-7, see the steps 4-6 banner): the block's walk is over (tile, split)
-// units, dealt to the consumers alternately as tiles were; a unit's slabs are its split's
-// range, so consecutive units may differ in length (the last split is shorter when the
+// units, dealt to the consumers alternately as tiles were (with split-K one unit per
+// block, so consumer 0 alone; the general walk is kept, and stays right for any unit
+// lengths); a unit's slabs are its split's range, so consecutive units may differ in length (the last split is shorter when the
 // slabs do not divide evenly), and Ring::skip advances by the skipped unit's own count
 // (TileSchedule::slabs(), which every consumer computes from the same unit number). The
 // parity argument above does not depend on the counts: it needs only that the producer and
@@ -796,8 +809,9 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
 // waiting after the consumer of unit t - 1 has seen all its slabs land (the turns, as
 // before). A consumer waits for its tile's split turn only in its epilogue, after passing
 // the tensor-core turn and releasing its last stage, so the other consumer and the producer
-// never wait on it; the split turn's own barrier is the consumer's 128 threads
-// (kSplitBarrier + cw). dW on 132 SMs: 4 splits of 64 slabs, 108 units, one per block.
+// never wait on it for the unit it holds; the split turn's own barrier is the consumer's
+// 128 threads (kSplitBarrier + cw = 3 or 4; 1 and 2 are the tensor-core turns, 0
+// __syncthreads'). dW on 132 SMs: 4 splits of 64 slabs, 108 units, one per block.
 // Prediction: dW from 0.47 to ~0.8-0.9 of cuBLAS (108 of 132 SMs busy, each on 4096 of K,
 // plus three serialized adds of a 128 x 128 tile); the other products unchanged.
 // Measured: pending (GPU run)
@@ -1018,14 +1032,16 @@ void launch_layout(const TcMatmulArgs& a, const char* step) {
   COURSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   COURSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kSmemBytes));
   require_arg(per_sm >= 1, step, "blocks per SM", per_sm, "must be >= 1 (not enough shared memory per SM?)");
-  // Split-K (persistent_split_k): at most as many blocks as fit at once, so that all of them
-  // are resident together (the deadlock-freedom argument in the banner needs it).
+  // Split-K (persistent_split_k): more work units than tiles, still at most as many blocks
+  // as fit at once (a persistent grid).
   const int k_tiles = static_cast<int>((a.k + kBK - 1) / kBK);
   const SplitK plan = persistent_split_k(a, tiles, tiles, sms * per_sm, k_tiles);
-  int* turns = plan.splits > 1 ? zeroed_turns(tiles, a.stream) : nullptr;
   const int blocks = std::min(tiles * plan.splits, sms * per_sm);
+  // This launch's own turn counters (stream order: tc_parts::zeroed_turns), freed after it.
+  int* turns = plan.splits > 1 ? zeroed_turns(tiles, a.stream) : nullptr;
   kernel<<<blocks, kThreads, kSmemBytes, a.stream>>>(map_a, map_b, Epilogue::from(a), static_cast<int>(a.k), tiles_m,
                                                       tiles_n, plan.splits, plan.slabs, turns);
+  free_turns(turns, a.stream);
   COURSE_CHECK_LAUNCH("matmul_tc_pingpong_kernel");
 }
 
