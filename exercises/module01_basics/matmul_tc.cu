@@ -26,14 +26,11 @@
 #include "course/device.hpp"
 
 #include <cuda_bf16.h>
-#include <cuda/atomic>
 #include <cuda_runtime.h>
 #include <mma.h>
 
 #include <algorithm>
 #include <climits>
-#include <map>
-#include <mutex>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -386,24 +383,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   (void)smem_raw, (void)A, (void)B, (void)M, (void)N, (void)K, (void)lda, (void)ldb, (void)tiles_m, (void)tiles_n;
   (void)epilogue, (void)slabs_per_split, (void)turns;
   // @end
-}
-
-/// `count` zeroed ints on `stream` for the split-K turns, from a buffer kept per device
-/// (grown when a larger grid needs it; never freed: it lives as long as the process).
-int* zeroed_turns(int count, cudaStream_t stream) {
-  static std::mutex mutex;
-  static std::map<int, std::pair<int*, int>> buffers;  // device -> (buffer, capacity)
-  int device = 0;
-  COURSE_CUDA_CHECK(cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(mutex);
-  auto& [buffer, capacity] = buffers[device];
-  if (capacity < count) {
-    if (buffer) COURSE_CUDA_CHECK(cudaFree(buffer));
-    COURSE_CUDA_CHECK(cudaMalloc(&buffer, static_cast<std::size_t>(count) * sizeof(int)));
-    capacity = count;
-  }
-  COURSE_CUDA_CHECK(cudaMemsetAsync(buffer, 0, static_cast<std::size_t>(count) * sizeof(int), stream));
-  return buffer;
 }
 
 template <class Cfg, bool kATrans, bool kBTrans>

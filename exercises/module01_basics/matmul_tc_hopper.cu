@@ -79,6 +79,41 @@ void require_sm90a(const char* step) {
                       "(CMAKE_CUDA_ARCHITECTURES=90a; wgmma and setmaxnreg are not in plain sm_90)");
 }
 
+/// Split-K for a persistent grid (steps 5-7; tc_parts' split-K section says how the splits
+/// add up). Only where tc_parts::split_k_allowed (a linear epilogue, fewer than 2 tiles per
+/// SM: `tiles` of the block tile), each split at least kMinSplitSlabs slabs (512 of K, as
+/// mma_sync's 16 slabs of 32), and only as many splits as one wave holds: `units` work
+/// units per split (tiles, or cluster tiles) times the split count at most `slots`, the
+/// blocks (clusters) that fit at once -- one unit per block, the condition of the
+/// deadlock-freedom argument (step 5's banner). Among those counts s the cheapest in
+///   (slabs per split + kFillSlabs) + (s - 1) * kAddSlabs   slab-times
+/// wins, ties to fewer splits: kFillSlabs is a unit's pipeline fill and epilogue, kAddSlabs
+/// one split's turn at adding into C (the splits of a tile finish together and add one after
+/// another: a 64-128 KB reduction into L2 and the release/acquire hand-off, estimated at 1-2
+/// us or 2-3 slab-times; not measured). dW (1152 x 384 x 16384, 256 slabs) on 132 SMs:
+/// pingpong's 27 tiles of 128 x 128 take 4 splits (108 units of 64 slabs), persistent's 18
+/// tiles of 128 x 256 take 7 (126 units of 37 slabs). The forward products (>= 384 tiles of
+/// 128 x 128) never split, nor does any grid of more tiles than `slots`.
+constexpr int kMinSplitSlabs = 8;
+constexpr int kMaxSplits = 64;
+constexpr int kFillSlabs = 2;
+constexpr int kAddSlabs = 2;
+SplitK persistent_split_k(const TcMatmulArgs& a, std::int64_t tiles, int units, int slots, int k_tiles) {
+  SplitK best{1, k_tiles};
+  if (!split_k_allowed(a, tiles, device_properties().multiProcessorCount) || slots < 1) return best;
+  const auto cost = [&](const SplitK& p) {
+    return static_cast<std::int64_t>(p.slabs + kFillSlabs) + static_cast<std::int64_t>(p.splits - 1) * kAddSlabs;
+  };
+  std::int64_t best_cost = cost(best);
+  const int most = std::min(k_tiles / kMinSplitSlabs, kMaxSplits);
+  for (int s = 2; s <= most; ++s) {
+    const SplitK p = split_evenly(k_tiles, s);
+    if (static_cast<std::int64_t>(units) * p.splits > slots) break;  // one wave, one unit per block
+    if (cost(p) < best_cost) best = p, best_cost = cost(p);
+  }
+  return best;
+}
+
 /// Consumer warpgroup `wg` (0 or 1: rows 64 wg .. 64 wg + 63 of the tile) multiplies one
 /// slab: four k16 steps of wgmma m64n256k16, both operands read from shared memory through
 /// descriptors. K-major A: a k16 step is 32 bytes further along the 128-byte rows, groups of
@@ -371,6 +406,48 @@ __global__ void __launch_bounds__(kThreads, 1)
 // the consumers' descriptors (wgmma_slab); the epilogue goes through a 16 x 32 patch of
 // shared memory per consumer warp (store_warp_rows: 20 KB beside the 192 KB of stages) and
 // tc_parts::Epilogue::store4, as in mma_sync. Step 3 (wgmma) keeps the plain store.
+//
+// Split-K, steps 5-7 (the persistent grids; step 4 keeps one block per tile). What limits
+// them on dW = dY^T X (1152 x 384 x 16384): 18 tiles of 128 x 256 (27 of 128 x 128 in step
+// 7) for 132 SMs -- 86% of the GPU idles however fast a tile runs. The cure is mma_sync's
+// deterministic split-K (tc_parts, split-K section), under the same conditions
+// (split_k_allowed: fp32 C, no GELU, fewer than 2 tiles per SM); only the count differs
+// (persistent_split_k: a grid of one block per SM runs in waves, so the model counts them).
+// Changes:
+//  * The schedule walks work units, (tile, split) pairs, numbered u = split * ctiles + ctile,
+//    with the same static walk u = b, b + G, ... (G blocks or clusters). Producer and
+//    consumers load and compute the unit's slab range [kt_begin, kt_end) through the same
+//    ring; the last split is shorter when the slabs do not divide evenly.
+//  * The epilogue: split 0 stores (or accumulates) as before; a split s > 0 waits until its
+//    tile's turn counter reads s (one thread acquires; a named barrier of the threads that
+//    store the tile follows), adds its partial product into C (Epilogue::later_split: C +=
+//    v, no bias or residual), and every split, after a second named barrier, releases s + 1.
+//    The sums are made in the order 0, 1, 2, ...: the same bits on every run.
+//  * One wave: the launcher splits only as far as every unit gets a block (cluster) of its
+//    own (persistent_split_k: ctiles * splits <= the blocks that fit at once), so unit u
+//    runs on block u. Why waiting for a turn then cannot deadlock: split s of a tile (unit
+//    u) waits only for split s - 1 (unit u - ctiles), which runs on a block of LOWER index
+//    -- mma_sync's argument. Blocks (clusters) start in index order, a block only after every
+//    lower one has; so the lowest unfinished unit's block is running, its slabs land (the
+//    ring is its own), and its predecessor, lower still, has finished: it finishes, and by
+//    induction every unit does. Nothing needs the whole grid resident at once: a kernel
+//    holding SMs (a second split product on another stream included) only delays the
+//    blocks not yet started. In a cluster both blocks take the same unit (the same slabs,
+//    multicast to both); their two tiles have a counter each.
+//    Why not several units per block: with u = split * ctiles + ctile walked u = b, b + G,
+//    ..., block b's second unit (b + G) waits for unit b + G - ctiles, on block b + G - ctiles
+//    > b when b < ctiles. Every block resident at once would make that safe, but two split
+//    products on two streams can each hold part of the GPU while waiting for blocks of
+//    their own that cannot start. Adding in the order of the owning blocks instead (safe:
+//    every wait goes to a lower block) makes a first-wave unit wait for a last-wave one;
+//    a CPU model of the waits put that at 1.5-2x the time of the waves themselves. So a
+//    grid with more tiles than SMs does not split (the cost model had predicted ~10% there).
+// Prediction (linear_bf16 dW 1152x384x16384, H100): persistent from 0.25 to ~0.7 of cuBLAS
+// (7 splits: 126 units of 37 slabs on 132 SMs, 25% of each 128 x 256 tile wasted on N = 384;
+// seven serialized adds of a 128 KB tile cost ~20%); cluster_multicast similar (7 splits of
+// 37 slabs, 63 cluster units of 9 cluster tiles, where 63 clusters fit); pingpong from 0.47 to ~0.8-0.9 (below). The forward products
+// and the square hgemm shapes have enough tiles: no split, unchanged.
+// Measured: pending (GPU run)
 // ============================================================================
 namespace ws {
 constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
@@ -383,34 +460,55 @@ constexpr int kBarrierBytes = 2 * kStages * 8;
 constexpr int kSmemBytes = kStages * static_cast<int>(kStageBytes) + kBarrierBytes + kPatchBytes + 1024;
 /// Tile-rows per group of the tile order (L2 reuse between the blocks running together).
 constexpr int kGroupRows = 16;
+/// Named barrier of the 256 consumer threads around a split-K turn (0 is __syncthreads').
+constexpr int kSplitBarrier = 1;
 
-/// The tile schedule of every step 4-6 block. Tiles are grouped into "cluster tiles" of
+/// The tile schedule of every step 4-7 block. Tiles are grouped into "cluster tiles" of
 /// kCluster vertically adjacent tiles; cluster c of G takes cluster tiles c, c + G, ...,
 /// in grouped order; its block of rank r computes tile row kCluster * ctile_m + r.
 /// Without persistence the grid has one cluster per cluster tile: one trip each.
+/// With split-K (persistent steps only, tc_parts' split-K section) the walk is over work
+/// units, (cluster tile, split) pairs numbered u = split * ctiles + ctile: all of split 0,
+/// then all of split 1, ... A unit covers slabs [kt_begin, kt_end) of K. Without split-K
+/// (splits = 1, per_split = k_tiles) a unit is a cluster tile and its whole K.
 template <int kCluster>
 struct TileSchedule {
   int next, stride, total, ctiles_m, tiles_n;
-  __device__ __forceinline__ TileSchedule(int tiles_m, int tiles_n_) {
+  int ctiles, k_tiles, per_split;            // units per split; slabs of K; slabs per split
+  int split = 0, kt_begin = 0, kt_end = 0;   // the unit last taken: its split and slab range
+  int tile = 0;                              // ... and its tile's split-K turn counter
+  __device__ __forceinline__ TileSchedule(int tiles_m, int tiles_n_, int k_tiles_, int splits, int per_split_) {
     next = static_cast<int>(blockIdx.x) / kCluster;
     // @step persistent
     stride = 0;  // TODO(step 5a): how many clusters the grid holds.
     // @end
     ctiles_m = (tiles_m + kCluster - 1) / kCluster;
     tiles_n = tiles_n_;
-    total = ctiles_m * tiles_n;
+    ctiles = ctiles_m * tiles_n;
+    total = ctiles * splits;
+    k_tiles = k_tiles_;
+    per_split = per_split_;
   }
-  /// The next tile of this block (false when the schedule is done).
+  /// The next unit of this block (false when the schedule is done): its tile, and in the
+  /// members split, kt_begin, kt_end and tile, its share of K and its turn counter.
   __device__ __forceinline__ bool take(int& tile_m, int& tile_n) {
     if (next >= total) return false;
+    split = next / ctiles;
+    const int ctile = next - split * ctiles;
     int ctile_m;
-    grouped_tile<kGroupRows / kCluster>(next, ctiles_m, tiles_n, ctile_m, tile_n);
-    tile_m = ctile_m * kCluster + static_cast<int>(cc::cluster_ctarank());
+    grouped_tile<kGroupRows / kCluster>(ctile, ctiles_m, tiles_n, ctile_m, tile_n);
+    const int rank = static_cast<int>(cc::cluster_ctarank());
+    tile_m = ctile_m * kCluster + rank;
+    tile = ctile * kCluster + rank;
+    kt_begin = split * per_split;
+    kt_end = min(k_tiles, kt_begin + per_split);
     // @step persistent
     next = total;  // TODO(step 5a): this hands out one tile per block (step 4). Walk on instead.
     // @end
     return true;
   }
+  /// Slabs of the unit last taken (k_tiles without split-K; the last split may have fewer).
+  __device__ __forceinline__ int slabs() const { return kt_end - kt_begin; }
 };
 
 /// A position in the ring of stages: index and the parity of the current pass.
@@ -430,7 +528,8 @@ struct RingPosition {
 template <int kCluster, bool kATrans = false, bool kBTrans = false>
 __global__ void __launch_bounds__(kThreads, 1)
     matmul_tc_ws_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
-                        const Epilogue epilogue, int K, int tiles_m, int tiles_n) {
+                        const Epilogue epilogue, int K, int tiles_m, int tiles_n, int splits, int per_split,
+                        int* __restrict__ turns) {
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 blocks");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -461,7 +560,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   // @end
 
-  TileSchedule<kCluster> schedule(tiles_m, tiles_n);
+  TileSchedule<kCluster> schedule(tiles_m, tiles_n, k_tiles, splits, per_split);
   RingPosition ring;
   int tile_m, tile_n;
   if (wg == 0) {
@@ -475,7 +574,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // TODO(step 5b): every tile the schedule gives, not only the first.
       if (schedule.take(tile_m, tile_n)) {
       // @end
-        for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+        for (int kt = schedule.kt_begin; kt < schedule.kt_end; ++kt, ring.advance()) {  // this unit's slabs
           const std::uint32_t full = full_bar + 8 * ring.stage;
           const std::uint32_t stage_a = smem + ring.stage * kStageBytes;
           const std::uint32_t stage_b = stage_a + kABytes;
@@ -521,7 +620,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (schedule.take(tile_m, tile_n)) {
     // @end
       zero(acc);
-      for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+      for (int kt = schedule.kt_begin; kt < schedule.kt_end; ++kt, ring.advance()) {
         // @step tma_warp_specialized
         // TODO(step 4c): wait until this stage's bytes have landed (full_bar + 8 * ring.stage,
         //   parity of this pass), then the math of the slab as in step 3 (wgmma_slab on
@@ -532,12 +631,22 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       // Plain fp32 C: straight from the registers, the store steps 4-6 were measured with
       // (the patch round trip cost up to ~15% at K = 1024 in one H100 run); with options:
-      // through the patch and Epilogue::store4.
-      if (epilogue.plain)
-        store_warpgroup_tile(acc, epilogue.c, epilogue.m, epilogue.n, epilogue.ldc, epilogue.pairs_ok,
-                             tile_m * kBM + 64 * cw, tile_n * kBN);
-      else
-        store_warp_rows(acc, patch, epilogue, tile_m * kBM + 64 * cw, tile_n * kBN);
+      // through the patch and Epilogue::store4. A later split of K (persistent steps) waits
+      // for its tile's turn and adds its partial product; every split passes the turn on.
+      const int row0 = tile_m * kBM + 64 * cw, n0 = tile_n * kBN;
+      if (schedule.split > 0) {
+        if (threadIdx.x == 128) wait_split_turn(turns, schedule.tile, schedule.split);
+        cc::named_barrier_sync(kSplitBarrier, 256);  // both consumers read C after the acquire
+        store_warp_rows(acc, patch, epilogue.later_split(), row0, n0);
+      } else if (epilogue.plain) {
+        store_warpgroup_tile(acc, epilogue.c, epilogue.m, epilogue.n, epilogue.ldc, epilogue.pairs_ok, row0, n0);
+      } else {
+        store_warp_rows(acc, patch, epilogue, row0, n0);
+      }
+      if (splits > 1) {
+        cc::named_barrier_sync(kSplitBarrier, 256);  // every store of the tile, then the release
+        if (threadIdx.x == 128) pass_split_turn(turns, schedule.tile, schedule.split);
+      }
     }
   }
   // A block must not exit while its cluster peer may still arrive on its barriers.
@@ -547,7 +656,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Hints, one at a time: bash scripts/course.sh hint matmul_tc/cluster_multicast
   // @end
 #else
-  (void)tmap_a, (void)tmap_b, (void)epilogue, (void)K, (void)tiles_m, (void)tiles_n;
+  (void)tmap_a, (void)tmap_b, (void)epilogue, (void)K, (void)tiles_m, (void)tiles_n, (void)splits, (void)per_split,
+      (void)turns;
   __trap();  // never launched: the host checks sm90a_code_available() first
 #endif
 }
@@ -588,9 +698,30 @@ void launch_ws_layout(const TcMatmulArgs& a, bool persistent, const char* step) 
     // Hints, one at a time: bash scripts/course.sh hint matmul_tc/persistent
     // @end
   }
+  // Split-K (persistent only; persistent_split_k): few tiles and a long K make more work
+  // units than cluster tiles, and the grid grows to as many clusters as fit at once (still
+  // a persistent grid; step 5's banner says why the turns need nothing more of it).
+  const int k_tiles = static_cast<int>((a.k + kBK - 1) / kBK);
+  SplitK plan{1, k_tiles};
+  int* turns = nullptr;
+  const std::int64_t tiles = static_cast<std::int64_t>(tiles_m) * tiles_n;
+  if (persistent && split_k_allowed(a, tiles, device_properties().multiProcessorCount)) {
+    config.gridDim = dim3(ctiles * kCluster);
+    int fit = 0;
+    COURSE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&fit, kernel, &config));
+    plan = persistent_split_k(a, tiles, ctiles, fit, k_tiles);
+    if (plan.splits > 1) {
+      clusters = std::min(ctiles * plan.splits, fit);
+      // This launch's own counters, one per tile (a cluster tile has kCluster), in stream
+      // order (tc_parts::zeroed_turns), freed after the launch.
+      turns = zeroed_turns(ctiles * kCluster, a.stream);
+    }
+  }
   config.gridDim = dim3(clusters * kCluster);
-  COURSE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, map_a, map_b, Epilogue::from(a), static_cast<int>(a.k),
-                                       tiles_m, tiles_n));
+  const cudaError_t launched = cudaLaunchKernelEx(&config, kernel, map_a, map_b, Epilogue::from(a),
+                                                  static_cast<int>(a.k), tiles_m, tiles_n, plan.splits, plan.slabs, turns);
+  free_turns(turns, a.stream);  // also when the launch failed
+  COURSE_CUDA_CHECK(launched);
   COURSE_CHECK_LAUNCH("matmul_tc_ws_kernel");
 }
 
@@ -653,7 +784,7 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
 //   fwd 16384x1152x384 ~0.85 (0.75-0.95); fc+GELU 16384x1536x384 ~0.8 (0.7-0.9);
 //   proj+residual 16384x384x1536 ~0.9 (0.8-1.0); dX 16384x384x1152 ~0.9 (0.8-1.0);
 //   dW 1152x384x16384 ~0.4: only 27 tiles of 128 x 128 for 132 SMs, one consumer busy per
-//   block -- K = 16384 wants split-K, which this step does not do.
+//   block -- K = 16384 wants split-K, which this step did not do at first (below).
 //   At 8192^3 (hgemm_bf16): level with step 5 (~0.85-0.95), perhaps a little below: a
 //   128 x 128 tile loads 32 KB per 2.1 MFLOP slab against 48 KB per 4.2 MFLOP, ~37% more
 //   L2 -> shared traffic per FLOP (~10 TB/s over the chip at full rate), which is what
@@ -665,6 +796,24 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
 //   slabs, ~1.5 us of wgmma, and the turn hand-off and ring refill cost about as much.
 //   cuBLAS uses 192 x 192 tiles in 2-block clusters there. At 8192^3: 0.78 of cuBLAS
 //   (tma_warp_specialized 1.00, cluster_multicast 0.95). Lesson: module01_basics/README.md.
+// Split-K (steps 5-7, see the steps 4-6 banner): the block's walk is over (tile, split)
+// units, dealt to the consumers alternately as tiles were (with split-K one unit per
+// block, so consumer 0 alone; the general walk is kept, and stays right for any unit
+// lengths); a unit's slabs are its split's range, so consecutive units may differ in length (the last split is shorter when the
+// slabs do not divide evenly), and Ring::skip advances by the skipped unit's own count
+// (TileSchedule::slabs(), which every consumer computes from the same unit number). The
+// parity argument above does not depend on the counts: it needs only that the producer and
+// both consumers agree on where slab i of the walk lives (they do: the same units in the
+// same order, each's slab count from its number), and that the consumer of unit t starts
+// waiting after the consumer of unit t - 1 has seen all its slabs land (the turns, as
+// before). A consumer waits for its tile's split turn only in its epilogue, after passing
+// the tensor-core turn and releasing its last stage, so the other consumer and the producer
+// never wait on it for the unit it holds; the split turn's own barrier is the consumer's
+// 128 threads (kSplitBarrier + cw = 3 or 4; 1 and 2 are the tensor-core turns, 0
+// __syncthreads'). dW on 132 SMs: 4 splits of 64 slabs, 108 units, one per block.
+// Prediction: dW from 0.47 to ~0.8-0.9 of cuBLAS (108 of 132 SMs busy, each on 4096 of K,
+// plus three serialized adds of a 128 x 128 tile); the other products unchanged.
+// Measured: pending (GPU run)
 // ============================================================================
 namespace pingpong {
 constexpr int kTN = 128;                                       // a consumer's tile: 128 x 128
@@ -676,8 +825,10 @@ constexpr int kProducerRegisters = 40;
 constexpr int kConsumerRegisters = 232;
 constexpr int kBarrierBytes = 2 * kStages * 8;
 constexpr int kSmemBytes = kStages * static_cast<int>(kStageBytes) + kBarrierBytes + kPatchBytes + 1024;
-/// Named barriers: kTurnBarrier + c is consumer c's turn (0 is __syncthreads').
+/// Named barriers: kTurnBarrier + c is consumer c's turn (0 is __syncthreads'), kSplitBarrier
+/// + c gathers consumer c's 128 threads around a split-K turn.
 constexpr int kTurnBarrier = 1;
+constexpr int kSplitBarrier = 3;
 
 /// A position in the ring, shared by the producer's walk and each consumer's view of it.
 struct Ring {
@@ -744,7 +895,8 @@ __device__ __forceinline__ void pass_turn(int cw) {
 template <bool kATrans, bool kBTrans>
 __global__ void __launch_bounds__(kThreads, 1)
     matmul_tc_pingpong_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
-                              const Epilogue epilogue, int K, int tiles_m, int tiles_n) {
+                              const Epilogue epilogue, int K, int tiles_m, int tiles_n, int splits, int per_split,
+                              int* __restrict__ turns) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const std::uint32_t smem = aligned_smem_base(smem_raw);
@@ -764,15 +916,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  ws::TileSchedule<1> schedule(tiles_m, tiles_n);  // over 128 x 128 tiles (tiles_n counts them)
+  // Over 128 x 128 tiles (tiles_n counts them), or (split-K) over (tile, split) units.
+  ws::TileSchedule<1> schedule(tiles_m, tiles_n, k_tiles, splits, per_split);
   Ring ring;
   int tile_m, tile_n;
   if (wg == 0) {
-    // ---- Producer: every slab of every tile of the walk, in order, whichever consumer's.
+    // ---- Producer: every slab of every unit of the walk, in order, whichever consumer's.
     cc::setmaxnreg_dec<kProducerRegisters>();
     if (threadIdx.x == 0) {
       while (schedule.take(tile_m, tile_n)) {
-        for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+        for (int kt = schedule.kt_begin; kt < schedule.kt_end; ++kt, ring.advance()) {
           const std::uint32_t full = full_bar + 8 * ring.stage;
           const std::uint32_t stage_a = smem + ring.stage * kStageBytes;
           const std::uint32_t stage_b = stage_a + kABytes;
@@ -808,21 +961,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int t = 0; schedule.take(tile_m, tile_n); ++t) {
       // @step pingpong
       // TODO(step 7c): tile t of the block's walk is consumer t % 2's. For the other's tile,
-      // move the ring past its k_tiles slabs (Ring::skip) and go on to the next tile. For
+      // move the ring past its slabs (Ring::skip by schedule.slabs(): k_tiles, or fewer for a
+      // split of K) and go on to the next tile. For
       // your own: wait for your turn -- unless t == 0. (Why must every later tile wait,
       // even for correctness? The step 7 banner above says.) No zeroing: the first slab's
       // wgmmas overwrite the accumulators.
       (void)t;
       // @end
       int held = 0;  // the stage of the slab still in flight
-      for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+      for (int kt = schedule.kt_begin; kt < schedule.kt_end; ++kt, ring.advance()) {
+        const bool first = kt == schedule.kt_begin;
         cc::mbarrier_wait(full_bar + 8 * ring.stage, ring.phase);  // the stage's 32 KB have landed
         const std::uint32_t stage_a = smem + ring.stage * kStageBytes;
         cc::wgmma_fence();
-        wgmma_slab_128<kATrans, kBTrans>(acc0, acc1, stage_a, stage_a + kABytes, kt == 0);
+        wgmma_slab_128<kATrans, kBTrans>(acc0, acc1, stage_a, stage_a + kABytes, first);
         cc::wgmma_commit();
         cc::wgmma_wait<1>();            // slab kt - 1 is complete ...
-        if (kt > 0) release(held);      // ... so its stage may be refilled
+        if (!first) release(held);      // ... so its stage may be refilled
         held = ring.stage;
       }
       // @step pingpong
@@ -831,8 +986,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       // @end
       cc::wgmma_wait<0>();
       release(held);
+      // A later split of K waits for its tile's turn (its 128 threads, not the other
+      // consumer's: that one may be in its main loop) and adds its partial product.
       const int row0 = tile_m * kBM, n0 = tile_n * kTN;
-      if (epilogue.plain) {
+      if (schedule.split > 0) {
+        if (threadIdx.x % 128 == 0) wait_split_turn(turns, schedule.tile, schedule.split);
+        cc::named_barrier_sync(kSplitBarrier + cw, 128);
+        const Epilogue later = epilogue.later_split();
+        store_warp_rows<kTN>(acc0, patch, later, row0, n0);
+        store_warp_rows<kTN>(acc1, patch, later, row0 + 64, n0);
+      } else if (epilogue.plain) {
         store_warpgroup_tile<kTN>(acc0, epilogue.c, epilogue.m, epilogue.n, epilogue.ldc, epilogue.pairs_ok, row0, n0);
         store_warpgroup_tile<kTN>(acc1, epilogue.c, epilogue.m, epilogue.n, epilogue.ldc, epilogue.pairs_ok, row0 + 64,
                                   n0);
@@ -840,15 +1003,21 @@ __global__ void __launch_bounds__(kThreads, 1)
         store_warp_rows<kTN>(acc0, patch, epilogue, row0, n0);
         store_warp_rows<kTN>(acc1, patch, epilogue, row0 + 64, n0);
       }
+      if (splits > 1) {  // every store of the tile by this consumer, then the release
+        cc::named_barrier_sync(kSplitBarrier + cw, 128);
+        if (threadIdx.x % 128 == 0) pass_split_turn(turns, schedule.tile, schedule.split);
+      }
     }
   }
 #else
-  (void)tmap_a, (void)tmap_b, (void)epilogue, (void)K, (void)tiles_m, (void)tiles_n;
+  (void)tmap_a, (void)tmap_b, (void)epilogue, (void)K, (void)tiles_m, (void)tiles_n, (void)splits, (void)per_split,
+      (void)turns;
   __trap();  // never launched: the host checks sm90a_code_available() first
 #endif
 }
 
-/// Launches the ping-pong kernel, one block per SM (at most one per tile).
+/// Launches the ping-pong kernel, one block per SM (at most one per work unit: a tile, or
+/// with split-K a (tile, split) pair).
 template <bool kATrans, bool kBTrans>
 void launch_layout(const TcMatmulArgs& a, const char* step) {
   const int tiles_m = static_cast<int>((a.m + kBM - 1) / kBM);
@@ -866,9 +1035,16 @@ void launch_layout(const TcMatmulArgs& a, const char* step) {
   COURSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   COURSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kSmemBytes));
   require_arg(per_sm >= 1, step, "blocks per SM", per_sm, "must be >= 1 (not enough shared memory per SM?)");
-  const int blocks = std::min(tiles, sms * per_sm);
+  // Split-K (persistent_split_k): more work units than tiles, still at most as many blocks
+  // as fit at once (a persistent grid).
+  const int k_tiles = static_cast<int>((a.k + kBK - 1) / kBK);
+  const SplitK plan = persistent_split_k(a, tiles, tiles, sms * per_sm, k_tiles);
+  const int blocks = std::min(tiles * plan.splits, sms * per_sm);
+  // This launch's own turn counters (stream order: tc_parts::zeroed_turns), freed after it.
+  int* turns = plan.splits > 1 ? zeroed_turns(tiles, a.stream) : nullptr;
   kernel<<<blocks, kThreads, kSmemBytes, a.stream>>>(map_a, map_b, Epilogue::from(a), static_cast<int>(a.k), tiles_m,
-                                                      tiles_n);
+                                                      tiles_n, plan.splits, plan.slabs, turns);
+  free_turns(turns, a.stream);
   COURSE_CHECK_LAUNCH("matmul_tc_pingpong_kernel");
 }
 

@@ -3,9 +3,11 @@
 // cases over the whole options contract -- any of the four operand layouts, fp32 or bf16
 // output, any allowed epilogue combination (bias, GELU with or
 // without pre_gelu, residual separate or in place, accumulate), sizes around the tiles
-// (1, primes, tile +- 1) and padded leading dimensions -- plus a few large cases, each
-// checked by matmul_tc_options_check.hpp against the CPU reference. Seeds and replay:
-// course/fuzz.hpp.
+// (1, primes, tile +- 1) and padded leading dimensions, with now and then a long K (split-K's
+// path: mma_sync and the persistent Hopper steps split a small grid's K) -- plus a few large
+// cases (700-1300 per dimension, where K >= ~960 splits too on the Hopper steps when the
+// grid is small), each checked by matmul_tc_options_check.hpp against the CPU reference.
+// Seeds and replay: course/fuzz.hpp.
 #include "course/fuzz.hpp"
 #include "course/testing.hpp"
 #include "matmul_tc_options_check.hpp"
@@ -45,6 +47,11 @@ OptionCase draw_case(Rng& rng, bool large) {
   oc.residual_in_place = oc.residual && rng.chance(0.5);
   oc.accumulate = !oc.bf16_out && !oc.residual && rng.chance(0.35);
   oc.pad = rng.chance(0.3) ? 8 * rng.uniform(1, 3) : 0;
+  // Split-K: a small grid with a long K splits when the epilogue is linear (fp32 C, no GELU;
+  // about a third of the draws). K >= 1024 is 2+ splits of >= 16 slabs of 32 (mma_sync) or
+  // of >= 8 slabs of 64 (the persistent Hopper steps). Drawn last, so the draws above keep
+  // their values for a seed.
+  if (!large && rng.chance(0.15)) oc.k = rng.uniform(1024, 2600);
   return oc;
 }
 

@@ -114,21 +114,37 @@ TEST_P(MatmulTcOptionsTest, LinearLayerProducts) {
   }
 }
 
-/// Small grids with long K (dW = dY^T X: few output tiles, many tokens): mma_sync splits K
-/// and adds the splits' partial products in a fixed order. Every layout, plain, bias +
-/// residual (applied once, by the first split) and accumulate.
+/// Small grids with long K (dW = dY^T X: few output tiles, many tokens): mma_sync and the
+/// persistent Hopper steps (persistent, cluster_multicast, pingpong) split K and add the
+/// splits' partial products in a fixed order. Every layout, plain, bias + residual (applied
+/// once, by the first split) and accumulate. The splits have unequal slab counts: K = 3001
+/// is 94 slabs of 32 for mma_sync (5 splits, 19 x 4 + 18) and 47 of 64 for the Hopper steps
+/// (4 splits, 12 x 3 + 11, the last slab partial). Then K = 2600 (41 slabs of 64: 4 x 11,
+/// the last 8) with fp32 output in a padded C (scalar stores and adds) and bias, and a
+/// bf16 output and a GELU of the same shape, which must not split.
 TEST_P(MatmulTcOptionsTest, SplitKProducts) {
   std::uint64_t salt = 900;
   for (int layout = 0; layout < 4; ++layout)
     for (int epi = 0; epi < 3; ++epi) {
       OptionCase oc;
-      oc.m = 300, oc.n = 200, oc.k = 3001;  // 6 tiles of 128 x 128, 94 slabs of K: 5 splits
+      oc.m = 300, oc.n = 200, oc.k = 3001;  // 6 tiles of 128 x 128 (3 of 128 x 256)
       oc.a_transposed = layout & 1;
       oc.b_transposed = layout & 2;
       oc.bias = oc.residual = epi == 1;
       oc.accumulate = epi == 2;
       check(oc, ++salt);
     }
+  for (int variant = 0; variant < 4; ++variant) {
+    OptionCase oc;
+    oc.m = 260, oc.n = 136, oc.k = 2600;
+    oc.a_transposed = true;
+    oc.pad = 8;                           // odd ldc: the edge path of the epilogue (store1)
+    oc.bias = variant == 0;
+    oc.accumulate = variant == 1;
+    oc.bf16_out = variant == 2;           // not linear: one split
+    oc.gelu = oc.pre_gelu = variant == 3;  // not linear: one split
+    check(oc, ++salt);
+  }
 }
 
 /// Grids with more tiles than SMs, for the persistent steps (persistent, cluster_multicast,
@@ -141,6 +157,10 @@ TEST_P(MatmulTcOptionsTest, SplitKProducts) {
 /// K = 384 (6 slabs = the ring: skip lands on the same stage, phase flipped), K = 800 (13
 /// slabs: the ring wraps twice or three times per skip; 297 tiles of 128 x 128, 2-3 per
 /// block) and K = 40 (one partial slab per tile).
+/// Last, a dW-like product (A transposed, accumulate) where split-K is allowed (fp32 C, fewer
+/// than 2 tiles per SM) but two splits do not fit one wave: 2176 x 1024 x 1802 = 68 tiles of
+/// 128 x 256, 36 cluster tiles, 136 tiles of 128 x 128 on a 132-SM GPU -- not split
+/// (persistent_split_k: one unit per block, step 5's banner), several tiles per block.
 TEST_P(MatmulTcOptionsTest, ManyTilesPerBlock) {
   const TcMatmulStep step = GetParam().step;
   if (step != TcMatmulStep::persistent && step != TcMatmulStep::cluster_multicast && step != TcMatmulStep::pingpong)
@@ -166,15 +186,27 @@ TEST_P(MatmulTcOptionsTest, ManyTilesPerBlock) {
   one_slab.m = 8200, one_slab.n = 1032, one_slab.k = 40;
   one_slab.bf16_out = true;
   check(one_slab, ++salt);
+  OptionCase split_k;  // split-K allowed, but not in one wave: whole K, several tiles per block
+  split_k.m = 2176, split_k.n = 1024, split_k.k = 1802;
+  split_k.a_transposed = split_k.accumulate = true;
+  check(split_k, ++salt);
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, MatmulTcOptionsTest, ::testing::ValuesIn(course::m01::kTcMatmulSteps), step_name);
 
-/// The split-K order is fixed: two runs from the same C give the same bits.
-class MatmulTcSplitKTest : public GpuTest {};
+/// The split-K order is fixed: two runs from the same C give the same bits. For each step
+/// that splits K (mma_sync and the persistent Hopper steps; the others report SKIPPED).
+class MatmulTcSplitKTest : public GpuTest, public ::testing::WithParamInterface<course::StepInfo<TcMatmulStep>> {};
 
-TEST_F(MatmulTcSplitKTest, BitIdenticalAcrossRuns) {
-  const std::int64_t M = 1152, N = 384, K = 4096;  // a GPT dW: 27 tiles, 128 slabs of K
+TEST_P(MatmulTcSplitKTest, BitIdenticalAcrossRuns) {
+  const TcMatmulStep step = GetParam().step;
+  if (step != TcMatmulStep::mma_sync && step != TcMatmulStep::persistent && step != TcMatmulStep::cluster_multicast &&
+      step != TcMatmulStep::pingpong)
+    GTEST_SKIP() << "this step does not split K";
+  // A GPT dW on a 132-SM GPU: mma_sync 27 tiles of 128 x 128, 8 splits of 16 slabs of 32;
+  // pingpong the same tiles, 4 splits of 16 slabs of 64; persistent and cluster_multicast
+  // 18 tiles of 128 x 256, 5 splits of 13 slabs (the last 12).
+  const std::int64_t M = 1152, N = 384, K = 4096;
   const auto a_host = course::to_bf16(course::random_vector(static_cast<std::size_t>(K * M), seed(), -1.f, 1.f));
   const auto b_host = course::to_bf16(course::random_vector(static_cast<std::size_t>(K * N), seed() + 1, -1.f, 1.f));
   const auto c0 = course::random_vector(static_cast<std::size_t>(M * N), seed() + 2, -1.f, 1.f);
@@ -190,13 +222,65 @@ TEST_F(MatmulTcSplitKTest, BitIdenticalAcrossRuns) {
     args.a_transposed = true;  // A stored K x M (dY), B stored K x N (X)
     args.lda = M, args.ldb = N, args.ldc = N;
     args.epilogue.accumulate = true;
-    COURSE_SKIP_IF_NOT_IMPLEMENTED(impl::matmul_tc(TcMatmulStep::mma_sync, args));
+    COURSE_SKIP_IF_NOT_IMPLEMENTED(impl::matmul_tc(step, args));
     COURSE_CUDA_CHECK(cudaDeviceSynchronize());
     const auto c = dc.download();
     if (run == 0) first = c;
     else ASSERT_EQ(0, std::memcmp(first.data(), c.data(), c.size() * sizeof(float))) << "run " << run << " differs";
   }
 }
+
+/// Split products on two streams at once: each launch takes its own turn counters (in
+/// stream order, tc_parts::zeroed_turns), so interleaved launches on two non-blocking
+/// streams give C bit-identical to a run alone on the default stream. (With one counter
+/// buffer per device, a launch's zeroing would reset the counters of a kernel still running
+/// on the other stream: a later split would wait forever, or add out of order.) The dW of
+/// BitIdenticalAcrossRuns with a bias (the first add's whole epilogue) into a fresh C.
+TEST_P(MatmulTcSplitKTest, ConcurrentStreamsGiveTheSameResult) {
+  const TcMatmulStep step = GetParam().step;
+  if (step != TcMatmulStep::mma_sync && step != TcMatmulStep::persistent && step != TcMatmulStep::cluster_multicast &&
+      step != TcMatmulStep::pingpong)
+    GTEST_SKIP() << "this step does not split K";
+  const std::int64_t M = 1152, N = 384, K = 4096;
+  const auto a_host = course::to_bf16(course::random_vector(static_cast<std::size_t>(K * M), seed(), -1.f, 1.f));
+  const auto b_host = course::to_bf16(course::random_vector(static_cast<std::size_t>(K * N), seed() + 1, -1.f, 1.f));
+  const auto bias = course::random_vector(static_cast<std::size_t>(N), seed() + 2, -1.f, 1.f);
+  course::DeviceBuffer<bf16> da(a_host), db(b_host);
+  course::DeviceBuffer<float> dbias(bias);
+  std::vector<course::DeviceBuffer<float>> dc;
+  for (int i = 0; i < 3; ++i) {
+    dc.emplace_back(static_cast<std::size_t>(M * N));
+    dc.back().poison();  // every element is written by the first add
+  }
+  TcMatmulArgs args;
+  args.a = da.data();
+  args.b = db.data();
+  args.c = dc[0].data();
+  args.m = M, args.n = N, args.k = K;
+  args.a_transposed = true;  // A stored K x M (dY), B stored K x N (X)
+  args.lda = M, args.ldb = N, args.ldc = N;
+  args.epilogue.bias = dbias.data();
+  COURSE_SKIP_IF_NOT_IMPLEMENTED(impl::matmul_tc(step, args));  // dc[0]: the default stream, alone
+  COURSE_CUDA_CHECK(cudaDeviceSynchronize());
+  cudaStream_t streams[2] = {nullptr, nullptr};
+  for (cudaStream_t& st : streams) ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  for (int r = 0; r < 3; ++r)
+    for (int i = 0; i < 2; ++i) {
+      args.c = dc[1 + i].data();
+      args.stream = streams[i];
+      impl::matmul_tc(step, args);
+    }
+  COURSE_CUDA_CHECK(cudaDeviceSynchronize());
+  for (cudaStream_t st : streams) cudaStreamDestroy(st);
+  const std::vector<float> want = dc[0].download();
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<float> got = dc[1 + i].download();
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
+        << "C on stream " << i << " differs from the default stream's";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, MatmulTcSplitKTest, ::testing::ValuesIn(course::m01::kTcMatmulSteps), step_name);
 
 // ---- argument validation of the options (host only, fake device addresses).
 

@@ -32,14 +32,11 @@
 #include "course/device.hpp"
 
 #include <cuda_bf16.h>
-#include <cuda/atomic>
 #include <cuda_runtime.h>
 #include <mma.h>
 
 #include <algorithm>
 #include <climits>
-#include <map>
-#include <mutex>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -588,14 +585,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   float* patch = reinterpret_cast<float*>(smem_raw) + warp * 16 * kPatchLd;
   const int tile = static_cast<int>(blockIdx.x);
   if (split > 0) {  // wait for the splits before this one, then add to what they left in C
-    if (threadIdx.x == 0) {
-      ::cuda::atomic_ref<int, ::cuda::thread_scope_device> turn(turns[tile]);
-      while (turn.load(::cuda::memory_order_acquire) != split) __nanosleep(64);
-    }
+    if (threadIdx.x == 0) tc_parts::wait_split_turn(turns, tile, split);
     __syncthreads();
-    epilogue.accumulate = true;  // C += partial; bias and residual were applied by split 0
-    epilogue.bias = nullptr;
-    epilogue.residual = nullptr;
+    epilogue = epilogue.later_split();  // C += partial; bias and residual were applied by split 0
   }
 #pragma unroll
   for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
@@ -617,30 +609,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
   if (gridDim.y > 1) {  // pass the tile to the next split: every store of this block first
     __syncthreads();
-    if (threadIdx.x == 0) {
-      ::cuda::atomic_ref<int, ::cuda::thread_scope_device> turn(turns[tile]);
-      turn.store(split + 1, ::cuda::memory_order_release);
-    }
+    if (threadIdx.x == 0) tc_parts::pass_split_turn(turns, tile, split);
   }
   // @end
-}
-
-/// `count` zeroed ints on `stream` for the split-K turns, from a buffer kept per device
-/// (grown when a larger grid needs it; never freed: it lives as long as the process).
-int* zeroed_turns(int count, cudaStream_t stream) {
-  static std::mutex mutex;
-  static std::map<int, std::pair<int*, int>> buffers;  // device -> (buffer, capacity)
-  int device = 0;
-  COURSE_CUDA_CHECK(cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(mutex);
-  auto& [buffer, capacity] = buffers[device];
-  if (capacity < count) {
-    if (buffer) COURSE_CUDA_CHECK(cudaFree(buffer));
-    COURSE_CUDA_CHECK(cudaMalloc(&buffer, static_cast<std::size_t>(count) * sizeof(int)));
-    capacity = count;
-  }
-  COURSE_CUDA_CHECK(cudaMemsetAsync(buffer, 0, static_cast<std::size_t>(count) * sizeof(int), stream));
-  return buffer;
 }
 
 template <class Cfg, bool kATrans, bool kBTrans>
@@ -649,24 +620,26 @@ void launch_mma_sync_config(const TcMatmulArgs& a) {
   const int tiles_m = static_cast<int>((a.m + Cfg::kBM - 1) / Cfg::kBM);
   const int tiles_n = static_cast<int>((a.n + Cfg::kBN - 1) / Cfg::kBN);
   const unsigned tiles = grid_blocks(a.m, a.n, Cfg::kBM, Cfg::kBN, "matmul_tc(mma_sync)");
-  // Split K when the tiles alone cannot fill the GPU twice over, each split keeping at least
-  // kMinSlabs slabs (the pipeline must reach its steady state), and only for a linear
-  // epilogue: GELU of a sum is not the sum of GELUs, and a bf16 C would round every partial.
+  // Split K (tc_parts::split_k_allowed: a linear epilogue, and tiles that cannot fill the
+  // GPU twice over) into enough splits to fill it twice, each keeping at least kMinSlabs
+  // slabs (the pipeline must reach its steady state).
   constexpr int kMinSlabs = 16;
   const int k_tiles = static_cast<int>((a.k + Cfg::kBK - 1) / Cfg::kBK);
   const int sms = device_properties().multiProcessorCount;
-  const bool linear = a.c != nullptr && !a.epilogue.gelu;
   int splits = 1;
-  if (linear && static_cast<int>(tiles) < 2 * sms)
+  if (tc_parts::split_k_allowed(a, tiles, sms))
     splits = std::max(1, std::min((2 * sms + static_cast<int>(tiles) - 1) / static_cast<int>(tiles), k_tiles / kMinSlabs));
-  const int per_split = (k_tiles + splits - 1) / splits;
-  splits = (k_tiles + per_split - 1) / per_split;  // no empty split
-  int* turns = splits > 1 ? zeroed_turns(static_cast<int>(tiles), a.stream) : nullptr;
+  const tc_parts::SplitK plan = tc_parts::split_evenly(k_tiles, splits);  // no empty split
+  splits = plan.splits;
+  const int per_split = plan.slabs;
   constexpr auto kernel = matmul_tc_mma_sync_kernel<Cfg, kATrans, kBTrans>;
   ::course::cuda::opt_in_dynamic_smem<kernel>(Cfg::kSmemBytes);  // more than the 48 KB default
+  // This launch's own turn counters (stream order: see tc_parts::zeroed_turns), freed after it.
+  int* turns = splits > 1 ? tc_parts::zeroed_turns(static_cast<int>(tiles), a.stream) : nullptr;
   kernel<<<dim3(tiles, static_cast<unsigned>(splits)), Cfg::kThreads, Cfg::kSmemBytes, a.stream>>>(
       a.a, a.b, static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), a.lda, a.ldb, tiles_m, tiles_n,
       tc_parts::Epilogue::from(a), per_split, turns);
+  tc_parts::free_turns(turns, a.stream);
   COURSE_CHECK_LAUNCH("matmul_tc_mma_sync_kernel");
   // @end
 }

@@ -3,18 +3,22 @@
 /// @brief What the two translation units of the tensor-core matmul ladder share:
 /// matmul_tc.cu (steps 1-2: wmma, mma_sync) and matmul_tc_hopper.cu (steps 3-7: wgmma,
 /// tma_warp_specialized, persistent, cluster_multicast, pingpong). Tile order, the masked
-/// epilogue store (plain, and with TcMatmulArgs' options), launch helpers, and the Hopper
-/// steps' launchers.
+/// epilogue store (plain, and with TcMatmulArgs' options), split-K's turns (mma_sync and the
+/// persistent Hopper steps), launch helpers, and the Hopper steps' launchers.
 
 #include "module01/matmul_tc.hpp"
 
 #include "course/cuda/gelu.cuh"
+#include "course/device.hpp"
 #include "course/error.hpp"
 
+#include <cuda/atomic>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstddef>
 #include <cstdint>
 
 namespace course::solution::tc_parts {
@@ -116,6 +120,19 @@ struct Epilogue {
     return e;
   }
 
+  /// The epilogue of split-K's later splits (s > 0): C += the split's partial product.
+  /// Bias and residual (in place too: split 0 read it before any later split added) were
+  /// applied once, by split 0; a split epilogue is linear (no GELU, no pre_gelu,
+  /// fp32 C: split_k_allowed), so nothing else is left to do.
+  __host__ __device__ Epilogue later_split() const {
+    Epilogue e = *this;
+    e.accumulate = true;
+    e.bias = nullptr;
+    e.residual = nullptr;
+    e.plain = false;
+    return e;
+  }
+
   /// Values (row, col .. col + 3), col a multiple of 4; columns past n are dropped.
   __device__ __forceinline__ void store4(int row, int col, float4 v) const {
     if (row >= m || col >= n) return;
@@ -189,6 +206,77 @@ struct Epilogue {
     return make_float4(lo.x, lo.y, hi.x, hi.y);
   }
 };
+
+// ---------------------------------------------------------------------- split-K ---
+// When a product has too few tiles of C to keep every SM busy and a long K (the GPT's
+// dW = dY^T X: 1152 x 384 outputs, K = 16384), K is cut into splits of whole slabs and each
+// (tile, split) pair is computed by its own block (mma_sync: blockIdx.y is the split) or as
+// its own work unit of a persistent block (steps 5-7, one unit per block). Split 0 applies
+// the whole epilogue (including accumulate); split s > 0 then adds its partial product into
+// C (Epilogue::later_split). The additions happen in the order s = 1, 2, ... : `turns` holds
+// one counter per tile of C, zero at launch; split s waits until its tile's counter reads s
+// (acquire), adds, and stores s + 1 (release). The order is fixed, so C is the same bit for
+// bit on every run -- unlike atomics racing in whatever order the blocks finish. Split s
+// waits only for a block of lower index (split s - 1 of its tile): with blocks started in
+// index order that cannot deadlock, however few of the grid's blocks are resident.
+
+/// Whether K may be split at all: only for a linear epilogue -- GELU of a sum is not the sum
+/// of GELUs, and a bf16 C would round every partial sum -- and only when the tiles alone
+/// cannot fill the GPU twice over (`tiles` of the kernel's block tile, `sms` SMs).
+inline bool split_k_allowed(const m01::TcMatmulArgs& a, std::int64_t tiles, int sms) {
+  return a.c != nullptr && !a.epilogue.gelu && tiles < 2 * static_cast<std::int64_t>(sms);
+}
+
+/// A split of K: `splits` ranges of `slabs` slabs each (the last may be shorter, never empty).
+struct SplitK {
+  int splits = 1;
+  int slabs = 0;
+};
+
+/// k_tiles slabs cut into at most `splits` ranges of equal length (rounded up), then as few
+/// ranges as that length needs, so that no split is empty.
+inline SplitK split_evenly(int k_tiles, int splits) {
+  SplitK s;
+  s.slabs = (k_tiles + std::max(splits, 1) - 1) / std::max(splits, 1);
+  s.splits = (k_tiles + s.slabs - 1) / s.slabs;
+  return s;
+}
+
+/// `count` zeroed ints for ONE launch's split-K turns, allocated and zeroed in stream order on
+/// `stream` from course::scratch_pool (device.hpp: a per-device pool that keeps its memory
+/// mapped across synchronizations); give them back with free_turns right after the launch.
+/// Not a buffer kept per device: two split products running at once on two streams would
+/// count each other's turns, and zeroing it for the next launch would race with a kernel
+/// still running on another stream (module 3's step 14 takes its tile counter the same way).
+inline int* zeroed_turns(int count, cudaStream_t stream) {
+  const std::size_t bytes = static_cast<std::size_t>(count) * sizeof(int);
+  int* turns = nullptr;
+  COURSE_CUDA_CHECK(cudaMallocFromPoolAsync(reinterpret_cast<void**>(&turns), bytes, ::course::scratch_pool(), stream));
+  COURSE_CUDA_CHECK(cudaMemsetAsync(turns, 0, bytes, stream));
+  return turns;
+}
+
+/// Frees zeroed_turns' counters once the launch that uses them is done (stream order). Call
+/// it before the launch check, so that a failed launch frees them too. Null: nothing to free.
+inline void free_turns(int* turns, cudaStream_t stream) {
+  if (turns != nullptr) COURSE_CUDA_CHECK(cudaFreeAsync(turns, stream));
+}
+
+/// One thread: waits until tile `tile`'s counter reads `split` (every earlier split has added
+/// its part). The caller then synchronizes the threads that store the tile (a block or named
+/// barrier): they read C only after this acquire.
+__device__ __forceinline__ void wait_split_turn(int* turns, int tile, int split) {
+  ::cuda::atomic_ref<int, ::cuda::thread_scope_device> turn(turns[tile]);
+  while (turn.load(::cuda::memory_order_acquire) != split) __nanosleep(64);
+}
+
+/// One thread, after a barrier of every thread that stored the tile: hands the tile to split
+/// `split` + 1. The release orders those threads' stores (ordered before it by the barrier)
+/// before the next split's acquire.
+__device__ __forceinline__ void pass_split_turn(int* turns, int tile, int split) {
+  ::cuda::atomic_ref<int, ::cuda::thread_scope_device> turn(turns[tile]);
+  turn.store(split + 1, ::cuda::memory_order_release);
+}
 
 // @step wgmma  (the exercise: its Hopper steps throw NotImplemented until written)
 // @end
