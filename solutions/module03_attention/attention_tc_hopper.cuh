@@ -189,29 +189,39 @@ __device__ __forceinline__ void store_lse(float row_max, float l, const TcParams
         l > 0.f ? (row_max * p.scale_log2 + __log2f(l)) * kLn2 : -INFINITY;
 }
 
+/// What both epilogues share: per half row hr (the thread's rows lse_row0 and lse_row0 + 8),
+/// l = the row's sum over its quad and inv = 1 / l (0 for a row that sees no key: O = 0),
+/// `write_o(hr, inv)` stores that row's O / l, then store_lse writes its lse.
+template <class WriteO>
+__device__ __forceinline__ void finish_rows(const float (&row_max)[2], const float (&row_sum)[2], const TcParams& p,
+                                            int bh, int lse_row0, WriteO&& write_o) {
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const float l = cc::warp_sum<4>(row_sum[hr]);
+    write_o(hr, l > 0.f ? 1.f / l : 0.f);
+    store_lse(row_max[hr], l, p, bh, lse_row0 + 8 * hr);
+  }
+}
+
 /// O / l as bf16 into this warpgroup's rows of the (finished) Q tile, in its swizzled
-/// layout, and lse (store_lse). `row0` is the thread's first row inside the 128-row tile
+/// layout, and lse (finish_rows). `row0` is the thread's first row inside the 128-row tile
 /// (g of its warp's 16).
 template <class T>
 __device__ __forceinline__ void stage_output(const float (&o)[T::kORegs], const float (&row_max)[2],
                                              const float (&row_sum)[2], unsigned char* q_tile, int row0,
                                              const TcParams& p, int bh, int q0) {
   const int t = threadIdx.x % 4;
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const float l = cc::warp_sum<4>(row_sum[hr]);
-    const float inv = l > 0.f ? 1.f / l : 0.f;  // a row that sees no key: O = 0
+  finish_rows(row_max, row_sum, p, bh, q0 + row0, [&](int hr, float inv) {
     const int r = row0 + 8 * hr;
 #pragma unroll
     for (int j = 0; j < T::D / 8; ++j)
       *reinterpret_cast<std::uint32_t*>(q_tile + sw128_offset<T::kBlockM>(r, j) + 4 * t) =
           pack_bf16x2(o[4 * j + 2 * hr] * inv, o[4 * j + 2 * hr + 1] * inv);
-    store_lse(row_max[hr], l, p, bh, q0 + r);
-  }
+  });
 }
 
 /// Step 14's epilogue: O / l as bf16 straight from the accumulators to global memory (no
-/// staging: the Q tile may already hold the next tile's Q), and lse (store_lse). Each
+/// staging: the Q tile may already hold the next tile's Q), and lse (finish_rows). Each
 /// thread writes 4 bytes per n8 tile and row; a quad covers 16 contiguous bytes of a row.
 /// `row` is the thread's first row in the tensor (g of its warp's 16; the second is row + 8).
 template <class T>
@@ -220,20 +230,14 @@ __device__ __forceinline__ void store_output_from_registers(const float (&o)[T::
                                                             std::int64_t seq_stride, int row, const TcParams& p,
                                                             int bh) {
   const int t = threadIdx.x % 4;
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const float l = cc::warp_sum<4>(row_sum[hr]);
-    const float inv = l > 0.f ? 1.f / l : 0.f;  // a row that sees no key: O = 0
+  finish_rows(row_max, row_sum, p, bh, row, [&](int hr, float inv) {
     const int r = row + 8 * hr;
-    if (r < p.seq_q) {
-      bf16* out = o_head + static_cast<std::int64_t>(r) * seq_stride + 2 * t;
+    if (r >= p.seq_q) return;
+    bf16* out = o_head + static_cast<std::int64_t>(r) * seq_stride + 2 * t;
 #pragma unroll
-      for (int j = 0; j < T::D / 8; ++j)
-        *reinterpret_cast<std::uint32_t*>(out + 8 * j) =
-            pack_bf16x2(o[4 * j + 2 * hr] * inv, o[4 * j + 2 * hr + 1] * inv);
-    }
-    store_lse(row_max[hr], l, p, bh, r);
-  }
+    for (int j = 0; j < T::D / 8; ++j)
+      *reinterpret_cast<std::uint32_t*>(out + 8 * j) = pack_bf16x2(o[4 * j + 2 * hr] * inv, o[4 * j + 2 * hr + 1] * inv);
+  });
 }
 
 /// Rows [first_row, first_row + kRows) of the staged O tile to global memory (rows at or
