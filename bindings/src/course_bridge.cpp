@@ -776,14 +776,14 @@ int course_attention_backward_bf16_workspace_bytes(const char* step, int64_t bat
     args.seq_q = seq_q;
     args.seq_k = seq_k;
     args.head_dim = head_dim;
-    // tc_split_dq's also on kv_heads (its S, tc_split_dq_plan), which this call does not
+    // The split steps' also on kv_heads (its S, tc_split_dq_plan), which this call does not
     // take: the largest over every kv_heads that divides heads, on the current device.
     std::size_t most = 0;
     for (std::int64_t kv = 1; kv <= heads; ++kv) {
       if (heads % kv != 0) continue;
       args.kv_heads = kv;
       most = std::max(most, course::m04::attention_backward_workspace_bytes(s, args));
-      if (s != course::m04::AttentionBackwardStep::tc_split_dq) break;
+      if (!course::m04::splits_dq(s)) break;
     }
     set_bytes(bytes, most, "attention_backward_bf16_workspace_bytes");
   });

@@ -9,6 +9,8 @@
 ///   8. tc_wgmma          (Hopper, sm_90a) the three warpgroup-MMA products (TODO 4): your
 ///                        probabilities and ds run unchanged on wgmma's accumulators; the
 ///                        kernel is solutions/module04_training/attention_backward_tc_wgmma.cuh
+///   9. tc_wgmma_split_dq (Hopper) tc_split_dq's dQ copies on tc_wgmma's kernel (nothing new to
+///                        write: it runs your wgmma phases)
 ///
 /// The kernels -- loads, the five products on fragments, dS^T through shared memory, the dQ
 /// atomics, preprocessing and conversion -- are solutions/module04_training/
@@ -124,9 +126,9 @@ void attention_backward(m04::AttentionBackwardStep step, const m04::AttentionBac
     throw NotImplemented("attention_backward step tc_split_dq (after tc_deterministic: Phases::wait_dq_turn / "
                          "pass_dq_turn)",
                          file);
-  if (step == m04::AttentionBackwardStep::tc_wgmma && !kWgmmaWritten)
-    throw NotImplemented("attention_backward step tc_wgmma (Phases::issue_transposed_scores, issue_accumulate_keys, "
-                         "issue_dq)",
+  if (m04::step_support(step).hopper && !kWgmmaWritten)
+    throw NotImplemented(std::string("attention_backward step ") + m04::step_name(step) +
+                             " (Phases::issue_transposed_scores, issue_accumulate_keys, issue_dq)",
                          file);
   attn_bwd_tc::run_step<Phases>(step, args);
 }

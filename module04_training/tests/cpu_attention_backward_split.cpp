@@ -143,6 +143,8 @@ TEST(TcSplitDqPlan, WorkspaceUsesTheLaunchesSplitCount) {
   EXPECT_EQ(split.sem - split.dq, static_cast<std::size_t>(splits) * copy);
   EXPECT_EQ(one.sem - one.dq, copy);
   EXPECT_EQ(m04::attention_backward_workspace_bytes(AttentionBackwardStep::tc_split_dq, a), split.bytes);
+  // tc_wgmma_split_dq: the same plan, the same copies.
+  EXPECT_EQ(m04::attention_backward_workspace_bytes(AttentionBackwardStep::tc_wgmma_split_dq, a), split.bytes);
   EXPECT_EQ(split.bytes, m04::tc_backward_workspace(AttentionBackwardStep::tc_split_dq, a.batch, a.heads, a.seq_q,
                                                     a.head_dim, splits)
                              .bytes);

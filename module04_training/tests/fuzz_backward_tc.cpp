@@ -36,7 +36,7 @@ using TcCase = course::m04::tc_backward_checks::Case;
 /// ~2^23 multiply-adds on the CPU; BHND/BNHD inputs and gradients, padded rows (multiples of
 /// 8 elements), K/V broadcast over the batch, causal, grouped-query, an explicit scale,
 /// large-magnitude and one-signed data. Large: ~1000-long sequences and many heads.
-/// tc_split_dq also draws, 15% of the time, B*H = 132-268 query heads (d = 64, 1-4 query
+/// The split steps (tc_split_dq, tc_wgmma_split_dq) also draw, 15% of the time, B*H = 132-268 query heads (d = 64, 1-4 query
 /// rows, 129-300 keys; grouped-query half the time), so that its blocks walk several K/V
 /// tiles: the split count falls as B*H_kv nears the SM count.
 TcCase draw_attention_backward_tc(Rng& rng, AttentionBackwardStep step, bool large) {
@@ -49,7 +49,7 @@ TcCase draw_attention_backward_tc(Rng& rng, AttentionBackwardStep step, bool lar
     } else {
       c.B = 2, c.H = 8, c.N_q = c.N_k = rng.uniform(150, 300);
     }
-  } else if (step == AttentionBackwardStep::tc_split_dq && rng.chance(0.15)) {
+  } else if (course::m04::splits_dq(step) && rng.chance(0.15)) {
     c.B = rng.pick({2, 4});
     c.H = rng.pick({33, 34, 40, 67}) * (c.B == 2 ? 2 : 1);
     c.d = 64;  // with N_q <= 4, N_k <= 300: at most ~2^24.3 multiply-adds on the CPU

@@ -95,7 +95,7 @@ std::vector<Case> layout_cases() {
   return cases;
 }
 
-/// Many heads, so that tc_split_dq's blocks walk several K/V tiles each (the other steps run
+/// Many heads, so that the split steps' blocks (tc_split_dq, tc_wgmma_split_dq) walk several K/V tiles each (the other steps run
 /// one block per tile on the same cases), sized by this GPU's block slots (SMs): B*H_kv =
 /// 2 * floor(slots / 6) heads of 7 K/V tiles take 3 splits (3 tiles for split 0, 2 for the
 /// others: the last serpentine round partial), and B*H_kv = slots heads take one split of 3
@@ -111,7 +111,7 @@ std::vector<Case> multi_tile_cases() {
   return cases;
 }
 
-/// The split count tc_split_dq takes for case c on this device, and its K/V tiles.
+/// The split count the split steps take for case c on this device, and its K/V tiles.
 std::pair<std::int64_t, std::int64_t> split_plan(const Case& c) {
   AttentionBackwardArgsBf16 a;
   tcb::set_shape(a, c);
@@ -133,13 +133,13 @@ TEST_P(AttentionBackwardTcTest, GroupedQueryLayoutsAndStridesMatchTheReference) 
 
 TEST_P(AttentionBackwardTcTest, MultiTileBlocksMatchTheReference) {
   const std::vector<Case> cases = multi_tile_cases();
-  if (GetParam().step == AttentionBackwardStep::tc_split_dq) {
+  if (course::m04::splits_dq(GetParam().step)) {
     // The case this test exists for: fewer splits than K/V tiles, so a block walks several.
     const auto [splits, kv_tiles] = split_plan(cases[0]);
     EXPECT_GT(splits, 1);
     EXPECT_LT(splits, kv_tiles);
     EXPECT_EQ(split_plan(cases[1]).first, 1);
-    std::printf("[ info ] tc_split_dq: %lld splits of %lld K/V tiles, then 1 of %lld\n", static_cast<long long>(splits),
+    std::printf("[ info ] %s: %lld splits of %lld K/V tiles, then 1 of %lld\n", GetParam().name, static_cast<long long>(splits),
                 static_cast<long long>(kv_tiles), static_cast<long long>(split_plan(cases[1]).second));
   }
   COURSE_SKIP_IF_NOT_IMPLEMENTED(EXPECT_TRUE(check_cases(kImpl, GetParam().step, cases, seed())));
@@ -170,9 +170,9 @@ TEST_P(AttentionBackwardTcTest, HiddenKeysNeverReachDq) {
   });
 }
 
-/// The deterministic steps (tc_deterministic, tc_split_dq): bit-identical gradients over 20
-/// runs and on another stream. The second case gives tc_split_dq blocks of several K/V tiles
-/// (the first: one tile per split).
+/// The deterministic steps (tc_deterministic, tc_split_dq, tc_wgmma_split_dq): bit-identical
+/// gradients over 20 runs and on another stream. The third case gives the split steps' blocks
+/// several K/V tiles (the others: one tile per split).
 TEST_P(AttentionBackwardTcTest, DeterministicStepIsBitIdentical) {
   const AttentionBackwardStep step = GetParam().step;
   if (!course::m04::step_support(step).deterministic) GTEST_SKIP() << GetParam().name << " adds dQ with atomics";

@@ -131,7 +131,7 @@ struct Params {
   float* dq_acc;  ///< workspace [splits][B*H, N_q, d] fp32
   int* turn;      ///< workspace [B*H, q_tiles]: the K/V tile whose turn it is to add to dQ
   std::int64_t dq_split_stride;  ///< B*H*N_q*d: floats from one dQ copy to the next
-  int splits;     ///< dQ copies: tc_split_dq's S (m04::tc_split_dq_plan), else 1
+  int splits;     ///< dQ copies: the split steps' S (m04::tc_split_dq_plan), else 1
   int kv_tiles;   ///< ceil(N_k / kBlockN)
   AttentionStrides qs, ks, vs, os, dos, dqs, dks, dvs;
   int heads, kv_heads, group, seq_q, seq_k, seq_q_pad, q_tiles;
@@ -141,7 +141,7 @@ struct Params {
 };
 
 inline Params make_params(AttentionBackwardStep step, const AttentionBackwardArgsBf16& a) {
-  const std::int64_t splits = step == AttentionBackwardStep::tc_split_dq ? m04::tc_split_dq_plan(a) : 1;
+  const std::int64_t splits = m04::splits_dq(step) ? m04::tc_split_dq_plan(a) : 1;
   const m04::TcBackwardWorkspace w = m04::tc_backward_workspace(step, a.batch, a.heads, a.seq_q, a.head_dim, splits);
   auto* ws = reinterpret_cast<unsigned char*>(a.workspace);
   Params p{};
@@ -643,6 +643,29 @@ __global__ void convert_dq_kernel(const Params p, long long chunks) {
 }
 
 // ============================================================================
+// Host code the kernels of both files launch with.
+
+/// The split steps' plan assumed m04::kTcBackwardBlocksPerSm resident blocks per SM; says so
+/// (throws, on every call) if the kernel fits more (the plan would leave block slots empty:
+/// slower, still correct), and remembers a device that passed. Fewer cannot happen: a kernel
+/// that fits no block fails to launch.
+template <auto kKernel>
+void check_split_occupancy(int smem_bytes, int threads, const char* step) {
+  static std::atomic<int> checked[64] = {};
+  int device = 0;
+  COURSE_CUDA_CHECK(cudaGetDevice(&device));
+  const bool cached = device >= 0 && device < 64;
+  if (cached && checked[device].load() != 0) return;
+  int blocks = 0;
+  COURSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kKernel, threads, smem_bytes));
+  if (blocks > m04::kTcBackwardBlocksPerSm)
+    throw Error(std::string("attention_backward ") + step + ": the kernel fits " + std::to_string(blocks) +
+                " blocks per SM on device " + std::to_string(device) + ", the split plan assumes " +
+                std::to_string(m04::kTcBackwardBlocksPerSm) + " (m04::kTcBackwardBlocksPerSm)");
+  if (cached) checked[device].store(1);  // only a device that passed: a failing one throws every time
+}
+
+// ============================================================================
 // Step tc_wgmma's kernel (sm_90a): its own file, on the phases, preprocessing and dQ
 // conversion above; run_step below launches it.
 }  // namespace
@@ -656,31 +679,11 @@ namespace {
 // ============================================================================
 // The host side: the three kernels of one step.
 
-/// tc_split_dq's plan assumed m04::kTcBackwardBlocksPerSm resident blocks per SM; says so
-/// (throws, on every call) if the kernel fits more (the plan would leave block slots empty:
-/// slower, still correct), and remembers a device that passed. Fewer cannot happen: a kernel
-/// that fits no block fails to launch.
-template <auto kKernel>
-void check_split_occupancy(int smem_bytes, int threads) {
-  static std::atomic<int> checked[64] = {};
-  int device = 0;
-  COURSE_CUDA_CHECK(cudaGetDevice(&device));
-  const bool cached = device >= 0 && device < 64;
-  if (cached && checked[device].load() != 0) return;
-  int blocks = 0;
-  COURSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kKernel, threads, smem_bytes));
-  if (blocks > m04::kTcBackwardBlocksPerSm)
-    throw Error("attention_backward tc_split_dq: the kernel fits " + std::to_string(blocks) +
-                " blocks per SM on device " + std::to_string(device) + ", the split plan assumes " +
-                std::to_string(m04::kTcBackwardBlocksPerSm) + " (m04::kTcBackwardBlocksPerSm)");
-  if (cached) checked[device].store(1);  // only a device that passed: a failing one throws every time
-}
-
 template <class Cfg, bool kCausal, class Phases>
 void launch_main(const Params& p, std::int64_t batch, cudaStream_t stream) {
   constexpr auto kernel = backward_kernel<Cfg, kCausal, Phases>;
   cuda::opt_in_dynamic_smem<kernel>(Cfg::kSmemBytes);
-  if constexpr (Cfg::kSplitDq) check_split_occupancy<kernel>(Cfg::kSmemBytes, Cfg::kThreads);
+  if constexpr (Cfg::kSplitDq) check_split_occupancy<kernel>(Cfg::kSmemBytes, Cfg::kThreads, "tc_split_dq");
   // tc_split_dq: one block per (split, kv head), the splits of a head side by side (they walk
   // the same Q and dO); else one block per (K/V tile, kv head).
   const dim3 grid(static_cast<unsigned>(Cfg::kSplitDq ? p.splits : p.kv_tiles),
@@ -693,14 +696,14 @@ void launch_main(const Params& p, std::int64_t batch, cudaStream_t stream) {
 /// the solution's or the exercise's (see the file comment).
 template <class Phases>
 void run_step(AttentionBackwardStep step, const AttentionBackwardArgsBf16& a) {
-  if (step == AttentionBackwardStep::tc_wgmma) wgmma_step::require_sm90a();  // before any launch
+  if (m04::step_support(step).hopper) wgmma_step::require_sm90a(step);  // before any launch
   const Params p = make_params(step, a);
   cuda::dispatch_value<m04::kTcBackwardHeadDims>(a.head_dim, "head_dim", [&](auto dim) {
     constexpr int D = decltype(dim)::value;
     constexpr int kThreads = 256;
     const long long rows = static_cast<long long>(a.batch) * a.heads * p.seq_q_pad;
     const long long pre_threads = rows * (D / 8);
-    const bool splits = step == AttentionBackwardStep::tc_split_dq;
+    const bool splits = m04::splits_dq(step);
     const auto preprocess = splits ? preprocess_kernel<D, true> : preprocess_kernel<D, false>;
     preprocess<<<static_cast<unsigned>((pre_threads + kThreads - 1) / kThreads), kThreads, 0, a.stream>>>(
         p, rows);
@@ -716,8 +719,12 @@ void run_step(AttentionBackwardStep step, const AttentionBackwardArgsBf16& a) {
       case AttentionBackwardStep::tc_deterministic: main(Config<D, true, 2, true>{}); break;
       case AttentionBackwardStep::tc_split_dq: main(Config<D, true, 2, false, true>{}); break;
       case AttentionBackwardStep::tc_wgmma:
-        if (a.causal) wgmma_step::launch<D, true, Phases>(p, a.batch, a.stream);
-        else wgmma_step::launch<D, false, Phases>(p, a.batch, a.stream);
+        if (a.causal) wgmma_step::launch<D, true, false, Phases>(p, a.batch, a.stream);
+        else wgmma_step::launch<D, false, false, Phases>(p, a.batch, a.stream);
+        break;
+      case AttentionBackwardStep::tc_wgmma_split_dq:
+        if (a.causal) wgmma_step::launch<D, true, true, Phases>(p, a.batch, a.stream);
+        else wgmma_step::launch<D, false, true, Phases>(p, a.batch, a.stream);
         break;
       default: throw Error(std::string("attention_backward: step ") + m04::step_name(step) + " is not a tensor-core step");
     }

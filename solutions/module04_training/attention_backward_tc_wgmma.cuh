@@ -276,19 +276,12 @@ __device__ __forceinline__ void accumulate_dq(float (&dq)[W::kDqMTiles][W::kDqTi
 /// with false, 248 / 253 with true). A switch for an A/B run on the GPU: flip it, rebuild, compare.
 constexpr bool kWaitKeysBeforeDq = false;
 
-/// One block per K/V tile of one kv head (grid and order as tc_pipelined's): K and V loaded
-/// once, every query tile of every query head of the group visited in order (head, tile),
-/// dQ added to the fp32 workspace, dK and dV written at the end.
+/// One K/V tile of kv head (b, hk): K and V loaded once, every query tile of every query head
+/// of the group visited in order (head, tile), dQ added to `dq_acc` (the fp32 workspace, or
+/// the block's own copy of it in tc_wgmma_split_dq), dK and dV written at the end.
 template <class W, bool kCausal, class Phases>
-__global__ void __launch_bounds__(W::kThreads, 1) wgmma_backward_kernel(const Params p) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  unsigned char* smem = cuda::align_smem(smem_raw);
-  const Tiles<W> t{cuda::smem_u32(smem)};
-
-  int kv_tile, bhk;
-  m03::kv_block_coordinates(kCausal, kv_tile, bhk);  // causal: the heaviest key tiles first
-  const int b = bhk / p.kv_heads, hk = bhk % p.kv_heads;
+__device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* smem, const Tiles<W>& t, int kv_tile,
+                                             int b, int hk, float* dq_acc) {
   const int kv0 = kv_tile * W::kBlockN;
   // wg through a shuffle: the compiler then knows it is the same in the whole warp and keeps
   // what derives from it (the wgmma descriptors' addresses) in uniform registers, not in the
@@ -370,7 +363,7 @@ __global__ void __launch_bounds__(W::kThreads, 1) wgmma_backward_kernel(const Pa
       accumulate_dq<W, Phases>(dq, t, wg);
       cuda::wgmma_commit();
       cuda::wgmma_wait<0>();  // dV, dK and dQ: the stage and dS^T may be refilled after the next barrier
-      float* dq_head = p.dq_acc + static_cast<std::int64_t>(b * p.heads + h) * p.seq_q * W::D;
+      float* dq_head = dq_acc + static_cast<std::int64_t>(b * p.heads + h) * p.seq_q * W::D;
       add_dq<W>(dq, dq_head, q0, p.seq_q, warp, wg);
     } else {
       cuda::wgmma_wait<0>();  // dV, dK
@@ -383,6 +376,35 @@ __global__ void __launch_bounds__(W::kThreads, 1) wgmma_backward_kernel(const Pa
   // accumulators are the warp's 16 keys x d in n8 tiles, store_rows' layout.
   store_rows<W>(dk, p.dk + m03::row_offset(p.dks, b, hk, 0), p.dks.seq, key0, p.seq_k, p.scale);
   store_rows<W>(dv, p.dv + m03::row_offset(p.dvs, b, hk, 0), p.dvs.seq, key0, p.seq_k, 1.f);
+}
+
+/// tc_wgmma: one block per K/V tile of one kv head, grid and order as tc_pipelined's.
+/// tc_wgmma_split_dq (kSplitDq): one block per (split, kv head), walking the K/V tiles
+/// m04::tc_split_dq_tile deals it and adding dQ into its own copy -- tc_split_dq's scheme (its
+/// banner in attention_backward_tc.cuh), on this kernel's pass. Each dQ element has one
+/// owner thread in every pass (add_dq: warpgroup wg's columns 64 wg.., warp w's rows 16 w..),
+/// so a copy's additions come in that thread's program order: the same bits every run.
+template <class W, bool kCausal, bool kSplitDq, class Phases>
+__global__ void __launch_bounds__(W::kThreads, 1) wgmma_backward_kernel(const Params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = cuda::align_smem(smem_raw);
+  const Tiles<W> t{cuda::smem_u32(smem)};
+  if constexpr (kSplitDq) {
+    const int split = static_cast<int>(blockIdx.x), bhk = static_cast<int>(blockIdx.y);
+    float* const dq_acc = p.dq_acc + split * p.dq_split_stride;
+    for (int round = 0;; ++round) {
+      const auto kv_tile = static_cast<int>(m04::tc_split_dq_tile(split, round, p.splits));
+      if (kv_tile >= p.kv_tiles) break;  // later rounds start at (round + 1) * S > kv_tile
+      // Both warpgroups are done with the last tile's K (dQ reads it), V, stages and dS^T.
+      if (round > 0) __syncthreads();
+      kv_tile_pass<W, kCausal, Phases>(p, smem, t, kv_tile, bhk / p.kv_heads, bhk % p.kv_heads, dq_acc);
+    }
+  } else {
+    int kv_tile, bhk;
+    m03::kv_block_coordinates(kCausal, kv_tile, bhk);  // causal: the heaviest key tiles first
+    kv_tile_pass<W, kCausal, Phases>(p, smem, t, kv_tile, bhk / p.kv_heads, bhk % p.kv_heads, p.dq_acc);
+  }
 #else
   (void)p;
   __trap();  // never launched: run_step checks sm90a_code_available() first
@@ -391,21 +413,24 @@ __global__ void __launch_bounds__(W::kThreads, 1) wgmma_backward_kernel(const Pa
 
 /// Throws course::Unsupported unless this binary has sm_90a code for the current GPU (as
 /// module 3's Hopper steps).
-inline void require_sm90a() {
+inline void require_sm90a(AttentionBackwardStep step) {
   if (!cuda::sm90a_code_available())
-    throw Unsupported("attention_backward step tc_wgmma",
+    throw Unsupported(std::string("attention_backward step ") + m04::step_name(step),
                       "a Hopper GPU (compute capability 9.0) and a build for sm_90a "
                       "(CMAKE_CUDA_ARCHITECTURES=90a; wgmma is not in plain sm_90)");
 }
 
-template <int D, bool kCausal, class Phases>
+template <int D, bool kCausal, bool kSplitDq, class Phases>
 void launch(const Params& p, std::int64_t batch, cudaStream_t stream) {
   using W = WgmmaConfig<D>;
-  constexpr auto kernel = wgmma_backward_kernel<W, kCausal, Phases>;
+  constexpr auto kernel = wgmma_backward_kernel<W, kCausal, kSplitDq, Phases>;
   cuda::opt_in_dynamic_smem<kernel>(W::kSmemBytes);
-  const dim3 grid(static_cast<unsigned>(p.kv_tiles), static_cast<unsigned>(batch * p.kv_heads));
+  if constexpr (kSplitDq) check_split_occupancy<kernel>(W::kSmemBytes, W::kThreads, "tc_wgmma_split_dq");
+  // tc_wgmma_split_dq: one block per (split, kv head); tc_wgmma: per (K/V tile, kv head).
+  const dim3 grid(static_cast<unsigned>(kSplitDq ? p.splits : p.kv_tiles), static_cast<unsigned>(batch * p.kv_heads));
   kernel<<<grid, W::kThreads, W::kSmemBytes, stream>>>(p);
-  COURSE_CHECK_LAUNCH("attention backward wgmma_backward_kernel (tc_wgmma)");
+  COURSE_CHECK_LAUNCH(kSplitDq ? "attention backward wgmma_backward_kernel (tc_wgmma_split_dq)"
+                               : "attention backward wgmma_backward_kernel (tc_wgmma)");
 }
 
 }  // namespace wgmma_step

@@ -544,8 +544,8 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, *, c
     float32 q, k, v, o, dout: steps naive, flash (default), flash_deterministic.
     bfloat16 q, k, v, o, dout (lse stays float32): the tensor-core steps
     (``steps("attention_backward_bf16")``: tc_mma, tc_pipelined (default), tc_deterministic,
-    tc_split_dq, the last two bit-identical run to run; tc_wgmma on Hopper builds for
-    sm_90a),
+    tc_split_dq, the last two bit-identical run to run; on Hopper builds for sm_90a tc_wgmma
+    and its bit-identical twin tc_wgmma_split_dq),
     bfloat16 gradients with fp32 accumulation; head_dim 64 or 128, strides multiples of 8
     elements. The gradients come back in the inputs' dtype.
     """
@@ -569,7 +569,7 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, *, c
     DV = A.output(lib, outs[2], "out[2] (dv)", K.shape, Q.dtype, Q)
     A.check_same_device(Q, K, V, O, DO, L, DQ, DK, DV)
     if bf16:  # the tensor-core steps keep an fp32 dQ accumulator: their workspace grows with d
-        with A.device_of(Q):  # tc_split_dq's copies depend on the SM count of the device the call runs on
+        with A.device_of(Q):  # the split steps' dQ copies depend on the SM count of the device the call runs on
             nbytes = lib.workspace_bytes("course_attention_backward_bf16_workspace_bytes", s, B, H, Nq, Nk, d)
     else:
         nbytes = lib.workspace_bytes("course_attention_backward_workspace_bytes", s, B, H, Nq, Nk)

@@ -53,6 +53,9 @@
 ///   warpgroup MMA. Each of two warpgroups owns 64 of the block's 128 keys; S^T, dP^T and dQ
 ///   read both operands from 128-byte-swizzled shared memory, dV and dK take P^T and dS^T
 ///   straight from registers.
+/// - tc_wgmma_split_dq (Hopper, sm_90a): tc_wgmma made deterministic the way tc_split_dq made
+///   tc_pipelined so: a fixed list of K/V tiles per block, one fp32 dQ copy per split, summed
+///   in order. Bit-identical run to run.
 ///
 /// ## Contract (validate_attention_backward_args, run by both implementations before any
 /// launch; each violation throws course::InvalidArgument naming the argument and its value)
@@ -103,6 +106,7 @@ enum class AttentionBackwardStep {
   tc_deterministic,  ///< + dQ added in K/V-tile order (a semaphore per query tile): bit-identical
   tc_split_dq,       ///< tc_pipelined with one fp32 dQ copy per split, summed in order: bit-identical
   tc_wgmma,          ///< sm_90a: the five products on warpgroup MMA, P^T and dS^T from registers
+  tc_wgmma_split_dq, ///< sm_90a: tc_wgmma with tc_split_dq's dQ copies: bit-identical
 };
 
 inline constexpr StepInfo<AttentionBackwardStep> kAttentionBackwardSteps[] = {
@@ -122,6 +126,8 @@ inline constexpr StepInfo<AttentionBackwardStep> kAttentionBackwardSteps[] = {
      "bf16; tc_pipelined with a fixed list of K/V tiles per block and one fp32 dQ copy per block, summed in order"},
     {AttentionBackwardStep::tc_wgmma, "tc_wgmma",
      "bf16, sm_90a; the five products on wgmma: 64 keys per warpgroup, P^T and dS^T as register A operands"},
+    {AttentionBackwardStep::tc_wgmma_split_dq, "tc_wgmma_split_dq",
+     "bf16, sm_90a; tc_wgmma with a fixed list of K/V tiles per block and one fp32 dQ copy per block, summed in order"},
 };
 static_assert(steps_in_enum_order(kAttentionBackwardSteps),
               "kAttentionBackwardSteps must list AttentionBackwardStep in enum order");
@@ -155,6 +161,7 @@ inline constexpr AttentionBackwardStepColumns kAttentionBackwardStepColumns[] = 
     {AttentionBackwardStep::tc_deterministic, AttentionBackwardDType::bf16, {128, true, true, true}},
     {AttentionBackwardStep::tc_split_dq, AttentionBackwardDType::bf16, {128, true, true, true}},
     {AttentionBackwardStep::tc_wgmma, AttentionBackwardDType::bf16, {128, true, true, false, true}},
+    {AttentionBackwardStep::tc_wgmma_split_dq, AttentionBackwardDType::bf16, {128, true, true, true, true}},
 };
 static_assert(columns_match_steps(kAttentionBackwardSteps, kAttentionBackwardStepColumns),
               "kAttentionBackwardStepColumns must have one row per row of kAttentionBackwardSteps, in the same order");
@@ -294,7 +301,7 @@ inline std::size_t attention_backward_workspace_bytes(AttentionBackwardStep step
 //  - every stride a multiple of 8 elements and every pointer 16-byte aligned (one cp.async
 //    copies 16 bytes = 8 bf16);
 //  - the workspace holds D, the lse in base 2 and dQ in fp32 (for tc_deterministic also a
-//    counter per query tile; for tc_split_dq S copies of dQ, S from the sizes and the current
+//    counter per query tile; for the splits_dq() steps S copies of dQ, S from the sizes and the current
 //    device's SM count): tc_backward_workspace().
 
 /// Query rows per tile of the tensor-core backward kernels (the workspace pads to it).
@@ -355,10 +362,19 @@ inline constexpr int kTcBackwardKeyTile = 128;
 // (attention_backward_workspace_bytes) and the launch both call tc_split_dq_plan(): the
 // same arguments on the same device give the same S.
 
-/// Resident blocks per SM of the tensor-core backward kernel on sm_90: every variant uses
-/// 212-255 registers per thread (ptxas -v) at 256 threads, so the register file holds one
-/// block whatever the shared memory (~82 KB at d = 64, ~146 KB at d = 128). The launch
-/// checks it with cudaOccupancyMaxActiveBlocksPerMultiprocessor.
+/// The steps that add dQ into one fp32 copy per split (tc_split_dq_plan()): tc_split_dq and
+/// tc_wgmma_split_dq. Their workspace and launch depend on the device's SM count.
+constexpr bool splits_dq(AttentionBackwardStep step) {
+  return step == AttentionBackwardStep::tc_split_dq || step == AttentionBackwardStep::tc_wgmma_split_dq;
+}
+
+/// Resident blocks per SM of the tensor-core backward kernels on sm_90: every variant uses
+/// 186-255 registers per thread (ptxas -v) at 256 threads, so the register file holds one
+/// block whatever the shared memory (~82 KB at d = 64, ~146 KB at d = 128). The launch of
+/// the split steps checks it with cudaOccupancyMaxActiveBlocksPerMultiprocessor. The plan
+/// below is one for both split steps: its cost model weighs a dQ copy against one K/V tile's
+/// pass at tc_split_dq's speed; at tc_wgmma's (~1.3x) a copy weighs ~1.3x more, which moves
+/// S at none of the benchmark's shapes (the model's terms differ by whole waves there).
 inline constexpr int kTcBackwardBlocksPerSm = 1;
 
 /// Cap on the fp32 dQ copies of tc_split_dq together (at B = 1, H = 16, N_q = 16384,
@@ -443,7 +459,7 @@ inline std::int64_t tc_split_dq_plan(const AttentionBackwardArgsBf16& a) {
 ///    (P = 2^(s*c - lse2) is then exactly 0);
 ///  - d    [B*H, N_q_pad] fp32: D_i = dO_i . O_i (0 for padding);
 ///  - dq   [splits][B*H, N_q, d] fp32: the dQ accumulator (zeroed, then added to by every K/V
-///    tile); one copy per split for tc_split_dq (tc_split_dq_plan()), else one;
+///    tile); one copy per split for the splits_dq() steps (tc_split_dq_plan()), else one;
 ///  - sem  [B*H, N_q_pad / kTcBackwardQTile] int: the dQ turn counters (tc_deterministic).
 struct TcBackwardWorkspace {
   std::size_t lse2 = 0, d = 0, dq = 0, sem = 0, bytes = 0;
@@ -469,12 +485,12 @@ inline TcBackwardWorkspace tc_backward_workspace(AttentionBackwardStep step, std
 /// The workspace of a tensor-core step for these arguments (tc_split_dq: on the current
 /// device, see tc_split_dq_plan()).
 inline TcBackwardWorkspace tc_backward_workspace(AttentionBackwardStep step, const AttentionBackwardArgsBf16& a) {
-  const std::int64_t splits = step == AttentionBackwardStep::tc_split_dq ? tc_split_dq_plan(a) : 1;
+  const std::int64_t splits = splits_dq(step) ? tc_split_dq_plan(a) : 1;
   return tc_backward_workspace(step, a.batch, a.heads, a.seq_q, a.head_dim, splits);
 }
 
 /// Scratch bytes a tensor-core step needs: O(B*H*N_q*d) (the fp32 dQ accumulator; S copies
-/// of it for tc_split_dq, which depends on the device's SM count).
+/// of it for the splits_dq() steps, which depends on the device's SM count).
 inline std::size_t attention_backward_workspace_bytes(AttentionBackwardStep step, const AttentionBackwardArgsBf16& a) {
   return tc_backward_workspace(step, a).bytes;
 }
@@ -660,8 +676,8 @@ void validate_backward_args(const Args& a, AttentionBackwardStep step, const cha
   const std::size_t need = attention_backward_workspace_bytes(step, a);
   require_arg(a.workspace_bytes >= need, fn, "workspace_bytes", a.workspace_bytes,
               msg("must be >= attention_backward_workspace_bytes(step, ...) = ", need, " (step ", sname,
-                  kBf16 ? " stores D, lse in base 2, an fp32 dQ accumulator of B*H*N_q*d floats (tc_split_dq: one per "
-                          "split, tc_split_dq_plan()) and its counters)"
+                  kBf16 ? " stores D, lse in base 2, an fp32 dQ accumulator of B*H*N_q*d floats (tc_split_dq, "
+                          "tc_wgmma_split_dq: one per split, tc_split_dq_plan()) and its counters)"
                   : step == AttentionBackwardStep::naive ? " stores P and dP: 2 * B*H*N_q*N_k floats)"
                                                          : " stores D = rowsum(dO * O): B*H*N_q floats)")
                   .c_str());
