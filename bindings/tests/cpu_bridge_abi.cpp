@@ -162,13 +162,16 @@ TEST(BridgeAbi, ModuleFourReportsItsState) {
 TEST(BridgeAbi, AttentionBackwardStepsAreSplitByDtype) {
   // One op name per overload, as for the forward: each lists and accepts its dtype's steps.
   EXPECT_STREQ(course_list_steps("attention_backward"), "naive,flash,flash_deterministic");
-  EXPECT_STREQ(course_list_steps("attention_backward_bf16"), "tc_mma,tc_pipelined,tc_deterministic,tc_split_dq,tc_wgmma,tc_wgmma_split_dq");
+  EXPECT_STREQ(course_list_steps("attention_backward_bf16"),
+               "tc_mma,tc_pipelined,tc_deterministic,tc_split_dq,tc_wgmma,tc_wgmma_deterministic,tc_wgmma_split_dq");
   std::size_t bytes = 0;
   EXPECT_EQ(course_attention_backward_workspace_bytes("tc_mma", 2, 4, 100, 100, &bytes), COURSE_ERR_INVALID_ARGUMENT);
   EXPECT_TRUE(contains(last_error(), "is not a step of attention_backward; the steps are: naive,")) << last_error();
   EXPECT_EQ(course_attention_backward_bf16_workspace_bytes("flash", 2, 4, 100, 100, 64, &bytes),
             COURSE_ERR_INVALID_ARGUMENT);
-  EXPECT_TRUE(contains(last_error(), "the steps are: tc_mma,tc_pipelined,tc_deterministic,tc_split_dq,tc_wgmma,tc_wgmma_split_dq")) << last_error();
+  EXPECT_TRUE(contains(last_error(), "the steps are: tc_mma,tc_pipelined,tc_deterministic,tc_split_dq,tc_wgmma,"
+                                     "tc_wgmma_deterministic,tc_wgmma_split_dq"))
+      << last_error();
   // The bf16 workspace holds an fp32 dQ accumulator: it grows with head_dim.
   std::size_t d64 = 0, d128 = 0;
   ASSERT_EQ(course_attention_backward_bf16_workspace_bytes("tc_pipelined", 2, 4, 100, 100, 64, &d64), COURSE_OK);

@@ -9,7 +9,9 @@
 ///   8. tc_wgmma          (Hopper, sm_90a) the three warpgroup-MMA products (TODO 4): your
 ///                        probabilities and ds run unchanged on wgmma's accumulators; the
 ///                        kernel is solutions/module04_training/attention_backward_tc_wgmma.cuh
-///   9. tc_wgmma_split_dq (Hopper) tc_split_dq's dQ copies on tc_wgmma's kernel (nothing new to
+///   9. tc_wgmma_deterministic (Hopper) tc_deterministic's hand-off on tc_wgmma's kernel
+///                        (nothing new to write: your turn phases and wgmma phases)
+///  10. tc_wgmma_split_dq (Hopper) tc_split_dq's dQ copies on tc_wgmma's kernel (nothing new to
 ///                        write: it runs your wgmma phases)
 ///
 /// The kernels -- loads, the five products on fragments, dS^T through shared memory, the dQ
@@ -118,8 +120,10 @@ void attention_backward(m04::AttentionBackwardStep step, const m04::AttentionBac
     throw NotImplemented(std::string("attention_backward step ") + m04::step_name(step) +
                              " (Phases::probabilities and Phases::ds)",
                          file);
-  if (step == m04::AttentionBackwardStep::tc_deterministic && !kDqTurnWritten)
-    throw NotImplemented("attention_backward step tc_deterministic (Phases::wait_dq_turn / pass_dq_turn)", file);
+  if (m04::orders_dq(step) && !kDqTurnWritten)
+    throw NotImplemented(std::string("attention_backward step ") + m04::step_name(step) +
+                             " (Phases::wait_dq_turn / pass_dq_turn)",
+                         file);
   // tc_split_dq calls no turn phase; it comes after tc_deterministic in the ladder, so it
   // opens with it (its tests compare the two deterministic ways of adding dQ).
   if (step == m04::AttentionBackwardStep::tc_split_dq && !kDqTurnWritten)

@@ -157,7 +157,7 @@ inline Params make_params(AttentionBackwardStep step, const AttentionBackwardArg
   p.lse2 = reinterpret_cast<float*>(ws + w.lse2);
   p.d_row = reinterpret_cast<float*>(ws + w.d);
   p.dq_acc = reinterpret_cast<float*>(ws + w.dq);
-  p.turn = step == AttentionBackwardStep::tc_deterministic ? reinterpret_cast<int*>(ws + w.sem) : nullptr;
+  p.turn = m04::orders_dq(step) ? reinterpret_cast<int*>(ws + w.sem) : nullptr;
   p.qs = a.q_strides;
   p.ks = a.k_strides;
   p.vs = a.v_strides;
@@ -718,13 +718,12 @@ void run_step(AttentionBackwardStep step, const AttentionBackwardArgsBf16& a) {
       case AttentionBackwardStep::tc_pipelined: main(Config<D, true, 2, false>{}); break;
       case AttentionBackwardStep::tc_deterministic: main(Config<D, true, 2, true>{}); break;
       case AttentionBackwardStep::tc_split_dq: main(Config<D, true, 2, false, true>{}); break;
-      case AttentionBackwardStep::tc_wgmma:
-        if (a.causal) wgmma_step::launch<D, true, false, Phases>(p, a.batch, a.stream);
-        else wgmma_step::launch<D, false, false, Phases>(p, a.batch, a.stream);
+      case AttentionBackwardStep::tc_wgmma: wgmma_step::launch<D, wgmma_step::DqOrder::atomic, Phases>(p, a); break;
+      case AttentionBackwardStep::tc_wgmma_deterministic:
+        wgmma_step::launch<D, wgmma_step::DqOrder::turns, Phases>(p, a);
         break;
       case AttentionBackwardStep::tc_wgmma_split_dq:
-        if (a.causal) wgmma_step::launch<D, true, true, Phases>(p, a.batch, a.stream);
-        else wgmma_step::launch<D, false, true, Phases>(p, a.batch, a.stream);
+        wgmma_step::launch<D, wgmma_step::DqOrder::split_copies, Phases>(p, a);
         break;
       default: throw Error(std::string("attention_backward: step ") + m04::step_name(step) + " is not a tensor-core step");
     }

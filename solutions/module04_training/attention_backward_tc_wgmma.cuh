@@ -276,10 +276,15 @@ __device__ __forceinline__ void accumulate_dq(float (&dq)[W::kDqMTiles][W::kDqTi
 /// with false, 248 / 253 with true). A switch for an A/B run on the GPU: flip it, rebuild, compare.
 constexpr bool kWaitKeysBeforeDq = false;
 
+/// How a step's blocks add dQ: fp32 atomics in whatever order they come (tc_wgmma); in
+/// K/V-tile order behind a turn counter per (batch, head, query tile) (tc_wgmma_deterministic,
+/// tc_deterministic's hand-off); or each block into its own copy (tc_wgmma_split_dq).
+enum class DqOrder { atomic, turns, split_copies };
+
 /// One K/V tile of kv head (b, hk): K and V loaded once, every query tile of every query head
 /// of the group visited in order (head, tile), dQ added to `dq_acc` (the fp32 workspace, or
 /// the block's own copy of it in tc_wgmma_split_dq), dK and dV written at the end.
-template <class W, bool kCausal, class Phases>
+template <class W, bool kCausal, DqOrder kOrder, class Phases>
 __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* smem, const Tiles<W>& t, int kv_tile,
                                              int b, int hk, float* dq_acc) {
   const int kv0 = kv_tile * W::kBlockN;
@@ -357,16 +362,35 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
     // ---- dQ_i += dS K: this warpgroup's 64 x 64 block, then the fp32 atomics (one addend
     // per element and block, as tc_pipelined). The condition is the same in a whole
     // warpgroup, as wgmma requires.
-    if (wg < W::kDqWarpgroups) {
-      float dq[W::kDqMTiles][W::kDqTiles][4];
-      cuda::wgmma_fence();
-      accumulate_dq<W, Phases>(dq, t, wg);
-      cuda::wgmma_commit();
-      cuda::wgmma_wait<0>();  // dV, dK and dQ: the stage and dS^T may be refilled after the next barrier
-      float* dq_head = dq_acc + static_cast<std::int64_t>(b * p.heads + h) * p.seq_q * W::D;
-      add_dq<W>(dq, dq_head, q0, p.seq_q, warp, wg);
+    if constexpr (kOrder != DqOrder::turns) {
+      if (wg < W::kDqWarpgroups) {
+        float dq[W::kDqMTiles][W::kDqTiles][4];
+        cuda::wgmma_fence();
+        accumulate_dq<W, Phases>(dq, t, wg);
+        cuda::wgmma_commit();
+        cuda::wgmma_wait<0>();  // dV, dK and dQ: the stage and dS^T may be refilled after the next barrier
+        float* dq_head = dq_acc + static_cast<std::int64_t>(b * p.heads + h) * p.seq_q * W::D;
+        add_dq<W>(dq, dq_head, q0, p.seq_q, warp, wg);
+      } else {
+        cuda::wgmma_wait<0>();  // dV, dK
+      }
     } else {
-      cuda::wgmma_wait<0>();  // dV, dK
+      // tc_wgmma_deterministic: K/V tile kv_tile adds after kv_tile - 1 (tc_deterministic's
+      // counter and phases). The turn calls hold block barriers, so every thread makes them,
+      // outside the warpgroup condition; at d = 128 both warpgroups add (a compile-time
+      // true, which keeps the d = 128 code as straight as above: no spills).
+      const bool adds_dq = W::kDqWarpgroups == W::kWarpgroups || wg < W::kDqWarpgroups;
+      float dq[W::kDqMTiles][W::kDqTiles][4];
+      if (adds_dq) {
+        cuda::wgmma_fence();
+        accumulate_dq<W, Phases>(dq, t, wg);
+        cuda::wgmma_commit();
+      }
+      cuda::wgmma_wait<0>();
+      int* turn = p.turn + static_cast<std::int64_t>(b * p.heads + h) * p.q_tiles + q_tile;
+      Phases::wait_dq_turn(turn, kv_tile);
+      if (adds_dq) add_dq<W>(dq, dq_acc + static_cast<std::int64_t>(b * p.heads + h) * p.seq_q * W::D, q0, p.seq_q, warp, wg);
+      Phases::pass_dq_turn(turn, kv_tile);
     }
     advance(h, q_tile);
   }
@@ -384,13 +408,13 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
 /// banner in attention_backward_tc.cuh), on this kernel's pass. Each dQ element has one
 /// owner thread in every pass (add_dq: warpgroup wg's columns 64 wg.., warp w's rows 16 w..),
 /// so a copy's additions come in that thread's program order: the same bits every run.
-template <class W, bool kCausal, bool kSplitDq, class Phases>
+template <class W, bool kCausal, DqOrder kOrder, class Phases>
 __global__ void __launch_bounds__(W::kThreads, 1) wgmma_backward_kernel(const Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = cuda::align_smem(smem_raw);
   const Tiles<W> t{cuda::smem_u32(smem)};
-  if constexpr (kSplitDq) {
+  if constexpr (kOrder == DqOrder::split_copies) {
     const int split = static_cast<int>(blockIdx.x), bhk = static_cast<int>(blockIdx.y);
     float* const dq_acc = p.dq_acc + split * p.dq_split_stride;
     for (int round = 0;; ++round) {
@@ -398,12 +422,14 @@ __global__ void __launch_bounds__(W::kThreads, 1) wgmma_backward_kernel(const Pa
       if (kv_tile >= p.kv_tiles) break;  // later rounds start at (round + 1) * S > kv_tile
       // Both warpgroups are done with the last tile's K (dQ reads it), V, stages and dS^T.
       if (round > 0) __syncthreads();
-      kv_tile_pass<W, kCausal, Phases>(p, smem, t, kv_tile, bhk / p.kv_heads, bhk % p.kv_heads, dq_acc);
+      kv_tile_pass<W, kCausal, kOrder, Phases>(p, smem, t, kv_tile, bhk / p.kv_heads, bhk % p.kv_heads, dq_acc);
     }
   } else {
     int kv_tile, bhk;
-    m03::kv_block_coordinates(kCausal, kv_tile, bhk);  // causal: the heaviest key tiles first
-    kv_tile_pass<W, kCausal, Phases>(p, smem, t, kv_tile, bhk / p.kv_heads, bhk % p.kv_heads, p.dq_acc);
+    // Causal: the heaviest key tiles first. Either way block (kv_tile - 1, bhk) has the lower
+    // linear number, so tc_wgmma_deterministic's turns wait for a started block only.
+    m03::kv_block_coordinates(kCausal, kv_tile, bhk);
+    kv_tile_pass<W, kCausal, kOrder, Phases>(p, smem, t, kv_tile, bhk / p.kv_heads, bhk % p.kv_heads, p.dq_acc);
   }
 #else
   (void)p;
@@ -420,17 +446,24 @@ inline void require_sm90a(AttentionBackwardStep step) {
                       "(CMAKE_CUDA_ARCHITECTURES=90a; wgmma is not in plain sm_90)");
 }
 
-template <int D, bool kCausal, bool kSplitDq, class Phases>
-void launch(const Params& p, std::int64_t batch, cudaStream_t stream) {
+template <int D, bool kCausal, DqOrder kOrder, class Phases>
+void launch_kernel(const Params& p, std::int64_t batch, cudaStream_t stream) {
   using W = WgmmaConfig<D>;
-  constexpr auto kernel = wgmma_backward_kernel<W, kCausal, kSplitDq, Phases>;
+  constexpr bool kSplit = kOrder == DqOrder::split_copies;
+  constexpr auto kernel = wgmma_backward_kernel<W, kCausal, kOrder, Phases>;
   cuda::opt_in_dynamic_smem<kernel>(W::kSmemBytes);
-  if constexpr (kSplitDq) check_split_occupancy<kernel>(W::kSmemBytes, W::kThreads, "tc_wgmma_split_dq");
-  // tc_wgmma_split_dq: one block per (split, kv head); tc_wgmma: per (K/V tile, kv head).
-  const dim3 grid(static_cast<unsigned>(kSplitDq ? p.splits : p.kv_tiles), static_cast<unsigned>(batch * p.kv_heads));
+  if constexpr (kSplit) check_split_occupancy<kernel>(W::kSmemBytes, W::kThreads, "tc_wgmma_split_dq");
+  // tc_wgmma_split_dq: one block per (split, kv head); the others: per (K/V tile, kv head).
+  const dim3 grid(static_cast<unsigned>(kSplit ? p.splits : p.kv_tiles), static_cast<unsigned>(batch * p.kv_heads));
   kernel<<<grid, W::kThreads, W::kSmemBytes, stream>>>(p);
-  COURSE_CHECK_LAUNCH(kSplitDq ? "attention backward wgmma_backward_kernel (tc_wgmma_split_dq)"
-                               : "attention backward wgmma_backward_kernel (tc_wgmma)");
+  COURSE_CHECK_LAUNCH("attention backward wgmma_backward_kernel (tc_wgmma steps)");
+}
+
+/// The main kernel of a tc_wgmma step: causal or not, dQ added as kOrder says.
+template <int D, DqOrder kOrder, class Phases>
+void launch(const Params& p, const AttentionBackwardArgsBf16& a) {
+  if (a.causal) launch_kernel<D, true, kOrder, Phases>(p, a.batch, a.stream);
+  else launch_kernel<D, false, kOrder, Phases>(p, a.batch, a.stream);
 }
 
 }  // namespace wgmma_step

@@ -545,7 +545,7 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, dout: Any, lse: Any, *, c
     bfloat16 q, k, v, o, dout (lse stays float32): the tensor-core steps
     (``steps("attention_backward_bf16")``: tc_mma, tc_pipelined (default), tc_deterministic,
     tc_split_dq, the last two bit-identical run to run; on Hopper builds for sm_90a tc_wgmma
-    and its bit-identical twin tc_wgmma_split_dq),
+    and its bit-identical versions tc_wgmma_deterministic and tc_wgmma_split_dq),
     bfloat16 gradients with fp32 accumulation; head_dim 64 or 128, strides multiples of 8
     elements. The gradients come back in the inputs' dtype.
     """

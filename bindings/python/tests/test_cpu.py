@@ -67,7 +67,7 @@ def test_ops_and_steps_come_from_the_step_tables():
     assert [s for s, _ in ck.steps("attention_backward")] == ["naive", "flash", "flash_deterministic"]
     assert [s for s, _ in ck.steps("attention_backward_bf16")] == ["tc_mma", "tc_pipelined", "tc_deterministic",
                                                                 "tc_split_dq", "tc_wgmma",
-                                                                "tc_wgmma_split_dq"]
+                                                                "tc_wgmma_deterministic", "tc_wgmma_split_dq"]
 
 
 def test_unknown_op_and_step_are_clear(fake):
@@ -322,7 +322,7 @@ def test_dtypes_and_shapes_are_checked_before_anything_is_allocated(fake, no_all
         backward(lse=fake((1, 4, 99)))
     # A step of the other dtype's table is named as such.
     with pytest.raises(ck.InvalidArgumentError, match=r"is not a step of attention_backward_bf16; the steps are: "
-                                                      r"tc_mma,tc_pipelined,tc_deterministic,tc_split_dq,tc_wgmma,tc_wgmma_split_dq "
+                                                      r"tc_mma,tc_pipelined,tc_deterministic,tc_split_dq,tc_wgmma,tc_wgmma_deterministic,tc_wgmma_split_dq "
                                                       r"\(step flash takes float32 tensors; these are bfloat16\)"):
         backward(step="flash")
     with pytest.raises(ck.InvalidArgumentError, match="is not a step of attention_backward;.*takes bfloat16"):

@@ -53,6 +53,8 @@
 ///   warpgroup MMA. Each of two warpgroups owns 64 of the block's 128 keys; S^T, dP^T and dQ
 ///   read both operands from 128-byte-swizzled shared memory, dV and dK take P^T and dS^T
 ///   straight from registers.
+/// - tc_wgmma_deterministic (Hopper, sm_90a): tc_wgmma with tc_deterministic's ordered dQ
+///   hand-off (a turn counter per query tile). Bit-identical run to run.
 /// - tc_wgmma_split_dq (Hopper, sm_90a): tc_wgmma made deterministic the way tc_split_dq made
 ///   tc_pipelined so: a fixed list of K/V tiles per block, one fp32 dQ copy per split, summed
 ///   in order. Bit-identical run to run.
@@ -106,7 +108,8 @@ enum class AttentionBackwardStep {
   tc_deterministic,  ///< + dQ added in K/V-tile order (a semaphore per query tile): bit-identical
   tc_split_dq,       ///< tc_pipelined with one fp32 dQ copy per split, summed in order: bit-identical
   tc_wgmma,          ///< sm_90a: the five products on warpgroup MMA, P^T and dS^T from registers
-  tc_wgmma_split_dq, ///< sm_90a: tc_wgmma with tc_split_dq's dQ copies: bit-identical
+  tc_wgmma_deterministic,  ///< sm_90a: tc_wgmma with dQ added in K/V-tile order: bit-identical
+  tc_wgmma_split_dq,       ///< sm_90a: tc_wgmma with tc_split_dq's dQ copies: bit-identical
 };
 
 inline constexpr StepInfo<AttentionBackwardStep> kAttentionBackwardSteps[] = {
@@ -126,6 +129,8 @@ inline constexpr StepInfo<AttentionBackwardStep> kAttentionBackwardSteps[] = {
      "bf16; tc_pipelined with a fixed list of K/V tiles per block and one fp32 dQ copy per block, summed in order"},
     {AttentionBackwardStep::tc_wgmma, "tc_wgmma",
      "bf16, sm_90a; the five products on wgmma: 64 keys per warpgroup, P^T and dS^T as register A operands"},
+    {AttentionBackwardStep::tc_wgmma_deterministic, "tc_wgmma_deterministic",
+     "bf16, sm_90a; tc_wgmma with dQ added in K/V-tile order behind a semaphore per query tile"},
     {AttentionBackwardStep::tc_wgmma_split_dq, "tc_wgmma_split_dq",
      "bf16, sm_90a; tc_wgmma with a fixed list of K/V tiles per block and one fp32 dQ copy per block, summed in order"},
 };
@@ -161,6 +166,7 @@ inline constexpr AttentionBackwardStepColumns kAttentionBackwardStepColumns[] = 
     {AttentionBackwardStep::tc_deterministic, AttentionBackwardDType::bf16, {128, true, true, true}},
     {AttentionBackwardStep::tc_split_dq, AttentionBackwardDType::bf16, {128, true, true, true}},
     {AttentionBackwardStep::tc_wgmma, AttentionBackwardDType::bf16, {128, true, true, false, true}},
+    {AttentionBackwardStep::tc_wgmma_deterministic, AttentionBackwardDType::bf16, {128, true, true, true, true}},
     {AttentionBackwardStep::tc_wgmma_split_dq, AttentionBackwardDType::bf16, {128, true, true, true, true}},
 };
 static_assert(columns_match_steps(kAttentionBackwardSteps, kAttentionBackwardStepColumns),
@@ -300,7 +306,7 @@ inline std::size_t attention_backward_workspace_bytes(AttentionBackwardStep step
 //  - head_dim in {64, 128} (kTcBackwardHeadDims);
 //  - every stride a multiple of 8 elements and every pointer 16-byte aligned (one cp.async
 //    copies 16 bytes = 8 bf16);
-//  - the workspace holds D, the lse in base 2 and dQ in fp32 (for tc_deterministic also a
+//  - the workspace holds D, the lse in base 2 and dQ in fp32 (for the orders_dq() steps also a
 //    counter per query tile; for the splits_dq() steps S copies of dQ, S from the sizes and the current
 //    device's SM count): tc_backward_workspace().
 
@@ -366,6 +372,12 @@ inline constexpr int kTcBackwardKeyTile = 128;
 /// tc_wgmma_split_dq. Their workspace and launch depend on the device's SM count.
 constexpr bool splits_dq(AttentionBackwardStep step) {
   return step == AttentionBackwardStep::tc_split_dq || step == AttentionBackwardStep::tc_wgmma_split_dq;
+}
+
+/// The steps that add dQ in K/V-tile order behind a turn counter per (batch, head, query
+/// tile): tc_deterministic and tc_wgmma_deterministic (the workspace holds the counters).
+constexpr bool orders_dq(AttentionBackwardStep step) {
+  return step == AttentionBackwardStep::tc_deterministic || step == AttentionBackwardStep::tc_wgmma_deterministic;
 }
 
 /// Resident blocks per SM of the tensor-core backward kernels on sm_90: every variant uses
@@ -460,7 +472,7 @@ inline std::int64_t tc_split_dq_plan(const AttentionBackwardArgsBf16& a) {
 ///  - d    [B*H, N_q_pad] fp32: D_i = dO_i . O_i (0 for padding);
 ///  - dq   [splits][B*H, N_q, d] fp32: the dQ accumulator (zeroed, then added to by every K/V
 ///    tile); one copy per split for the splits_dq() steps (tc_split_dq_plan()), else one;
-///  - sem  [B*H, N_q_pad / kTcBackwardQTile] int: the dQ turn counters (tc_deterministic).
+///  - sem  [B*H, N_q_pad / kTcBackwardQTile] int: the dQ turn counters (the orders_dq() steps).
 struct TcBackwardWorkspace {
   std::size_t lse2 = 0, d = 0, dq = 0, sem = 0, bytes = 0;
 };
@@ -478,7 +490,7 @@ inline TcBackwardWorkspace tc_backward_workspace(AttentionBackwardStep step, std
   w.d = w.lse2 + up16(bh * padded * sizeof(float));
   w.dq = w.d + up16(bh * padded * sizeof(float));
   w.sem = w.dq + up16(f(splits) * bh * f(seq_q) * f(head_dim) * sizeof(float));
-  w.bytes = w.sem + (step == AttentionBackwardStep::tc_deterministic ? up16(bh * tiles * sizeof(int)) : 0);
+  w.bytes = w.sem + (orders_dq(step) ? up16(bh * tiles * sizeof(int)) : 0);
   return w;
 }
 
