@@ -435,7 +435,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 // seven serialized adds of a 128 KB tile cost ~20%); cluster_multicast similar (7 splits of
 // 37 slabs, 63 cluster units of 9 cluster tiles, where 63 clusters fit); pingpong from 0.47 to ~0.8-0.9 (below). The forward products
 // and the square hgemm shapes have enough tiles: no split, unchanged.
-// Measured (H100, m01_bench, one run, fraction of cublas_gemmex): dW persistent 0.57 (was
+// Outcome (H100, one m01_bench run, fraction of cublas_gemmex in that run): dW persistent 0.57 (was
 // 0.25), cluster_multicast 0.59 -- below the ~0.7 predicted: the serialized adds of 7 splits
 // cost more than the model's 20%.
 // ============================================================================
@@ -816,7 +816,7 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
 // __syncthreads'). dW on 132 SMs: 4 splits of 64 slabs, 108 units, one per block.
 // Prediction: dW from 0.47 to ~0.8-0.9 of cuBLAS (108 of 132 SMs busy, each on 4096 of K,
 // plus three serialized adds of a 128 x 128 tile); the other products unchanged.
-// Measured (H100, m01_bench, one run): dW 0.81 of cublas_gemmex (was 0.47), inside the
+// Outcome (H100, one m01_bench run): dW 0.81 of cublas_gemmex (was 0.47), inside the
 // prediction; dX 0.89, the forward products 0.48-0.83 as before the split.
 // ============================================================================
 namespace pingpong {

@@ -14,7 +14,10 @@
 ///   6. tc_deterministic     (attention_backward_tc.cu) + dQ added in K/V-tile order: bit-identical
 ///   7. tc_split_dq          (attention_backward_tc.cu) one fp32 dQ copy per split, summed in order
 ///   8. tc_wgmma             (attention_backward_tc.cu, sm_90a) the five products on warpgroup MMA
-/// The bf16 steps, tc_mma to tc_wgmma, have their own entry point in attention_backward_tc.cu.
+///   9. tc_wgmma_deterministic  (sm_90a) 8. with 6.'s ordered dQ hand-off
+///  10. tc_wgmma_split_dq    (sm_90a) 8. with 7.'s per-split dQ copies
+/// The bf16 steps, tc_mma to tc_wgmma_split_dq, have their own entry point in
+/// attention_backward_tc.cu.
 ///
 /// The preprocessing (here): D_i = sum_c dO_ic O_ic, the row term of the softmax Jacobian
 /// (sum_j P_ij dP_ij = sum_j P_ij dO_i . V_j = dO_i . O_i), one dot product of length d per

@@ -9,7 +9,9 @@
 ///   8. tc_wgmma          (Hopper, sm_90a; elsewhere course::Unsupported) the five products on
 ///                        warpgroup MMA: two warpgroups of 64 keys, S^T, dP^T and dQ from
 ///                        128-byte-swizzled shared memory, P^T and dS^T as register A operands
-///                        of dV and dK (attention_backward_tc_wgmma.cuh; Measured: pending)
+///                        of dV and dK (attention_backward_tc_wgmma.cuh)
+///   9. tc_wgmma_deterministic  8. with 6.'s turn per query tile around the dQ atomics
+///  10. tc_wgmma_split_dq       8. with 7.'s K/V-tile lists and fp32 dQ copies
 /// The kernels are attention_backward_tc.cuh (tc_wgmma's: attention_backward_tc_wgmma.cuh),
 /// shared with the exercise; the solution's phases (the parts the exercise asks for) are
 /// attention_backward_tc_phases.cuh; this file is the entry point.
@@ -23,7 +25,8 @@
 /// tc_deterministic within 15% of tc_pipelined (the turn order serializes only the adds);
 /// tc_split_dq 1.00-1.09x tc_pipelined's time (attention_backward_tc.cuh, "Step tc_split_dq");
 /// tc_wgmma 1.15-1.4x tc_pipelined's TFLOP/s at d = 128, 1.0-1.2x at d = 64
-/// (attention_backward_tc_wgmma.cuh).
+/// (attention_backward_tc_wgmma.cuh); its deterministic twins the time ratios of 6. and 7.
+/// to 5., if the hand-off and the copies' HBM traffic stay as cheap at wgmma's speed.
 /// Outcome: module04_training/README.md, "The tensor-core backward".
 
 #include "attention_backward_tc.cuh"

@@ -20,6 +20,8 @@
 ///   tc_wgmma          (sm_90a) the five products on warpgroup MMA, 64 keys per warpgroup, P^T
 ///                     and dS^T as register A operands, 128-byte-swizzled tiles: its kernel is
 ///                     attention_backward_tc_wgmma.cuh (included below), the rest is this file.
+///   tc_wgmma_deterministic, tc_wgmma_split_dq  (sm_90a) tc_wgmma with tc_deterministic's turns
+///                     or tc_split_dq's copies (the same file's kernel, DqOrder).
 ///
 /// One block owns one K/V tile (128 keys, 16 per warp) of one kv head and walks every query
 /// tile (64 rows) of every query head of its group. Per query tile, warp w (keys 16w..16w+15):
