@@ -11,7 +11,7 @@
 ///                        kernel is solutions/module04_training/attention_backward_tc_wgmma.cuh
 ///   9. tc_wgmma_deterministic (Hopper) tc_deterministic's hand-off on tc_wgmma's kernel
 ///                        (nothing new to write: your turn phases and wgmma phases)
-///  10. tc_wgmma_split_dq (Hopper) tc_split_dq's dQ copies on tc_wgmma's kernel (nothing new to
+///   10. tc_wgmma_split_dq (Hopper) tc_split_dq's dQ copies on tc_wgmma's kernel (nothing new to
 ///                        write: it runs your wgmma phases)
 ///
 /// The kernels -- loads, the five products on fragments, dS^T through shared memory, the dQ

@@ -15,7 +15,7 @@
 ///   7. tc_split_dq          (attention_backward_tc.cu) one fp32 dQ copy per split, summed in order
 ///   8. tc_wgmma             (attention_backward_tc.cu, sm_90a) the five products on warpgroup MMA
 ///   9. tc_wgmma_deterministic  (sm_90a) 8. with 6.'s ordered dQ hand-off
-///  10. tc_wgmma_split_dq    (sm_90a) 8. with 7.'s per-split dQ copies
+///   10. tc_wgmma_split_dq    (sm_90a) 8. with 7.'s per-split dQ copies
 /// The bf16 steps, tc_mma to tc_wgmma_split_dq, have their own entry point in
 /// attention_backward_tc.cu.
 ///

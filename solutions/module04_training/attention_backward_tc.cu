@@ -11,7 +11,7 @@
 ///                        128-byte-swizzled shared memory, P^T and dS^T as register A operands
 ///                        of dV and dK (attention_backward_tc_wgmma.cuh)
 ///   9. tc_wgmma_deterministic  8. with 6.'s turn per query tile around the dQ atomics
-///  10. tc_wgmma_split_dq       8. with 7.'s K/V-tile lists and fp32 dQ copies
+///   10. tc_wgmma_split_dq       8. with 7.'s K/V-tile lists and fp32 dQ copies
 /// The kernels are attention_backward_tc.cuh (tc_wgmma's: attention_backward_tc_wgmma.cuh),
 /// shared with the exercise; the solution's phases (the parts the exercise asks for) are
 /// attention_backward_tc_phases.cuh; this file is the entry point.

@@ -76,12 +76,12 @@
 ///     tc_pipelined's TFLOP/s at d = 128 (>= 1.0x FlashAttention-2 everywhere, about 0.6-0.7x
 ///     FlashAttention-3's backward), 1.0-1.2x at d = 64 (softmax per FLOP doubles; dQ's product
 ///     and atomics fall on warpgroup 0 alone).
-///   Measured (results: attn_bwd_bf16/solution/tc_wgmma/B1_H16_N16384_d128): 398.8 TFLOP/s
-///   Outcome (H100, m04_bench, one run): 1.32-1.48x tc_pipelined at d = 128, 1.29-1.39x at
-///     d = 64; causal 1.12-1.42x, except d = 128 at N = 1024 and 2048 (0.98-0.99x: a block of
-///     few query tiles, its K/V load and dK/dV store exposed). Beside PyTorch (one
-///     compare_torch.py run, H100): 1.03-1.34x FlashAttention-2's backward, 0.96x at d = 128
-///     causal N = 2048; 0.52-0.78x cuDNN's.
+///   Measured (results: attn_bwd_bf16/solution/tc_wgmma/B1_H16_N16384_d128): 392.9 TFLOP/s
+///   Outcome (H100, m04_bench, one run): 1.34-1.48x tc_pipelined at d = 128, 1.31-1.41x at
+///     d = 64; causal 1.12-1.39x, except d = 128 at N = 1024 and 2048 (0.99x: a block of few
+///     query tiles, its K/V load and dK/dV store exposed -- our reading, not profiled).
+///     Beside PyTorch (one compare_torch.py run, H100): 1.02-1.36x FlashAttention-2's
+///     backward, 0.96x at d = 128 causal N = 2048; 0.53-0.78x cuDNN's.
 ///
 /// Steps tc_wgmma_deterministic and tc_wgmma_split_dq (DqOrder::turns, DqOrder::split_copies):
 ///   tc_wgmma's pass with dQ's additions in a fixed order, the two ways of the mma.sync ladder:
@@ -92,14 +92,14 @@
 ///     tc_split_dq (1.02-1.10x) to tc_pipelined, unless the hand-off (which does not shrink
 ///     with the faster tile) or the copies' HBM traffic (which no longer hides behind slower
 ///     products) costs more.
-///   Outcome (H100, m04_bench, one run; time ratio to tc_wgmma): turns 1.25-1.31x at d = 128
-///     (1.00-1.30x causal), 1.41-1.48x at d = 64 (1.23-1.60x causal); copies 1.39-1.51x at
-///     d = 128 from N = 4096 on, 1.20-1.32x at d = 64. ncu (d = 128, N = 8192, B = 2): the
+///   Outcome (H100, m04_bench, one run; time ratio to tc_wgmma): turns 1.24-1.29x at d = 128
+///     (1.00-1.35x causal), 1.36-1.45x at d = 64 (1.20-1.56x causal); copies 1.38-1.49x at
+///     d = 128, 1.18-1.31x at d = 64. ncu (d = 128, N = 8192, B = 2): the
 ///     copies move 12.2 GB in and 8.7 GB out of HBM (L2 hits 49%) where tc_wgmma moves 0.48
 ///     and 0.30 GB (96%): each block sweeps its own 4 MB copy once per K/V tile, and the 128
 ///     live copies do not fit L2, while tc_wgmma's 64 blocks of a head add to the same rows
 ///     together. The turn is the better deterministic step at d = 128, the copies at d = 64;
-///     the better of the two runs 0.91-1.21x FlashAttention-2's backward (lesson, section 5).
+///     the better of the two runs 0.92-1.21x FlashAttention-2's backward (lesson, section 5).
 ///
 /// Why the block is two warpgroups and not three (FlashAttention-3 adds a producer
 /// warpgroup): without the TMA every thread copies, so a third warpgroup would only be a
@@ -410,9 +410,10 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
         accumulate_dq<W, Phases>(dq, t, wg);
         cuda::wgmma_commit();
       }
-      cuda::wgmma_wait<0>();
+      // The poll for the turn runs while dQ's product is on the tensor cores.
       int* turn = p.turn + static_cast<std::int64_t>(b * p.heads + h) * p.q_tiles + q_tile;
       Phases::wait_dq_turn(turn, kv_tile);
+      cuda::wgmma_wait<0>();
       if (adds_dq) add_dq<W>(dq, dq_acc + static_cast<std::int64_t>(b * p.heads + h) * p.seq_q * W::D, q0, p.seq_q, warp, wg);
       Phases::pass_dq_turn(turn, kv_tile);
     }
