@@ -10,7 +10,7 @@
 ///                        probabilities and ds run unchanged on wgmma's accumulators; the
 ///                        kernel is solutions/module04_training/attention_backward_tc_wgmma.cuh
 ///   9. tc_wgmma_deterministic (Hopper) tc_deterministic's hand-off on tc_wgmma's kernel
-///                        (nothing new to write: your turn phases and wgmma phases)
+///                        (nothing new to write: your wait_dq_turn and wgmma phases)
 ///   10. tc_wgmma_split_dq (Hopper) tc_split_dq's dQ copies on tc_wgmma's kernel (nothing new to
 ///                        write: it runs your wgmma phases)
 ///

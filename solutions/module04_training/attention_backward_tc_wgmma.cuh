@@ -76,30 +76,34 @@
 ///     tc_pipelined's TFLOP/s at d = 128 (>= 1.0x FlashAttention-2 everywhere, about 0.6-0.7x
 ///     FlashAttention-3's backward), 1.0-1.2x at d = 64 (softmax per FLOP doubles; dQ's product
 ///     and atomics fall on warpgroup 0 alone).
-///   Measured (results: attn_bwd_bf16/solution/tc_wgmma/B1_H16_N16384_d128): 392.9 TFLOP/s
-///   Outcome (H100, m04_bench, one run): 1.34-1.48x tc_pipelined at d = 128, 1.31-1.41x at
-///     d = 64; causal 1.12-1.39x, except d = 128 at N = 1024 and 2048 (0.99x: a block of few
-///     query tiles, its K/V load and dK/dV store exposed -- our reading, not profiled).
-///     Beside PyTorch (one compare_torch.py run, H100): 1.02-1.36x FlashAttention-2's
-///     backward, 0.96x at d = 128 causal N = 2048; 0.53-0.78x cuDNN's.
+///   Measured (results: attn_bwd_bf16/solution/tc_wgmma/B1_H16_N16384_d128): 394.9 TFLOP/s
+///   Outcome (H100, m04_bench, one run): 1.40-1.47x tc_pipelined at d = 128, 1.31-1.38x at
+///     d = 64; causal 1.10-1.38x, except d = 128 at N = 1024 and 2048 (0.98-0.99x: a block of
+///     few query tiles, its K/V load and dK/dV store exposed -- our reading, not profiled).
+///     Beside PyTorch (one compare_torch.py run, H100): 1.02-1.33x FlashAttention-2's
+///     backward, 0.96x at d = 128 causal N = 2048; 0.52-0.77x cuDNN's.
 ///
 /// Steps tc_wgmma_deterministic and tc_wgmma_split_dq (DqOrder::turns, DqOrder::split_copies):
 ///   tc_wgmma's pass with dQ's additions in a fixed order, the two ways of the mma.sync ladder:
 ///   tc_deterministic's turn per (batch, head, query tile) around the atomics (both warpgroups
-///   call the turn phases, which hold block barriers), or tc_split_dq's grid of (split, kv
+///   call the wait phase, which holds a block barrier; the kernel hands the turn on one tile
+///   later, cuda::release_turn after the next tile's first products, so the release store's
+///   wait for the atomics overlaps the tensor cores), or tc_split_dq's grid of (split, kv
 ///   head) blocks, each walking its K/V tiles and adding into its own fp32 copy.
 ///   Prediction: time ratios to tc_wgmma like those of tc_deterministic (1.15-1.35x) and
 ///     tc_split_dq (1.02-1.10x) to tc_pipelined, unless the hand-off (which does not shrink
 ///     with the faster tile) or the copies' HBM traffic (which no longer hides behind slower
 ///     products) costs more.
-///   Outcome (H100, m04_bench, one run; time ratio to tc_wgmma): turns 1.24-1.29x at d = 128
-///     (1.00-1.35x causal), 1.36-1.45x at d = 64 (1.20-1.56x causal); copies 1.38-1.49x at
-///     d = 128, 1.18-1.31x at d = 64. ncu (d = 128, N = 8192, B = 2): the
+///   Outcome (H100, m04_bench, one run; time ratio to tc_wgmma): turns 1.17-1.23x at d = 128
+///     (0.98-1.21x causal), 1.16-1.31x at d = 64 (1.10-1.29x causal) -- 1.24-1.29x and
+///     1.36-1.45x in an earlier run with the release right after the adds; copies 1.40-1.50x
+///     at d = 128, 1.18-1.30x at d = 64. ncu (d = 128, N = 8192, B = 2): the
 ///     copies move 12.2 GB in and 8.7 GB out of HBM (L2 hits 49%) where tc_wgmma moves 0.48
 ///     and 0.30 GB (96%): each block sweeps its own 4 MB copy once per K/V tile, and the 128
 ///     live copies do not fit L2, while tc_wgmma's 64 blocks of a head add to the same rows
-///     together. The turn is the better deterministic step at d = 128, the copies at d = 64;
-///     the better of the two runs 0.92-1.21x FlashAttention-2's backward (lesson, section 5).
+///     together. The turn is the better deterministic step at d = 128 and long d = 64, the
+///     copies at short causal d = 64; the better of the two runs 0.95-1.21x
+///     FlashAttention-2's backward (lesson, section 5).
 ///
 /// Why the block is two warpgroups and not three (FlashAttention-3 adds a producer
 /// warpgroup): without the TMA every thread copies, so a third warpgroup would only be a
@@ -113,6 +117,7 @@
 #include "course/cuda/launch.cuh"
 #include "course/cuda/mma_ptx.cuh"
 #include "course/cuda/tile.cuh"
+#include "course/cuda/turns.cuh"
 #include "course/error.hpp"
 #include "module03/attention_indexing.cuh"
 #include "module04/attention_backward.hpp"
@@ -340,6 +345,9 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
   for (int j = 0; j < W::kDTiles; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[j][e] = dv[j][e] = 0.f;
+  // tc_wgmma_deterministic: the turn this block still has to hand on (thread 0's release,
+  // deferred past the next tile's first products; null: none).
+  int* turn_to_pass = nullptr;
 
   for (int it = 0; it < iterations; ++it) {
     const int stage = it % W::kStages;
@@ -364,6 +372,13 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
     cuda::wgmma_commit();
     dp_transposed<W, Phases>(dp, t, stage, wg);
     cuda::wgmma_commit();
+    if constexpr (kOrder == DqOrder::turns) {
+      // Hand on the last tile's turn now: the barrier that opened this tile ordered every
+      // thread's adds before it, and the release store's wait for them (the storing warp
+      // stalls until L2 has acknowledged the adds) overlaps the two products just issued.
+      if (turn_to_pass != nullptr) cuda::release_turn(turn_to_pass, kv_tile);
+      turn_to_pass = nullptr;
+    }
     cuda::wgmma_wait<1>();  // S^T has landed; dP^T may still be on its way
     cuda::pin_registers(flat(s));
     probabilities<W, kCausal, Phases>(s, p, spot, smem, t, stage);
@@ -400,9 +415,10 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
       }
     } else {
       // tc_wgmma_deterministic: K/V tile kv_tile adds after kv_tile - 1 (tc_deterministic's
-      // counter and phases). The turn calls hold block barriers, so every thread makes them,
+      // counter and wait phase). The wait holds a block barrier, so every thread makes it,
       // outside the warpgroup condition; at d = 128 both warpgroups add (a compile-time
-      // true, which keeps the d = 128 code as straight as above: no spills).
+      // true, which keeps the d = 128 code as straight as above: no spills). The hand-on
+      // is deferred to the next tile (turn_to_pass), or to after the loop.
       const bool adds_dq = W::kDqWarpgroups == W::kWarpgroups || wg < W::kDqWarpgroups;
       float dq[W::kDqMTiles][W::kDqTiles][4];
       if (adds_dq) {
@@ -415,11 +431,15 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
       Phases::wait_dq_turn(turn, kv_tile);
       cuda::wgmma_wait<0>();
       if (adds_dq) add_dq<W>(dq, dq_acc + static_cast<std::int64_t>(b * p.heads + h) * p.seq_q * W::D, q0, p.seq_q, warp, wg);
-      Phases::pass_dq_turn(turn, kv_tile);
+      turn_to_pass = turn;
     }
     advance(h, q_tile);
   }
   cuda::cp_async_wait<0>();
+  if constexpr (kOrder == DqOrder::turns) {
+    __syncthreads();  // the last tile's adds, before its hand-on (no next tile's barrier to do it)
+    if (turn_to_pass != nullptr) cuda::release_turn(turn_to_pass, kv_tile);
+  }
 
   // ---- dK = scale * sum dS^T Q, dV = sum P^T dO over the group's query heads: the
   // accumulators are the warp's 16 keys x d in n8 tiles, store_rows' layout.

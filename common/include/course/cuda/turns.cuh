@@ -9,7 +9,8 @@
 /// additions go"). Used by (solutions/):
 /// - module 4: attention_backward_tc_phases.cuh (tc_deterministic, the solution's
 ///   Phases::wait_dq_turn / pass_dq_turn), attention_backward_flash.cuh
-///   (flash_deterministic); the exercises write their own.
+///   (flash_deterministic), attention_backward_tc_wgmma.cuh (tc_wgmma_deterministic's deferred
+///   release_turn); the exercises write their own.
 ///
 /// Why it cannot deadlock: a block only ever waits for a block with a LOWER linear block
 /// number (the turn before its own), and the GPU starts blocks in increasing linear order,
@@ -34,14 +35,24 @@ __device__ __forceinline__ void wait_turn(int* counter, int turn) {
   __syncthreads();
 }
 
-/// Hands the turn to `turn + 1` once every thread's additions are issued: the barrier orders
-/// them before one thread's release store, which the next block's acquire load observes.
-__device__ __forceinline__ void pass_turn(int* counter, int turn) {
-  __syncthreads();
+/// The store half of pass_turn: thread (0, 0, 0) hands the turn to `turn + 1` with a release
+/// store. The caller's own block barrier, between every thread's additions and this call,
+/// orders them before it. A release store waits until the block's earlier writes are visible
+/// (for atomics: acknowledged by L2), which stalls the storing warp; a caller may defer the
+/// call past work that does not need the turn (tc_wgmma_deterministic: past the next tile's
+/// first products, after the barrier that opens that tile).
+__device__ __forceinline__ void release_turn(int* counter, int turn) {
   if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
     ::cuda::atomic_ref<int, ::cuda::thread_scope_device> c(*counter);
     c.store(turn + 1, ::cuda::memory_order_release);
   }
+}
+
+/// Hands the turn to `turn + 1` once every thread's additions are issued: the barrier orders
+/// them before one thread's release store, which the next block's acquire load observes.
+__device__ __forceinline__ void pass_turn(int* counter, int turn) {
+  __syncthreads();
+  release_turn(counter, turn);
 }
 
 }  // namespace course::cuda
