@@ -546,6 +546,22 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
   store_rows<Cfg>(dv, p.dv + m03::row_offset(p.dvs, b, hk, 0), p.dvs.seq, key0, p.seq_k, 1.f);
 }
 
+/// The split steps' walk (tc_split_dq, tc_wgmma_split_dq): block (split, bhk) of a (S, B * H_kv)
+/// grid takes the K/V tiles m04::tc_split_dq_tile deals it, in rounds, and calls
+/// pass(kv_tile, b, hk, dq_copy) for each with its own fp32 dQ copy.
+template <class Pass>
+__device__ __forceinline__ void walk_split_tiles(const Params& p, Pass&& pass) {
+  const int split = static_cast<int>(blockIdx.x), bhk = static_cast<int>(blockIdx.y);
+  float* const dq_acc = p.dq_acc + split * p.dq_split_stride;
+  for (int round = 0;; ++round) {
+    const auto kv_tile = static_cast<int>(m04::tc_split_dq_tile(split, round, p.splits));
+    if (kv_tile >= p.kv_tiles) break;  // later rounds start at (round + 1) * S > kv_tile
+    // Every warp is done with the last tile's K, V, stages and dS^T before they are refilled.
+    if (round > 0) __syncthreads();
+    pass(kv_tile, bhk / p.kv_heads, bhk % p.kv_heads, dq_acc);
+  }
+}
+
 /// The main kernel, one block per K/V tile of one kv head (tc_mma, tc_pipelined,
 /// tc_deterministic: grid (key tiles, B * H_kv), order kv_block_coordinates) or per split
 /// (tc_split_dq: grid (S, B * H_kv), block (s, bhk) walks the K/V tiles m04::tc_split_dq_tile
@@ -555,15 +571,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) backward_kernel(const Params
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = cuda::align_smem(smem_raw);
   if constexpr (Cfg::kSplitDq) {
-    const int split = static_cast<int>(blockIdx.x), bhk = static_cast<int>(blockIdx.y);
-    float* const dq_acc = p.dq_acc + split * p.dq_split_stride;
-    for (int round = 0;; ++round) {
-      const auto kv_tile = static_cast<int>(m04::tc_split_dq_tile(split, round, p.splits));
-      if (kv_tile >= p.kv_tiles) break;  // later rounds start at (round + 1) * S > kv_tile
-      // Every warp is done with the last tile's K, V, stages and dS^T before they are refilled.
-      if (round > 0) __syncthreads();
-      kv_tile_pass<Cfg, kCausal, Phases>(p, smem, kv_tile, bhk / p.kv_heads, bhk % p.kv_heads, dq_acc);
-    }
+    walk_split_tiles(p, [&](int kv_tile, int b, int hk, float* dq_acc) {
+      kv_tile_pass<Cfg, kCausal, Phases>(p, smem, kv_tile, b, hk, dq_acc);
+    });
   } else {
     int kv_tile, bhk;
     m03::kv_block_coordinates(kCausal, kv_tile, bhk);  // causal: the heaviest key tiles first

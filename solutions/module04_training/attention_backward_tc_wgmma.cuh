@@ -460,15 +460,9 @@ __global__ void __launch_bounds__(W::kThreads, 1) wgmma_backward_kernel(const Pa
   unsigned char* smem = cuda::align_smem(smem_raw);
   const Tiles<W> t{cuda::smem_u32(smem)};
   if constexpr (kOrder == DqOrder::split_copies) {
-    const int split = static_cast<int>(blockIdx.x), bhk = static_cast<int>(blockIdx.y);
-    float* const dq_acc = p.dq_acc + split * p.dq_split_stride;
-    for (int round = 0;; ++round) {
-      const auto kv_tile = static_cast<int>(m04::tc_split_dq_tile(split, round, p.splits));
-      if (kv_tile >= p.kv_tiles) break;  // later rounds start at (round + 1) * S > kv_tile
-      // Both warpgroups are done with the last tile's K (dQ reads it), V, stages and dS^T.
-      if (round > 0) __syncthreads();
-      kv_tile_pass<W, kCausal, kOrder, Phases>(p, smem, t, kv_tile, bhk / p.kv_heads, bhk % p.kv_heads, dq_acc);
-    }
+    walk_split_tiles(p, [&](int kv_tile, int b, int hk, float* dq_acc) {
+      kv_tile_pass<W, kCausal, kOrder, Phases>(p, smem, t, kv_tile, b, hk, dq_acc);
+    });
   } else {
     int kv_tile, bhk;
     // Causal: the heaviest key tiles first. Either way block (kv_tile - 1, bhk) has the lower
