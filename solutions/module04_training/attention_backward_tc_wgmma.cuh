@@ -430,7 +430,8 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
       int* turn = p.turn + static_cast<std::int64_t>(b * p.heads + h) * p.q_tiles + q_tile;
       Phases::wait_dq_turn(turn, kv_tile);
       cuda::wgmma_wait<0>();
-      if (adds_dq) add_dq<W>(dq, dq_acc + static_cast<std::int64_t>(b * p.heads + h) * p.seq_q * W::D, q0, p.seq_q, warp, wg);
+      if (adds_dq)
+        add_dq<W>(dq, dq_acc + static_cast<std::int64_t>(b * p.heads + h) * p.seq_q * W::D, q0, p.seq_q, warp, wg);
       turn_to_pass = turn;
     }
     advance(h, q_tile);
@@ -447,10 +448,11 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
   store_rows<W>(dv, p.dv + m03::row_offset(p.dvs, b, hk, 0), p.dvs.seq, key0, p.seq_k, 1.f);
 }
 
-/// tc_wgmma: one block per K/V tile of one kv head, grid and order as tc_pipelined's.
-/// tc_wgmma_split_dq (kSplitDq): one block per (split, kv head), walking the K/V tiles
-/// m04::tc_split_dq_tile deals it and adding dQ into its own copy -- tc_split_dq's scheme (its
-/// banner in attention_backward_tc.cuh), on this kernel's pass. Each dQ element has one
+/// tc_wgmma and tc_wgmma_deterministic (DqOrder::atomic, turns): one block per K/V tile of
+/// one kv head, grid and order as tc_pipelined's.
+/// tc_wgmma_split_dq (DqOrder::split_copies): one block per (split, kv head), walking the
+/// K/V tiles m04::tc_split_dq_tile deals it and adding dQ into its own copy -- tc_split_dq's
+/// scheme (its banner in attention_backward_tc.cuh), on this kernel's pass. Each dQ element has one
 /// owner thread in every pass (add_dq: warpgroup wg's columns 64 wg.., warp w's rows 16 w..),
 /// so a copy's additions come in that thread's program order: the same bits every run.
 template <class W, bool kCausal, DqOrder kOrder, class Phases>
