@@ -52,8 +52,7 @@ m02::BgemmGrid batched_gemm_grid(std::int64_t M, std::int64_t N, std::int64_t ba
   // tiles_m * tiles_n <= 2^31 - 1, written without overflowing int64 on the way.
   require_arg(g.tiles_m <= m02::kMaxGridX / g.tiles_n, fn, "M", M,
               m02::detail::msg("with N = ", N, " and ", tile_m, " x ", tile_n, " tiles needs ", g.tiles_m, " x ",
-                               g.tiles_n, " blocks on gridDim.x, more than its limit 2^31 - 1")
-                  .c_str());
+                               g.tiles_n, " blocks on gridDim.x, more than its limit 2^31 - 1"));
   g.x = static_cast<unsigned>(g.tiles_m * g.tiles_n);
   g.y = static_cast<unsigned>(num_heads);
   g.z = static_cast<unsigned>(batch);

@@ -7,10 +7,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+#include <ostream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
-#include <cstdint>
+#include <tuple>
 #include <type_traits>
 
 namespace course {
@@ -69,7 +71,9 @@ namespace detail {
 template <class T>
 std::string describe(const T& value) {
   std::ostringstream os;
-  if constexpr (std::is_pointer_v<T>) {
+  if constexpr (std::is_same_v<T, const char*> || std::is_same_v<T, char*>) {
+    return value == nullptr ? "nullptr" : value;  // text (a step's or a dtype's name), not an address
+  } else if constexpr (std::is_pointer_v<T>) {
     if (value == nullptr) return "nullptr";
     os << static_cast<const void*>(value);
   } else if constexpr (std::is_same_v<T, bool>) {
@@ -81,9 +85,34 @@ std::string describe(const T& value) {
 }
 }  // namespace detail
 
+/// Text kept as its pieces and streamed only when printed: validate::msg("must be >= K = ", k)
+/// builds one. Validation runs before every launch and almost never fails, so its messages
+/// must cost nothing until a check fails: an std::ostringstream costs about a microsecond,
+/// and a launch path that formats a dozen messages eagerly spends longer on them than a
+/// 10-microsecond kernel runs.
+template <class... Parts>
+class Msg {
+ public:
+  explicit Msg(const Parts&... parts) : parts_(parts...) {}
+  std::string str() const {
+    std::ostringstream os;
+    os << *this;
+    return os.str();
+  }
+  friend std::ostream& operator<<(std::ostream& os, const Msg& m) {
+    std::apply([&os](const auto&... p) { (os << ... << p); }, m.parts_);
+    return os;
+  }
+
+ private:
+  std::tuple<Parts...> parts_;  // by value (string literals as pointers): safe to keep
+};
+
 /// Throws InvalidArgument("<fn>: argument '<name>' = <value>: <requirement>") unless `ok`.
-template <class T>
-void require_arg(bool ok, const char* fn, const char* name, const T& value, const char* requirement) {
+/// `name` and `requirement` are anything an std::ostream prints (a string literal, an
+/// std::string, a Msg): they are formatted only when the check fails.
+template <class T, class Name, class Requirement>
+void require_arg(bool ok, const char* fn, const Name& name, const T& value, const Requirement& requirement) {
   if (ok) return;
   std::ostringstream os;
   os << fn << ": argument '" << name << "' = " << detail::describe(value) << ": " << requirement;
@@ -91,14 +120,14 @@ void require_arg(bool ok, const char* fn, const char* name, const T& value, cons
 }
 
 /// Throws InvalidArgument unless `ptr` is non-null.
-template <class T>
-void require_not_null(const T* ptr, const char* fn, const char* name) {
+template <class T, class Name>
+void require_not_null(const T* ptr, const char* fn, const Name& name) {
   require_arg(ptr != nullptr, fn, name, ptr, "must not be null");
 }
 
 /// Throws InvalidArgument unless `ptr` is aligned to `bytes`.
-template <class T>
-void require_aligned(const T* ptr, std::size_t bytes, const char* fn, const char* name) {
+template <class T, class Name>
+void require_aligned(const T* ptr, std::size_t bytes, const char* fn, const Name& name) {
   const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
   if (addr % bytes == 0) return;
   std::ostringstream req;

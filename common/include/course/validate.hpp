@@ -5,7 +5,8 @@
 /// An op's validate_*_args function checks shapes, pointers and strides before any
 /// launch and throws course::InvalidArgument (require_arg, error.hpp) naming the argument,
 /// its value and the rule. The checks that recur across ops live here:
-///   - msg(...):              builds the rule's text from pieces ("must be >= K = ", 64);
+///   - msg(...):              the rule's text as pieces ("must be >= K = ", 64), formatted
+///                            only if the check fails;
 ///   - Dim, max_offset, span_bytes: the extent of a strided tensor (one Dim per index);
 ///   - require_injective:     distinct indices must reach distinct elements (outputs);
 ///   - ranges_intersect, matrices_overlap: does an output overlap another operand;
@@ -21,17 +22,17 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace course::validate {
 
-/// The text of its arguments, streamed one after the other: msg("must be >= K = ", k).
-inline std::string msg(const std::string& s) { return s; }
-template <class A, class... Rest>
-std::string msg(const std::string& s, const A& a, const Rest&... rest) {
-  std::ostringstream os;
-  os << s << a;
-  return msg(os.str(), rest...);
+/// The text of its arguments, streamed one after the other when it is printed, not before:
+/// require_arg(ld >= K, fn, "lda", ld, msg("must be >= K = ", K)) formats nothing unless
+/// ld < K (course::Msg, error.hpp). Where an std::string is needed, Msg::str() makes one.
+template <class... Parts>
+Msg<std::decay_t<const Parts>...> msg(const Parts&... parts) {
+  return Msg<std::decay_t<const Parts>...>(parts...);
 }
 
 /// One index of a strided tensor: it adds (0 .. extent-1) * stride elements to the offset.
@@ -75,8 +76,7 @@ inline void require_injective(std::vector<Dim> dims, const char* fn, const char*
     if (d.stride <= reach)
       require_arg(false, fn, d.name, d.stride,
                   msg("makes two elements of ", what, " share an address: with extent ", d.extent, " it must be > ",
-                      reach, ", the largest offset reached by the dimensions with smaller strides")
-                      .c_str());
+                      reach, ", the largest offset reached by the dimensions with smaller strides"));
     require_arg(d.extent - 1 <= (std::numeric_limits<std::int64_t>::max() - reach) / d.stride, fn, d.name, d.stride,
                 "makes the offsets overflow int64");
     reach += (d.extent - 1) * d.stride;
@@ -106,7 +106,7 @@ inline void require_stride(std::int64_t stride, const char* fn, const char* name
   require_arg(stride >= 0, fn, name, stride,
               "must be >= 0 (strides are in elements; negative strides are not supported)");
   if (multiple > 1)
-    require_arg(stride % multiple == 0, fn, name, stride, msg("must be a multiple of ", multiple, ": ", why).c_str());
+    require_arg(stride % multiple == 0, fn, name, stride, msg("must be a multiple of ", multiple, ": ", why));
 }
 
 /// Throws unless the row stride `ld` (argument `name`) clears a row of `cols` elements:
@@ -114,7 +114,7 @@ inline void require_stride(std::int64_t stride, const char* fn, const char* name
 /// "must be >= K = 64 (A is M x K, row-major)".
 inline void require_row_stride(std::int64_t ld, std::int64_t cols, const char* cols_name, const char* fn,
                                const char* name, const char* why) {
-  require_arg(ld >= cols, fn, name, ld, msg("must be >= ", cols_name, " = ", cols, " (", why, ")").c_str());
+  require_arg(ld >= cols, fn, name, ld, msg("must be >= ", cols_name, " = ", cols, " (", why, ")"));
 }
 
 }  // namespace course::validate

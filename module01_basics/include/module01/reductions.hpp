@@ -86,13 +86,11 @@ inline void validate_reduce_args(const ReduceArgs& a, const char* fn, bool needs
   const auto* ws = static_cast<const void*>(a.workspace);
   require_arg(!ranges_intersect(result, sizeof(float), a.x, in_bytes), fn, "result", result,
               validate::msg("lies inside x (", a.n, " floats from ", static_cast<const void*>(a.x),
-                            "): *result is written while x is read")
-                  .c_str());
+                            "): *result is written while x is read"));
   if (needs_y)
     require_arg(!ranges_intersect(result, sizeof(float), a.y, in_bytes), fn, "result", result,
                 validate::msg("lies inside y (", a.n, " floats from ", static_cast<const void*>(a.y),
-                              "): *result is written while y is read")
-                    .c_str());
+                              "): *result is written while y is read"));
   require_arg(!ranges_intersect(ws, ws_bytes, a.x, in_bytes), fn, "workspace", ws,
               "overlaps x: the per-block partials are written while x is read");
   if (needs_y)

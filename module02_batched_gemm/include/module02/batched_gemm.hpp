@@ -250,10 +250,9 @@ void validate_step_input(BgemmStep step, const char* fn) {
   const int s = static_cast<int>(step);
   require_arg(s >= 0 && s < static_cast<int>(std::size(kBgemmSteps)), fn, "step", s, "is not a BgemmStep");
   const bool want_bf16 = step_input(step) == BgemmInput::bf16;
-  require_arg(want_bf16 == std::is_same_v<T, __nv_bfloat16>, fn, "step", std::string(step_name(step)),
+  require_arg(want_bf16 == std::is_same_v<T, __nv_bfloat16>, fn, "step", step_name(step),
               detail::msg("reads ", want_bf16 ? "__nv_bfloat16" : "float", " A and B, but this overload takes ",
-                          detail::input_type_name<T>(), "; call the matching overload")
-                  .c_str());
+                          detail::input_type_name<T>(), "; call the matching overload"));
 }
 
 /// Everything about a strided problem that does not depend on the step.
@@ -304,8 +303,7 @@ void validate_strided_layout(const StridedBatchedGemmArgs<T>& s, const char* fn)
 inline void validate_step_options(BgemmStep step, bool a_transposed, const char* fn) {
   require_arg(!a_transposed || step_input(step) == BgemmInput::f32, fn, "a_transposed", a_transposed,
               detail::msg("is supported by the fp32 steps (smem_tiled, register_blocked, warp_tiled) only, not by "
-                          "step ", step_name(step), "; pass A stored M x K")
-                  .c_str());
+                          "step ", step_name(step), "; pass A stored M x K"));
 }
 
 /// The validation every strided launch runs first (both implementations).
@@ -352,13 +350,12 @@ void validate_ptr_array_contents(const PtrArrayBatchedGemmArgs<T>& p, const std:
   require_arg(b.size() == count, fn, "b_ptrs.size()", b.size(), "must equal batch * num_heads");
   require_arg(c.size() == count, fn, "c_ptrs.size()", c.size(), "must equal batch * num_heads");
   for (std::size_t i = 0; i < count; ++i) {
-    const std::string idx = "[" + std::to_string(i) + "]";
-    require_not_null(a[i], fn, ("a_ptrs" + idx).c_str());
-    require_not_null(b[i], fn, ("b_ptrs" + idx).c_str());
-    require_not_null(c[i], fn, ("c_ptrs" + idx).c_str());
-    require_aligned(a[i], alignof(T), fn, ("a_ptrs" + idx).c_str());
-    require_aligned(b[i], alignof(T), fn, ("b_ptrs" + idx).c_str());
-    require_aligned(c[i], alignof(float), fn, ("c_ptrs" + idx).c_str());
+    require_not_null(a[i], fn, detail::msg("a_ptrs[", i, "]"));
+    require_not_null(b[i], fn, detail::msg("b_ptrs[", i, "]"));
+    require_not_null(c[i], fn, detail::msg("c_ptrs[", i, "]"));
+    require_aligned(a[i], alignof(T), fn, detail::msg("a_ptrs[", i, "]"));
+    require_aligned(b[i], alignof(T), fn, detail::msg("b_ptrs[", i, "]"));
+    require_aligned(c[i], alignof(float), fn, detail::msg("c_ptrs[", i, "]"));
   }
   // C matrices pairwise disjoint. Sort by address; a pair can only share an element if
   // the later one starts inside the earlier one's [first, last] element range.
@@ -373,10 +370,9 @@ void validate_ptr_array_contents(const PtrArrayBatchedGemmArgs<T>& p, const std:
       const std::size_t j = order[v];
       const std::int64_t delta = static_cast<std::int64_t>(addr(j) - addr(i)) / static_cast<std::int64_t>(sizeof(float));
       if (detail::matrices_overlap(delta, p.M, p.N, p.ldc)) {
-        const std::string req = detail::msg("shares elements with c_ptrs[", i, "] (M = ", p.M, ", N = ", p.N,
-                                            ", ldc = ", p.ldc, "): C matrices must not overlap");
-        require_arg(false, fn, ("c_ptrs[" + std::to_string(j) + "]").c_str(), static_cast<const void*>(c[j]),
-                    req.c_str());
+        const auto req = detail::msg("shares elements with c_ptrs[", i, "] (M = ", p.M, ", N = ", p.N,
+                                     ", ldc = ", p.ldc, "): C matrices must not overlap");
+        require_arg(false, fn, detail::msg("c_ptrs[", j, "]"), static_cast<const void*>(c[j]), req);
       }
     }
   }

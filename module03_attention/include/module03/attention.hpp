@@ -385,9 +385,9 @@ void require_attention_sizes(const Args& a, const char* fn) {
   require_arg(a.heads >= 1, fn, "heads", a.heads, "must be >= 1");
   require_arg(a.kv_heads >= 1, fn, "kv_heads", a.kv_heads, "must be >= 1");
   require_arg(a.heads % a.kv_heads == 0, fn, "kv_heads", a.kv_heads,
-              msg("must divide heads = ", a.heads, " (query head h reads kv head h / (heads / kv_heads))").c_str());
+              msg("must divide heads = ", a.heads, " (query head h reads kv head h / (heads / kv_heads))"));
   require_arg(a.batch <= kMaxGridY && a.heads <= kMaxGridY && a.batch * a.heads <= kMaxGridY, fn, "batch", a.batch,
-              msg("times heads = ", a.heads, " must be <= 65535: one (batch, head) pair per blockIdx.y").c_str());
+              msg("times heads = ", a.heads, " must be <= 65535: one (batch, head) pair per blockIdx.y"));
   require_arg(a.seq_q >= 1 && a.seq_q <= kMaxSeq, fn, "seq_q", a.seq_q, "must be in [1, 2^31 - 1]");
   require_arg(a.seq_k >= 1 && a.seq_k <= kMaxSeq, fn, "seq_k", a.seq_k, "must be in [1, 2^31 - 1]");
 }
@@ -439,12 +439,12 @@ std::array<Range, 4> require_forward_tensors(const Args& a, const char* fn, std:
                                Range{a.o, span_bytes<T>(o_dims), "o"}};
   for (const Range& in : {r[0], r[1], r[2]})
     require_arg(!ranges_intersect(a.o, r[3].bytes, in.p, in.bytes), fn, "o", static_cast<const void*>(a.o),
-                msg("overlaps ", in.name, ": attention is not in place (O is written while Q, K, V are read)").c_str());
+                msg("overlaps ", in.name, ": attention is not in place (O is written while Q, K, V are read)"));
   if (a.lse != nullptr) {
     const std::size_t lse_bytes = static_cast<std::size_t>(a.batch * a.heads * a.seq_q) * sizeof(float);
     for (const Range& other : r)
       require_arg(!ranges_intersect(a.lse, lse_bytes, other.p, other.bytes), fn, "lse",
-                  static_cast<const void*>(a.lse), msg("overlaps ", other.name).c_str());
+                  static_cast<const void*>(a.lse), msg("overlaps ", other.name));
   }
   return r;
 }
@@ -458,7 +458,7 @@ inline void validate_attention_args(const AttentionArgs& a, AttentionStep step, 
   const int s = static_cast<int>(step);
   require_arg(s >= 0 && s < static_cast<int>(std::size(kAttentionSteps)), fn, "step", s, "is not an AttentionStep");
   const StepSupport sup = step_support(step);
-  const std::string sname = step_name(step);
+  const char* sname = step_name(step);
   require_arg(step_dtype(step) == AttentionDType::f32, fn, "step", sname,
               "reads and writes __nv_bfloat16 Q, K, V and O: call attention(step, const AttentionArgsBf16&)");
 
@@ -468,23 +468,21 @@ inline void validate_attention_args(const AttentionArgs& a, AttentionStep step, 
   require_arg(a.head_dim <= sup.max_head_dim, fn, "head_dim", a.head_dim,
               msg("is above ", sup.max_head_dim, " for step ", sname,
                   ": one thread keeps a whole q row and its output row in registers (2d floats); "
-                  "steps fused and fused_options split d across threads and take up to 128")
-                  .c_str());
+                  "steps fused and fused_options split d across threads and take up to 128"));
   require_arg(std::isfinite(a.scale) && a.scale >= 0.f, fn, "scale", a.scale,
               "must be finite and >= 0 (0 selects 1/sqrt(head_dim))");
 
   // Features of the step.
   require_arg(!a.causal || sup.causal, fn, "causal", a.causal,
-              msg("is not supported by step ", sname, ": it applies no mask; use step causal or later").c_str());
+              msg("is not supported by step ", sname, ": it applies no mask; use step causal or later"));
   require_arg(a.lse == nullptr || sup.lse, fn, "lse", static_cast<const void*>(a.lse),
               msg("must be null for step ", sname,
-                  ": the materialized pipeline keeps P, not the row statistics; lse needs a fused step")
-                  .c_str());
-  const std::string opt = msg("needs step fused_options (step ", sname, " has no positional options)");
-  require_arg(!a.rope || sup.options, fn, "rope", a.rope, opt.c_str());
-  require_arg(!a.alibi || sup.options, fn, "alibi", a.alibi, opt.c_str());
+                  ": the materialized pipeline keeps P, not the row statistics; lse needs a fused step"));
+  const auto opt = msg("needs step fused_options (step ", sname, " has no positional options)");
+  require_arg(!a.rope || sup.options, fn, "rope", a.rope, opt);
+  require_arg(!a.alibi || sup.options, fn, "alibi", a.alibi, opt);
   require_arg(a.kv_heads == a.heads || sup.options, fn, "kv_heads", a.kv_heads,
-              msg("differs from heads = ", a.heads, ": grouped-query attention ", opt).c_str());
+              msg("differs from heads = ", a.heads, ": grouped-query attention ", opt));
   if (a.rope)
     require_arg(std::isfinite(a.rope_theta) && a.rope_theta > 1.f, fn, "rope_theta", a.rope_theta,
                 "must be finite and > 1");
@@ -496,13 +494,12 @@ inline void validate_attention_args(const AttentionArgs& a, AttentionStep step, 
     const std::size_t need = attention_workspace_bytes(step, a);
     require_arg(a.workspace_bytes >= need, fn, "workspace_bytes", a.workspace_bytes,
                 msg("must be >= attention_workspace_bytes(step, ...) = ", need,
-                    " (step ", sname, " stores all B*H*N_q*N_k scores)")
-                    .c_str());
+                    " (step ", sname, " stores all B*H*N_q*N_k scores)"));
     require_not_null(a.workspace, fn, "workspace");
     require_aligned(a.workspace, 16, fn, "workspace");
     for (const detail::Range& other : ranges)
       require_arg(!detail::ranges_intersect(a.workspace, need, other.p, other.bytes), fn, "workspace",
-                  static_cast<const void*>(a.workspace), msg("overlaps ", other.name).c_str());
+                  static_cast<const void*>(a.workspace), msg("overlaps ", other.name));
   }
 }
 
@@ -597,7 +594,7 @@ inline void validate_attention_args(const AttentionArgsBf16& a, AttentionStep st
   using detail::msg;
   const int s = static_cast<int>(step);
   require_arg(s >= 0 && s < static_cast<int>(std::size(kAttentionSteps)), fn, "step", s, "is not an AttentionStep");
-  const std::string sname = step_name(step);
+  const char* sname = step_name(step);
   require_arg(step_dtype(step) == AttentionDType::bf16, fn, "step", sname,
               "reads and writes float Q, K, V and O: call attention(step, const AttentionArgs&)");
 
@@ -605,12 +602,10 @@ inline void validate_attention_args(const AttentionArgsBf16& a, AttentionStep st
   const bool known_d = std::find(std::begin(kTcHeadDims), std::end(kTcHeadDims), a.head_dim) != std::end(kTcHeadDims);
   require_arg(known_d, fn, "head_dim", a.head_dim,
               msg("must be 32, 64, 96 or 128 for step ", sname,
-                  " (the tensor-core kernels are templated on it; d is a whole number of 16-deep mma k steps)")
-                  .c_str());
+                  " (the tensor-core kernels are templated on it; d is a whole number of 16-deep mma k steps)"));
   require_arg(step_takes_head_dim(step, a.head_dim), fn, "head_dim", a.head_dim,
               msg("must be 64 or 128 for step ", sname,
-                  " (a Hopper step: its tiles are whole 64-column blocks of the 128-byte-swizzle layout)")
-                  .c_str());
+                  " (a Hopper step: its tiles are whole 64-column blocks of the 128-byte-swizzle layout)"));
   require_arg(std::isfinite(a.scale) && a.scale >= 0.f, fn, "scale", a.scale,
               "must be finite and >= 0 (0 selects 1/sqrt(head_dim))");
 

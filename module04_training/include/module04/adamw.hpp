@@ -203,22 +203,22 @@ inline void validate_adamw_args(const AdamWArgs& a, AdamWStep step, const char* 
     const auto lo = reinterpret_cast<std::uintptr_t>(p);
     ranges.push_back({lo, lo + bytes, i, what});
   };
-  const auto name = [](std::int64_t i, const char* field) {
-    return i < 0 ? std::string(field) : "tensors[" + std::to_string(i) + "]." + field;
+  const auto name = [](std::int64_t i, const char* field) {  // printed only if a check fails
+    return validate::msg("tensors[", i, "].", field);
   };
   for (std::int64_t i = 0; i < a.num_tensors; ++i) {
     const AdamWTensor& t = a.tensors[i];
-    require_arg(t.n >= 0 && t.n <= kAdamWMaxElements, fn, name(i, "n").c_str(), t.n, "must be in [0, 2^40]");
+    require_arg(t.n >= 0 && t.n <= kAdamWMaxElements, fn, name(i, "n"), t.n, "must be in [0, 2^40]");
     if (t.n == 0) continue;
-    require_not_null(t.params, fn, name(i, "params").c_str());
-    require_not_null(t.grads, fn, name(i, "grads").c_str());
-    require_not_null(t.m, fn, name(i, "m").c_str());
-    require_not_null(t.v, fn, name(i, "v").c_str());
-    require_aligned(t.params, alignof(float), fn, name(i, "params").c_str());
-    require_aligned(t.grads, alignof(float), fn, name(i, "grads").c_str());
-    require_aligned(t.m, alignof(float), fn, name(i, "m").c_str());
-    require_aligned(t.v, alignof(float), fn, name(i, "v").c_str());
-    require_aligned(t.bf16, alignof(__nv_bfloat16), fn, name(i, "bf16").c_str());
+    require_not_null(t.params, fn, name(i, "params"));
+    require_not_null(t.grads, fn, name(i, "grads"));
+    require_not_null(t.m, fn, name(i, "m"));
+    require_not_null(t.v, fn, name(i, "v"));
+    require_aligned(t.params, alignof(float), fn, name(i, "params"));
+    require_aligned(t.grads, alignof(float), fn, name(i, "grads"));
+    require_aligned(t.m, alignof(float), fn, name(i, "m"));
+    require_aligned(t.v, alignof(float), fn, name(i, "v"));
+    require_aligned(t.bf16, alignof(__nv_bfloat16), fn, name(i, "bf16"));
     const std::size_t f32 = static_cast<std::size_t>(t.n) * sizeof(float);
     add(t.params, f32, i, "params");
     add(t.grads, f32, i, "grads");
@@ -229,7 +229,7 @@ inline void validate_adamw_args(const AdamWArgs& a, AdamWStep step, const char* 
 
   const std::size_t need = adamw_workspace_bytes(step, a.tensors, a.num_tensors);
   require_arg(a.workspace_bytes >= need, fn, "workspace_bytes", a.workspace_bytes,
-              validate::msg("must be >= adamw_workspace_bytes(step, tensors, num_tensors) = ", need).c_str());
+              validate::msg("must be >= adamw_workspace_bytes(step, tensors, num_tensors) = ", need));
   require_not_null(a.workspace, fn, "workspace");
   require_aligned(a.workspace, 16, fn, "workspace");
   add(a.workspace, need, -1, "workspace");
@@ -241,8 +241,9 @@ inline void validate_adamw_args(const AdamWArgs& a, AdamWStep step, const char* 
   for (std::size_t k = 1; k < ranges.size(); ++k) {
     const Range &x = ranges[k - 1], &y = ranges[k];
     if (y.lo < x.hi) {
-      const std::string other = "overlaps " + name(x.tensor, x.what) + " (every buffer of every tensor must be distinct)";
-      require_arg(false, fn, name(y.tensor, y.what).c_str(), reinterpret_cast<const void*>(y.lo), other.c_str());
+      const auto range_name = [&](const Range& r) { return r.tensor < 0 ? r.what : name(r.tensor, r.what).str(); };
+      require_arg(false, fn, range_name(y), reinterpret_cast<const void*>(y.lo),
+                  validate::msg("overlaps ", range_name(x), " (every buffer of every tensor must be distinct)"));
     }
   }
 }

@@ -576,7 +576,7 @@ void validate_backward_args(const Args& a, AttentionBackwardStep step, const cha
   require_arg(s >= 0 && s < static_cast<int>(std::size(kAttentionBackwardSteps)), fn, "step", s,
               "is not an AttentionBackwardStep");
   const BackwardStepSupport sup = step_support(step);
-  const std::string sname = step_name(step);
+  const char* sname = step_name(step);
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   require_arg(step_dtype(step) == (kBf16 ? AttentionBackwardDType::bf16 : AttentionBackwardDType::f32), fn, "step", sname,
               kBf16 ? "reads and writes float tensors: call attention_backward(step, const AttentionBackwardArgs&)"
@@ -589,22 +589,21 @@ void validate_backward_args(const Args& a, AttentionBackwardStep step, const cha
     const bool known_d = std::find(std::begin(kTcBackwardHeadDims), std::end(kTcBackwardHeadDims), a.head_dim) !=
                          std::end(kTcBackwardHeadDims);
     require_arg(known_d, fn, "head_dim", a.head_dim,
-                msg("must be 64 or 128 for step ", sname, " (the tensor-core kernels are templated on it)").c_str());
+                msg("must be 64 or 128 for step ", sname, " (the tensor-core kernels are templated on it)"));
   } else {
     md::require_fp32_head_dim(a.head_dim, fn);
   }
   require_arg(a.head_dim <= sup.max_head_dim, fn, "head_dim", a.head_dim,
-              msg("is above ", sup.max_head_dim, " for step ", sname).c_str());
+              msg("is above ", sup.max_head_dim, " for step ", sname));
   require_arg(std::isfinite(a.scale) && a.scale >= 0.f, fn, "scale", a.scale,
               "must be finite and >= 0 (0 selects 1/sqrt(head_dim)); it must equal the forward's");
 
   // Features of the step.
-  require_arg(!a.causal || sup.causal, fn, "causal", a.causal, msg("is not supported by step ", sname).c_str());
+  require_arg(!a.causal || sup.causal, fn, "causal", a.causal, msg("is not supported by step ", sname));
   require_arg(a.kv_heads == a.heads || sup.grouped_query, fn, "kv_heads", a.kv_heads,
               msg("differs from heads = ", a.heads, ": step ", sname,
                   " has no grouped-query attention (its batched GEMMs pair query head h with kv head h); "
-                  "use step flash or flash_deterministic")
-                  .c_str());
+                  "use step flash or flash_deterministic"));
 
   // Pointers and strides.
   using TensorName = std::pair<const T*, const char*>;
@@ -676,12 +675,11 @@ void validate_backward_args(const Args& a, AttentionBackwardStep step, const cha
     for (const Range& in : inputs)
       require_arg(!cv::ranges_intersect(g.p, g.bytes, in.p, in.bytes), fn, g.name, g.p,
                   msg("overlaps ", in.name, ": the backward pass is not in place (gradients are written while ",
-                      "the inputs are read)")
-                      .c_str());
+                      "the inputs are read)"));
   for (std::size_t g = 0; g < std::size(grads); ++g)
     for (std::size_t other = g + 1; other < std::size(grads); ++other)
       require_arg(!gradient_views_overlap(grads[g], grad_dims[g], grads[other], grad_dims[other]), fn,
-                  grads[g].name, grads[g].p, msg("overlaps '", grads[other].name, "'").c_str());
+                  grads[g].name, grads[g].p, msg("overlaps '", grads[other].name, "'"));
 
   // The workspace: D (flash steps, O(N); flash_deterministic: + turn counters) or P and dP
   // (naive, O(N^2)).
@@ -691,16 +689,15 @@ void validate_backward_args(const Args& a, AttentionBackwardStep step, const cha
                   kBf16 ? " stores D, lse in base 2, an fp32 dQ accumulator of B*H*N_q*d floats (tc_split_dq, "
                           "tc_wgmma_split_dq: one per split, tc_split_dq_plan()) and its counters)"
                   : step == AttentionBackwardStep::naive ? " stores P and dP: 2 * B*H*N_q*N_k floats)"
-                                                         : " stores D = rowsum(dO * O): B*H*N_q floats)")
-                  .c_str());
+                                                         : " stores D = rowsum(dO * O): B*H*N_q floats)"));
   require_not_null(a.workspace, fn, "workspace");
   require_aligned(a.workspace, 16, fn, "workspace");
   for (const Range& r : inputs)
     require_arg(!cv::ranges_intersect(a.workspace, need, r.p, r.bytes), fn, "workspace",
-                static_cast<const void*>(a.workspace), msg("overlaps ", r.name).c_str());
+                static_cast<const void*>(a.workspace), msg("overlaps ", r.name));
   for (const Range& r : grads)
     require_arg(!cv::ranges_intersect(a.workspace, need, r.p, r.bytes), fn, "workspace",
-                static_cast<const void*>(a.workspace), msg("overlaps ", r.name).c_str());
+                static_cast<const void*>(a.workspace), msg("overlaps ", r.name));
 }
 
 

@@ -220,7 +220,7 @@ inline void validate_cross_entropy_args(const FusedCrossEntropyArgs& a, CrossEnt
   for (int i = 2; i < 6; ++i)
     for (int j = (i == 5 ? 1 : 0); j < i; ++j)  // dlogits vs logits: checked above
       require_arg(ranges[i].p == nullptr || !ranges_intersect(ranges[i].p, ranges[i].bytes, ranges[j].p, ranges[j].bytes),
-                  fn, ranges[i].name, ranges[i].p, validate::msg("overlaps ", ranges[j].name).c_str());
+                  fn, ranges[i].name, ranges[i].p, validate::msg("overlaps ", ranges[j].name));
 }
 
 }  // namespace course::m04

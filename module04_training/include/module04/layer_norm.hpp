@@ -135,13 +135,13 @@ template <std::size_t N>
 void require_disjoint(const Range& out, const Range (&others)[N], const char* fn) {
   for (const Range& o : others)
     require_arg(!validate::ranges_intersect(out.p, out.bytes, o.p, o.bytes), fn, out.name, out.p,
-                validate::msg("overlaps ", o.name, " (outputs must not overlap any other operand)").c_str());
+                validate::msg("overlaps ", o.name, " (outputs must not overlap any other operand)"));
 }
 
 /// The shape, dtype and row-stride rules both directions share.
 inline void validate_common(DType dtype, std::int64_t rows, std::int64_t C, const char* fn) {
   constexpr std::int64_t kMaxExtent = 0x7fffffff;
-  require_arg(dtype == DType::f32 || dtype == DType::bf16, fn, "dtype", std::string(to_string(dtype)),
+  require_arg(dtype == DType::f32 || dtype == DType::bf16, fn, "dtype", to_string(dtype),
               "must be f32 or bf16");
   require_arg(rows >= 0 && rows <= kMaxExtent, fn, "rows", rows, "must be in [0, 2^31 - 1]");
   require_arg(C >= 1 && C <= kMaxExtent, fn, "C", C, "must be in [1, 2^31 - 1]");

@@ -22,6 +22,7 @@
 /// holds token r % seq of sequence r / seq.
 
 #include "course/error.hpp"
+#include "course/validate.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -278,7 +279,7 @@ inline void validate_embedding_backward_args(const EmbeddingBackwardArgs& a, con
   for (const Range& out : {Range{a.token_grad, tok_bytes, "token_grad"}, Range{a.position_grad, pos_bytes, "position_grad"}})
     for (const Range& in : {Range{a.dout, dout_bytes, "dout"}, Range{a.ids, ids_bytes, "ids"}})
       require_arg(!detail::byte_ranges_intersect(out.p, out.bytes, in.p, in.bytes), fn, out.name, out.p,
-                  (std::string("overlaps ") + in.name).c_str());
+                  validate::msg("overlaps ", in.name));
   require_arg(!detail::byte_ranges_intersect(a.token_grad, tok_bytes, a.position_grad, pos_bytes), fn,
               "position_grad", static_cast<const void*>(a.position_grad), "overlaps token_grad");
   if (a.token_grad == nullptr) return;  // the workspace serves the token gradient only
@@ -286,11 +287,11 @@ inline void validate_embedding_backward_args(const EmbeddingBackwardArgs& a, con
   require_aligned(a.workspace, 16, fn, "workspace");
   const std::size_t need = embedding_backward_workspace_bytes(a.batch, a.seq, a.vocab, a.dim);
   require_arg(a.workspace_bytes >= need, fn, "workspace_bytes", a.workspace_bytes,
-              ("must be >= embedding_backward_workspace_bytes(batch, seq, vocab, dim) = " + std::to_string(need)).c_str());
+              validate::msg("must be >= embedding_backward_workspace_bytes(batch, seq, vocab, dim) = ", need));
   for (const Range& other : {Range{a.dout, dout_bytes, "dout"}, Range{a.ids, ids_bytes, "ids"},
                              Range{a.token_grad, tok_bytes, "token_grad"}, Range{a.position_grad, pos_bytes, "position_grad"}})
     require_arg(!detail::byte_ranges_intersect(a.workspace, need, other.p, other.bytes), fn, "workspace",
-                a.workspace, (std::string("overlaps ") + other.name).c_str());
+                a.workspace, validate::msg("overlaps ", other.name));
 }
 
 inline void validate_bias_add_args(const BiasAddArgs& a, const char* fn = "bias_add") {
@@ -355,7 +356,7 @@ inline void validate_cross_entropy_args(const CrossEntropyArgs& a, const char* f
     for (std::size_t j = 0; j < std::size(ranges); ++j)
       if (j != i && !(i == 2 && j == 0))  // dlogits vs logits is reported above
         require_arg(!detail::byte_ranges_intersect(ranges[i].p, ranges[i].bytes, ranges[j].p, ranges[j].bytes), fn,
-                    ranges[i].name, ranges[i].p, (std::string("overlaps ") + ranges[j].name).c_str());
+                    ranges[i].name, ranges[i].p, validate::msg("overlaps ", ranges[j].name));
 }
 
 inline void validate_adam_args(const AdamArgs& a, const char* fn = "adam_update") {
@@ -379,7 +380,7 @@ inline void validate_adam_args(const AdamArgs& a, const char* fn = "adam_update"
   for (int i = 0; i < 4; ++i)
     for (int j = i + 1; j < 4; ++j)
       require_arg(!detail::byte_ranges_intersect(ptrs[i], bytes, ptrs[j], bytes), fn, names[j], ptrs[j],
-                  (std::string("overlaps ") + names[i]).c_str());
+                  validate::msg("overlaps ", names[i]));
 }
 
 // ----------------------------------------------------------------------------------------
