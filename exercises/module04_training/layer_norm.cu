@@ -209,6 +209,55 @@ void launch_vectorized(const LayerNormArgs& a) {
   // @end
 }
 
+// ============================================================================
+// Step 4: pipelined.
+// Step 3's warp reads a row, reduces it, writes it and exits: its loads are in flight only
+// at its start, and 2048 blocks of 8 warps run as ~3 waves on 132 SMs, the last one a
+// sliver (ncu, H100, 16384 x 384 bf16: 11.0 us against 9.0 us for a 16-byte copy kernel
+// moving the same bytes; 51% of the warp slots occupied on average). Two changes:
+// (a) A one-wave grid (course::cuda::one_wave_blocks: SMs x resident blocks per SM) whose
+//     warps walk the rows r, r + W, r + 2W, ... (W warps in all), with W chosen so that
+//     every warp gets ceil(rows / resident warps) rows or one fewer: no tail of a last
+//     partial wave, no warp with an extra row while the others idle.
+// (b) Software pipelining: right after taking row r from its registers, the warp issues
+//     the 16-byte loads of its next row, r + W, into registers (packed: 4 registers per 16
+//     bytes, 12 more at C = 768 bf16), so those bytes travel while row r is reduced and
+//     written, and DRAM always has every warp's next row in flight.
+// C is a compile-time width (kLayerNormFastWidths) with 16-byte access; any other call runs
+// step 3.
+//
+// Bytes: as step 3 (x once, y once: the copy's traffic).
+// Prediction: 16384 x 384 and x 768, fp32 and bf16: the kernel within ~5% of the copy
+// kernel's time, >= 0.9 of the d2d_copy row (which pays the same launch).
+// Measured: pending (the GPU run of this step).
+// ============================================================================
+template <class T, int kFixedC>
+__global__ void __launch_bounds__(kRowThreads)
+    pipelined_row_kernel(const T* x, std::int64_t ldx, T* y, std::int64_t ldy, const float* gamma, const float* beta,
+                         float* mean, float* rstd, std::int64_t rows, float eps) {
+  // @step pipelined
+  // TODO(step 4a): step 3's kernel for kFixedC, as a loop over the rows r, r + W, ...
+  //   (W = gridDim.x * kRowsPerBlock warps), with the next row's loads issued early.
+  //   using Row = io::WarpRow16<T, kFixedC> (course/cuda/elem16.cuh) gives the lane's
+  //   16-byte vectors: Row::load(x + r * ldx, lane, next) fills uint4 next[Row::kChunks]
+  //   before the loop (if r < rows). In the loop: widen next into v (io::unpack16<T>, zeros
+  //   where !Row::inside(k, lane)), THEN issue Row::load for row r + W (if < rows), then
+  //   mean, variance, y (columns Row::column(k, lane)) and the statistics of row r from v.
+  // @end
+}
+
+template <class T>
+void launch_pipelined(const LayerNormArgs& a) {
+  // @step pipelined
+  // TODO(step 4b): delete the throw. Shapes step 3 would not vectorize, and C outside
+  //   kLayerNormFastWidths, run launch_vectorized<T>(a). Otherwise dispatch on C
+  //   (cc::dispatch_value<m04::kLayerNormFastWidths>) and launch
+  //   pipelined_row_kernel<T, C> with cc::balanced_blocks(a.rows, kRowsPerBlock,
+  //   cc::one_wave_blocks<kKernel>(kRowThreads)) blocks of kRowThreads threads.
+  throw NotImplemented("layer_norm step pipelined", __FILE__);
+  // @end
+}
+
 }  // namespace
 
 void layer_norm_forward(LayerNormStep step, const LayerNormArgs& args) {
@@ -220,6 +269,7 @@ void layer_norm_forward(LayerNormStep step, const LayerNormArgs& args) {
       case LayerNormStep::thread_per_row: return launch_thread_per_row<T>(args);
       case LayerNormStep::warp_per_row: return launch_warp_per_row<T>(args);
       case LayerNormStep::vectorized: return launch_vectorized<T>(args);
+      case LayerNormStep::pipelined: return launch_pipelined<T>(args);
     }
   });
 }

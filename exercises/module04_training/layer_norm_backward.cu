@@ -19,6 +19,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace course::exercise {
@@ -173,6 +174,14 @@ __global__ void __launch_bounds__(kReduceCols* kReduceStrands)
   // @end
 }
 
+/// dgamma, dbeta (= or +=) the sum of the first `partials` partials in the workspace.
+void launch_reduce_partials(const LayerNormBackwardArgs& a, unsigned partials) {
+  reduce_partials_kernel<<<blocks_for(2 * a.C, kReduceCols, "partial_sums"), kReduceCols * kReduceStrands, 0,
+                           a.stream>>>(static_cast<const float*>(a.workspace), partials, a.C, a.dgamma, a.dbeta,
+                                       a.accumulate_dparams);
+  COURSE_CHECK_LAUNCH("reduce_partials_kernel");
+}
+
 template <class T, int kChunks, int kFixedC>
 void launch_partial_rows(const LayerNormBackwardArgs& a, unsigned partials) {
   const int smem = static_cast<int>(2 * a.C * sizeof(float));  // <= 2 x 256 x 8 x 4 = 16 KiB
@@ -189,9 +198,76 @@ void launch_partial_sums(const LayerNormBackwardArgs& a) {
   //   With 16-byte rows (C % kN == 0, every ld % kN == 0, x, dy, dx, gamma aligned): for C in
   //   m04::kLayerNormFastWidths, cc::dispatch_value to launch_partial_rows<T, kChunks, kC>;
   //   else launch_partial_rows<T, kChunks, 0> with kChunks = 1, 2, 4 (or 8 for fp32) by
-  //   nvec = C / kN. Otherwise block_stream_kernel<T>. Then reduce_partials_kernel over
-  //   blocks_for(2 * a.C, kReduceCols, ...) blocks of kReduceCols * kReduceStrands threads.
+  //   nvec = C / kN. Otherwise block_stream_kernel<T>. Then launch_reduce_partials(a, P)
+  //   (it launches your reduce_partials_kernel).
   throw NotImplemented("layer_norm_backward step partial_sums", __FILE__);
+  // @end
+}
+
+// ============================================================================
+// Step 3: pipelined.
+// Step 2 holds each lane's dgamma, dbeta sums in registers: ~130-140 per thread at C = 768,
+// one block of 8 warps per SM, and its 256 blocks run as ~2 waves on 132 SMs. Each warp
+// loads a row, then computes and writes it with no load in flight. Three changes:
+// (a) The column sums move to shared memory, one private region per warp (2 x C floats,
+//     48 KiB per block at C = 768): a lane adds this row's dy * xhat and dy into ITS
+//     float4 slots, a read and a write of shared memory per 4 columns and row, and the
+//     registers this frees let two blocks share an SM. Slot (k, h, lane) of a region holds
+//     columns column(k, lane) + 4h .. + 3: consecutive lanes, consecutive 16 bytes (no
+//     bank conflict). Only the warp touches its region until the end: no barrier per row.
+// (b) The forward's pipelining (layer_norm.cu, step 4): a one-wave grid of at most
+//     kLayerNormMaxPartials blocks whose warps walk the rows, each issuing its next row's
+//     x and dy loads (raw) and statistics before it computes the current row.
+// (c) At the end the block adds its 8 warps' regions in warp order into its partial, and
+//     step 2's reduce_partials_kernel adds the partials in a fixed order: bit-identical
+//     across runs on one GPU (the number of partials depends on its SM count).
+// C a compile-time width (kLayerNormFastWidths) with 16-byte access; any other call runs
+// step 2.
+//
+// Bytes: as step 2 (x, dy read once, dx written once, the partials).
+// Shared memory per row and warp: 2C floats read and written (12 KiB at C = 768) against
+// 4.5 KiB of DRAM traffic (bf16): ~1/3 of the shared-memory bandwidth when DRAM runs full.
+// Prediction: 16384 x 384 and x 768, fp32 and bf16: 0.85-0.95 of the copy.
+// Measured: pending (the GPU run of this step).
+// ============================================================================
+template <class T, int kFixedC>
+struct ColumnSumSlots {
+  using Row = io::WarpRow16<T, kFixedC>;
+  static constexpr int kHalves = Row::kN / 4;                                     // float4 per vector
+  static constexpr int kSlots = Row::kChunks * kHalves * cc::kWarpSize;           // float4 per sum and warp
+  static constexpr int kSmemBytes = kRowsPerBlock * 2 * kSlots * sizeof(float4);  // a block's regions
+};
+
+template <class T, int kFixedC>
+__global__ void __launch_bounds__(kRowThreads)
+    pipelined_rows_kernel(const T* x, std::int64_t ldx, const T* dy, std::int64_t lddy, T* dx, std::int64_t lddx,
+                          const float* gamma, const float* mean, const float* rstd, std::int64_t rows,
+                          bool accumulate_dx, float* partials) {
+  // @step pipelined
+  // TODO(step 3a): step 2's kernel for kFixedC with its column sums in shared memory and the
+  //   next row prefetched. using Row = io::WarpRow16<T, kFixedC>, Slots = ColumnSumSlots<T,
+  //   kFixedC>. Warp w's region: regions + w * 2 * kSlots (dy * xhat sums), then kSlots more
+  //   (dy sums); zero it, __syncwarp(). Rows r, r + W, ... (W = gridDim.x * kRowsPerBlock):
+  //   Row::load the first row's x and dy (uint4 raw, kChunks each) and its mean, rstd before
+  //   the loop; in the loop widen them (io::unpack16<T>) into xhat and dy, THEN load the
+  //   next row's, then step 2's two row sums, dx, and for each float4 slot
+  //   (k * kHalves + h) * 32 + lane add dy * xhat and dy of columns Row::column(k, lane) + 4h
+  //   .. + 3. After the loop: __syncthreads(), and thread t adds slot t, t + 256, ... of the
+  //   8 regions IN WARP ORDER into the block's partial (partials + blockIdx.x * 2 * kFixedC:
+  //   dgamma part, then dbeta part).
+  // @end
+}
+
+template <class T>
+void launch_pipelined(const LayerNormBackwardArgs& a) {
+  // @step pipelined
+  // TODO(step 3b): delete the throw. Shapes step 2 would not vectorize, and C outside
+  //   kLayerNormFastWidths, run launch_partial_sums<T>(a). Otherwise dispatch on C to
+  //   kKernel = pipelined_rows_kernel<T, kC> with kSmem = ColumnSumSlots<T, kC>::kSmemBytes
+  //   (cc::opt_in_dynamic_smem<kKernel>(kSmem) first): blocks = cc::balanced_blocks(a.rows,
+  //   kRowsPerBlock, min(cc::one_wave_blocks<kKernel>(kRowThreads, kSmem),
+  //   m04::layer_norm_backward_partials(a.rows))); then launch_reduce_partials(a, blocks).
+  throw NotImplemented("layer_norm_backward step pipelined", __FILE__);
   // @end
 }
 
@@ -208,6 +284,7 @@ void layer_norm_backward(LayerNormBackwardStep step, const LayerNormBackwardArgs
     switch (step) {
       case LayerNormBackwardStep::atomic_params: return launch_atomic_params<T>(args);
       case LayerNormBackwardStep::partial_sums: return launch_partial_sums<T>(args);
+      case LayerNormBackwardStep::pipelined: return launch_pipelined<T>(args);
     }
   });
 }

@@ -144,8 +144,8 @@ struct Options {
 
 // The course kernels' steps the trainer runs (the top of each ladder that takes its options;
 // attention's per precision: Precision<T> below).
-constexpr auto kLnStep = m04::LayerNormStep::vectorized;
-constexpr auto kLnBackwardStep = m04::LayerNormBackwardStep::partial_sums;
+constexpr auto kLnStep = m04::LayerNormStep::pipelined;
+constexpr auto kLnBackwardStep = m04::LayerNormBackwardStep::pipelined;
 constexpr auto kGeluStep = m04::GeluStep::vectorized;
 constexpr auto kCrossEntropyStep = m04::CrossEntropyStep::row_on_chip;
 constexpr auto kAdamWStep = m04::AdamWStep::multi_tensor;

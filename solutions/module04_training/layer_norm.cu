@@ -11,6 +11,8 @@
 ///   3. vectorized      16-byte loads and stores (4 floats or 8 bf16), C a compile-time
 ///                      constant for the GPT's widths (kLayerNormFastWidths), gamma and beta
 ///                      as float4, 8 rows per block; any other C runs a runtime-C variant.
+///   4. pipelined       a one-wave grid whose warps walk the rows, each issuing its next
+///                      row's loads before reducing the current one (software pipelining).
 ///
 /// LayerNorm is memory-bound: per element ~8 FLOPs on the bytes of reading x and writing y
 /// (8 B in fp32, 4 B in bf16). gamma and beta (C floats each) are read by every row but stay
@@ -344,6 +346,117 @@ void launch_vectorized(const LayerNormArgs& a) {
   // @end
 }
 
+// ============================================================================
+// Step 4: pipelined.
+// Step 3's warp reads a row, reduces it, writes it and exits: its loads are in flight only
+// at its start, and 2048 blocks of 8 warps run as ~3 waves on 132 SMs, the last one a
+// sliver (ncu, H100, 16384 x 384 bf16: 11.0 us against 9.0 us for a 16-byte copy kernel
+// moving the same bytes; 51% of the warp slots occupied on average). Two changes:
+// (a) A one-wave grid (course::cuda::one_wave_blocks: SMs x resident blocks per SM) whose
+//     warps walk the rows r, r + W, r + 2W, ... (W warps in all), with W chosen so that
+//     every warp gets ceil(rows / resident warps) rows or one fewer: no tail of a last
+//     partial wave, no warp with an extra row while the others idle.
+// (b) Software pipelining: right after taking row r from its registers, the warp issues
+//     the 16-byte loads of its next row, r + W, into registers (packed: 4 registers per 16
+//     bytes, 12 more at C = 768 bf16), so those bytes travel while row r is reduced and
+//     written, and DRAM always has every warp's next row in flight.
+// C is a compile-time width (kLayerNormFastWidths) with 16-byte access; any other call runs
+// step 3.
+//
+// Bytes: as step 3 (x once, y once: the copy's traffic).
+// Prediction: 16384 x 384 and x 768, fp32 and bf16: the kernel within ~5% of the copy
+// kernel's time, >= 0.9 of the d2d_copy row (which pays the same launch).
+// Measured: pending (the GPU run of this step).
+// ============================================================================
+template <class T, int kFixedC>
+__global__ void __launch_bounds__(kRowThreads)
+    pipelined_row_kernel(const T* x, std::int64_t ldx, T* y, std::int64_t ldy, const float* gamma, const float* beta,
+                         float* mean, float* rstd, std::int64_t rows, float eps) {
+  // @step pipelined
+  using Row = io::WarpRow16<T, kFixedC>;
+  constexpr int kN = Row::kN, kChunks = Row::kChunks;
+  constexpr float kInvC = 1.f / static_cast<float>(kFixedC);
+  const int lane = threadIdx.x % cc::kWarpSize;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * kRowsPerBlock;  // W: the grid's warps
+  std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / cc::kWarpSize;
+
+  uint4 next[kChunks];
+  if (r < rows) Row::load(x + r * ldx, lane, next);
+  for (; r < rows; r += stride) {
+    // Phase 1: widen the row that arrived, then issue the next row's loads (in flight from here).
+    float v[kChunks][kN];
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      if (Row::inside(k, lane)) {
+        io::unpack16<T>(next[k], v[k]);
+      } else {
+#pragma unroll
+        for (int u = 0; u < kN; ++u) v[k][u] = 0.f;
+      }
+    }
+    if (r + stride < rows) Row::load(x + (r + stride) * ldx, lane, next);
+
+    // Phase 2: mean, then the squared deviations, from the registers (as step 2).
+    float sum = 0.f;
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k)
+#pragma unroll
+      for (int u = 0; u < kN; ++u) sum += v[k][u];
+    const float mu = cc::warp_sum(sum) * kInvC;
+    float sq = 0.f;
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      if (Row::inside(k, lane)) {
+#pragma unroll
+        for (int u = 0; u < kN; ++u) {
+          const float d = v[k][u] - mu;
+          sq = fmaf(d, d, sq);
+        }
+      }
+    }
+    const float rs = rsqrtf(cc::warp_sum(sq) * kInvC + eps);
+
+    // Phase 3: y and the statistics.
+    T* yr = y + r * ldy;
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      if (Row::inside(k, lane)) {
+        const int c = Row::column(k, lane);
+        float g[kN], b[kN], out[kN];
+        io::load16_params<kN>(gamma + c, g);
+        io::load16_params<kN>(beta + c, b);
+#pragma unroll
+        for (int u = 0; u < kN; ++u) out[u] = (v[k][u] - mu) * rs * g[u] + b[u];
+        io::store16(yr + c, out);
+      }
+    }
+    if (lane == 0) {
+      mean[r] = mu;
+      rstd[r] = rs;
+    }
+  }
+  // @end
+}
+
+template <class T>
+void launch_pipelined(const LayerNormArgs& a) {
+  // @step pipelined
+  constexpr int kN = io::Vec16<T>::kN;
+  const bool vec_ok = a.C % kN == 0 && a.ldx % kN == 0 && a.ldy % kN == 0 && io::aligned16(a.x) &&
+                      io::aligned16(a.y) && io::aligned16(a.gamma) && io::aligned16(a.beta);
+  bool fixed = false;
+  for (int width : m04::kLayerNormFastWidths) fixed = fixed || a.C == width;
+  if (!vec_ok || !fixed) return launch_vectorized<T>(a);  // step 3 for the other shapes
+  cc::dispatch_value<m04::kLayerNormFastWidths>(a.C, "C", [&](auto c) {
+    constexpr auto kKernel = pipelined_row_kernel<T, decltype(c)::value>;
+    const unsigned blocks = cc::balanced_blocks(a.rows, kRowsPerBlock, cc::one_wave_blocks<kKernel>(kRowThreads));
+    kKernel<<<blocks, kRowThreads, 0, a.stream>>>(static_cast<const T*>(a.x), a.ldx, static_cast<T*>(a.y), a.ldy,
+                                                  a.gamma, a.beta, a.mean, a.rstd, a.rows, a.eps);
+    COURSE_CHECK_LAUNCH("pipelined_row_kernel");
+  });
+  // @end
+}
+
 }  // namespace
 
 void layer_norm_forward(LayerNormStep step, const LayerNormArgs& args) {
@@ -355,6 +468,7 @@ void layer_norm_forward(LayerNormStep step, const LayerNormArgs& args) {
       case LayerNormStep::thread_per_row: return launch_thread_per_row<T>(args);
       case LayerNormStep::warp_per_row: return launch_warp_per_row<T>(args);
       case LayerNormStep::vectorized: return launch_vectorized<T>(args);
+      case LayerNormStep::pipelined: return launch_pipelined<T>(args);
     }
   });
 }

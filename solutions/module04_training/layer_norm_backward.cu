@@ -14,6 +14,9 @@
 ///                     order in shared memory into one partial per block (the workspace),
 ///                     and a second small kernel adds the partials in a fixed order:
 ///                     deterministic, bit-identical from run to run.
+///   3. pipelined      the column sums in shared memory (a region per warp), which frees the
+///                     registers for two blocks per SM; a one-wave grid whose warps prefetch
+///                     their next row's x and dy while they compute the current one.
 ///
 /// Bytes: read x and dy, write dx (3 matrices; 4 with accumulate_dx, which reads dx too),
 /// plus the statistics (8 B per row) and C-sized parameters. The benchmark credits every
@@ -29,6 +32,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace course::solution {
@@ -320,6 +324,14 @@ __global__ void __launch_bounds__(kReduceCols* kReduceStrands)
   // @end
 }
 
+/// dgamma, dbeta (= or +=) the sum of the first `partials` partials in the workspace.
+void launch_reduce_partials(const LayerNormBackwardArgs& a, unsigned partials) {
+  reduce_partials_kernel<<<blocks_for(2 * a.C, kReduceCols, "partial_sums"), kReduceCols * kReduceStrands, 0,
+                           a.stream>>>(static_cast<const float*>(a.workspace), partials, a.C, a.dgamma, a.dbeta,
+                                       a.accumulate_dparams);
+  COURSE_CHECK_LAUNCH("reduce_partials_kernel");
+}
+
 template <class T, int kChunks, int kFixedC>
 void launch_partial_rows(const LayerNormBackwardArgs& a, unsigned partials) {
   const int smem = static_cast<int>(2 * a.C * sizeof(float));  // <= 2 x 256 x 8 x 4 = 16 KiB
@@ -359,10 +371,185 @@ void launch_partial_sums(const LayerNormBackwardArgs& a) {
         a.gamma, a.mean, a.rstd, a.rows, a.C, a.accumulate_dx, static_cast<float*>(a.workspace));
     COURSE_CHECK_LAUNCH("block_stream_kernel");
   }
-  reduce_partials_kernel<<<blocks_for(2 * a.C, kReduceCols, "partial_sums"), kReduceCols * kReduceStrands, 0,
-                           a.stream>>>(static_cast<const float*>(a.workspace), partials, a.C, a.dgamma, a.dbeta,
-                                       a.accumulate_dparams);
-  COURSE_CHECK_LAUNCH("reduce_partials_kernel");
+  launch_reduce_partials(a, partials);
+  // @end
+}
+
+// ============================================================================
+// Step 3: pipelined.
+// Step 2 holds each lane's dgamma, dbeta sums in registers: ~130-140 per thread at C = 768,
+// one block of 8 warps per SM, and its 256 blocks run as ~2 waves on 132 SMs. Each warp
+// loads a row, then computes and writes it with no load in flight. Three changes:
+// (a) The column sums move to shared memory, one private region per warp (2 x C floats,
+//     48 KiB per block at C = 768): a lane adds this row's dy * xhat and dy into ITS
+//     float4 slots, a read and a write of shared memory per 4 columns and row, and the
+//     registers this frees let two blocks share an SM. Slot (k, h, lane) of a region holds
+//     columns column(k, lane) + 4h .. + 3: consecutive lanes, consecutive 16 bytes (no
+//     bank conflict). Only the warp touches its region until the end: no barrier per row.
+// (b) The forward's pipelining (layer_norm.cu, step 4): a one-wave grid of at most
+//     kLayerNormMaxPartials blocks whose warps walk the rows, each issuing its next row's
+//     x and dy loads (raw) and statistics before it computes the current row.
+// (c) At the end the block adds its 8 warps' regions in warp order into its partial, and
+//     step 2's reduce_partials_kernel adds the partials in a fixed order: bit-identical
+//     across runs on one GPU (the number of partials depends on its SM count).
+// C a compile-time width (kLayerNormFastWidths) with 16-byte access; any other call runs
+// step 2.
+//
+// Bytes: as step 2 (x, dy read once, dx written once, the partials).
+// Shared memory per row and warp: 2C floats read and written (12 KiB at C = 768) against
+// 4.5 KiB of DRAM traffic (bf16): ~1/3 of the shared-memory bandwidth when DRAM runs full.
+// Prediction: 16384 x 384 and x 768, fp32 and bf16: 0.85-0.95 of the copy.
+// Measured: pending (the GPU run of this step).
+// ============================================================================
+template <class T, int kFixedC>
+struct ColumnSumSlots {
+  using Row = io::WarpRow16<T, kFixedC>;
+  static constexpr int kHalves = Row::kN / 4;                                     // float4 per vector
+  static constexpr int kSlots = Row::kChunks * kHalves * cc::kWarpSize;           // float4 per sum and warp
+  static constexpr int kSmemBytes = kRowsPerBlock * 2 * kSlots * sizeof(float4);  // a block's regions
+  /// Blocks per SM the kernel is compiled for. Two rows (this one, the prefetched one) of x
+  /// and dy take 4 x kChunks x kN registers per lane: up to 96 (C = 768), two blocks fit in
+  /// 128 registers per thread (ptxas: 128 at bf16 768, 12 bytes spilled at fp32 768); at
+  /// C = 1024 (128 values) one block, unspilled (ptxas: 148 bf16, 195 fp32).
+  static constexpr int kMinBlocks = 4 * Row::kChunks * Row::kN <= 96 ? 2 : 1;
+};
+
+template <class T, int kFixedC>
+__global__ void __launch_bounds__(kRowThreads, (ColumnSumSlots<T, kFixedC>::kMinBlocks))
+    pipelined_rows_kernel(const T* x, std::int64_t ldx, const T* dy, std::int64_t lddy, T* dx, std::int64_t lddx,
+                          const float* gamma, const float* mean, const float* rstd, std::int64_t rows,
+                          bool accumulate_dx, float* partials) {
+  // @step pipelined
+  using Row = io::WarpRow16<T, kFixedC>;
+  using Slots = ColumnSumSlots<T, kFixedC>;
+  constexpr int kN = Row::kN, kChunks = Row::kChunks, kHalves = Slots::kHalves, kSlots = Slots::kSlots;
+  constexpr float kInvC = 1.f / static_cast<float>(kFixedC);
+  extern __shared__ float4 regions[];  // [warp][dgamma sums | dbeta sums][kSlots]
+  const int lane = threadIdx.x % cc::kWarpSize;
+  const int warp = threadIdx.x / cc::kWarpSize;
+  float4* sum_gx = regions + warp * 2 * kSlots;  // this warp's sums of dy * xhat
+  float4* sum_d = sum_gx + kSlots;               // and of dy
+  for (int i = lane; i < kSlots; i += cc::kWarpSize) sum_gx[i] = sum_d[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  __syncwarp();
+
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * kRowsPerBlock;
+  std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + warp;
+  uint4 next_x[kChunks], next_dy[kChunks];
+  float next_mu = 0.f, next_rs = 0.f;
+  const auto prefetch = [&](std::int64_t row) {
+    Row::load(x + row * ldx, lane, next_x);
+    Row::load(dy + row * lddy, lane, next_dy);
+    next_mu = mean[row];
+    next_rs = rstd[row];
+  };
+  if (r < rows) prefetch(r);
+  for (; r < rows; r += stride) {
+    // Phase 1: widen the row that arrived (xhat, dy); issue the next row's loads.
+    const float mu = next_mu, rs = next_rs;
+    float xh[kChunks][kN], d[kChunks][kN];
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      if (Row::inside(k, lane)) {
+        io::unpack16<T>(next_x[k], xh[k]);
+        io::unpack16<T>(next_dy[k], d[k]);
+#pragma unroll
+        for (int u = 0; u < kN; ++u) xh[k][u] = (xh[k][u] - mu) * rs;
+      }
+    }
+    if (r + stride < rows) prefetch(r + stride);
+
+    // Phase 2: the row sums of g = dy * gamma and g * xhat.
+    float sum_g = 0.f, sum_gxh = 0.f;
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      if (Row::inside(k, lane)) {
+        float gm[kN];
+        io::load16_params<kN>(gamma + Row::column(k, lane), gm);
+#pragma unroll
+        for (int u = 0; u < kN; ++u) {
+          const float g = d[k][u] * gm[u];
+          sum_g += g;
+          sum_gxh = fmaf(g, xh[k][u], sum_gxh);
+        }
+      }
+    }
+    const float mean_g = cc::warp_sum(sum_g) * kInvC;
+    const float mean_gx = cc::warp_sum(sum_gxh) * kInvC;
+
+    // Phase 3: dx, and this row's dy * xhat and dy added into the warp's column sums.
+    T* dxr = dx + r * lddx;
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      if (Row::inside(k, lane)) {
+        const int c = Row::column(k, lane);
+        float gm[kN], out[kN];
+        io::load16_params<kN>(gamma + c, gm);
+        if (accumulate_dx) io::load16(dxr + c, out);
+#pragma unroll
+        for (int u = 0; u < kN; ++u) {
+          const float v = rs * (d[k][u] * gm[u] - mean_g - xh[k][u] * mean_gx);
+          out[u] = accumulate_dx ? out[u] + v : v;
+        }
+        io::store16(dxr + c, out);
+#pragma unroll
+        for (int h = 0; h < kHalves; ++h) {
+          const int slot = (k * kHalves + h) * cc::kWarpSize + lane;
+          const float* dd = d[k] + 4 * h;
+          const float* xx = xh[k] + 4 * h;
+          float4 a = sum_gx[slot], b = sum_d[slot];
+          a.x = fmaf(dd[0], xx[0], a.x), a.y = fmaf(dd[1], xx[1], a.y), a.z = fmaf(dd[2], xx[2], a.z),
+          a.w = fmaf(dd[3], xx[3], a.w);
+          b.x += dd[0], b.y += dd[1], b.z += dd[2], b.w += dd[3];
+          sum_gx[slot] = a;
+          sum_d[slot] = b;
+        }
+      }
+    }
+  }
+
+  // Phase 4: the block's partial, its warps' regions added in warp order.
+  __syncthreads();
+  float* out = partials + static_cast<std::int64_t>(blockIdx.x) * 2 * kFixedC;  // [dgamma part | dbeta part]
+  for (int slot = threadIdx.x; slot < kSlots; slot += kRowThreads) {
+    const int k = slot / (kHalves * cc::kWarpSize), h = slot / cc::kWarpSize % kHalves, l = slot % cc::kWarpSize;
+    if (!Row::inside(k, l)) continue;
+    float4 a = regions[slot], b = regions[kSlots + slot];
+    for (int w = 1; w < kRowsPerBlock; ++w) {
+      const float4 aw = regions[w * 2 * kSlots + slot], bw = regions[w * 2 * kSlots + kSlots + slot];
+      a.x += aw.x, a.y += aw.y, a.z += aw.z, a.w += aw.w;
+      b.x += bw.x, b.y += bw.y, b.z += bw.z, b.w += bw.w;
+    }
+    const int c = Row::column(k, l) + 4 * h;
+    *reinterpret_cast<float4*>(out + c) = a;
+    *reinterpret_cast<float4*>(out + kFixedC + c) = b;
+  }
+  // @end
+}
+
+template <class T>
+void launch_pipelined(const LayerNormBackwardArgs& a) {
+  // @step pipelined
+  constexpr int kN = io::Vec16<T>::kN;
+  const bool vec_ok = a.C % kN == 0 && a.ldx % kN == 0 && a.lddy % kN == 0 && a.lddx % kN == 0 &&
+                      io::aligned16(a.x) && io::aligned16(a.dy) && io::aligned16(a.dx) && io::aligned16(a.gamma);
+  bool fixed = false;
+  for (int width : m04::kLayerNormFastWidths) fixed = fixed || a.C == width;
+  if (!vec_ok || !fixed) return launch_partial_sums<T>(a);  // step 2 for the other shapes
+  cc::dispatch_value<m04::kLayerNormFastWidths>(a.C, "C", [&](auto c) {
+    constexpr int kC = decltype(c)::value;
+    constexpr auto kKernel = pipelined_rows_kernel<T, kC>;
+    constexpr int kSmem = ColumnSumSlots<T, kC>::kSmemBytes;
+    cc::opt_in_dynamic_smem<kKernel>(kSmem);
+    // A one-wave grid, at most the workspace's partials, every warp with the same rows (+-1).
+    const int resident = std::min<int>(cc::one_wave_blocks<kKernel>(kRowThreads, kSmem),
+                                       static_cast<int>(m04::layer_norm_backward_partials(a.rows)));
+    const unsigned blocks = cc::balanced_blocks(a.rows, kRowsPerBlock, resident);
+    kKernel<<<blocks, kRowThreads, kSmem, a.stream>>>(static_cast<const T*>(a.x), a.ldx, static_cast<const T*>(a.dy),
+                                                      a.lddy, static_cast<T*>(a.dx), a.lddx, a.gamma, a.mean, a.rstd,
+                                                      a.rows, a.accumulate_dx, static_cast<float*>(a.workspace));
+    COURSE_CHECK_LAUNCH("pipelined_rows_kernel");
+    launch_reduce_partials(a, blocks);
+  });
   // @end
 }
 
@@ -379,6 +566,7 @@ void layer_norm_backward(LayerNormBackwardStep step, const LayerNormBackwardArgs
     switch (step) {
       case LayerNormBackwardStep::atomic_params: return launch_atomic_params<T>(args);
       case LayerNormBackwardStep::partial_sums: return launch_partial_sums<T>(args);
+      case LayerNormBackwardStep::pipelined: return launch_pipelined<T>(args);
     }
   });
 }

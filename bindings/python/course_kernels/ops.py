@@ -987,7 +987,7 @@ _L._SIGNATURES.update({
                                                    _ctypes.c_void_p]),
 })
 
-DEFAULT_STEPS.update({"layer_norm": "vectorized", "layer_norm_backward": "partial_sums"})
+DEFAULT_STEPS.update({"layer_norm": "pipelined", "layer_norm_backward": "pipelined"})
 
 
 def _f32_vector(v: Any, name: str, n: int, what: str) -> Array:
@@ -1024,7 +1024,7 @@ def layer_norm(x: Any, gamma: Any, beta: Any, *, eps: float = 1e-5, step: Option
     whatever x's dtype (the GPT's mixed mode: bf16 activations, fp32 parameters).
     Returns y, or ``(y, mean, rstd)`` (float32 [rows]: the row means and 1 / sqrt(var + eps),
     what ``layer_norm_backward`` reads) with ``return_stats`` or ``mean_out`` / ``rstd_out``.
-    Steps: thread_per_row, warp_per_row, vectorized (default).
+    Steps: thread_per_row, warp_per_row, vectorized, pipelined (default).
     """
     lib = library(impl)
     X = _matrix(A.as_array(x, "x"))
@@ -1065,8 +1065,8 @@ def layer_norm_backward(x: Any, dy: Any, mean: Any, rstd: Any, gamma: Any, *, st
     the residual stream's gradient); dgamma, dbeta (float32 [C]) are written, or added to with
     ``accumulate_dparams`` (both required: gradient accumulation over micro-batches). Outputs
     must not overlap the inputs (no in place). Steps: atomic_params (fp32 atomics:
-    dgamma, dbeta differ in the last bits from run to run), partial_sums (default,
-    deterministic; scratch of ``workspace_bytes`` from course_layer_norm_backward_workspace_bytes).
+    dgamma, dbeta differ in the last bits from run to run), partial_sums and pipelined (default)
+    (deterministic; scratch of ``workspace_bytes`` from course_layer_norm_backward_workspace_bytes).
     """
     lib = library(impl)
     X = _matrix(A.as_array(x, "x"))

@@ -673,11 +673,12 @@ def test_layer_norm_is_listed_with_its_steps():
     for impl in IMPLS:
         ops = ck.ops(impl)
         assert {"layer_norm", "layer_norm_backward"} <= set(ops)
-        assert [s for s, _ in ck.steps("layer_norm", impl)] == ["thread_per_row", "warp_per_row", "vectorized"]
-        assert [s for s, _ in ck.steps("layer_norm_backward", impl)] == ["atomic_params", "partial_sums"]
+        assert [s for s, _ in ck.steps("layer_norm", impl)] == ["thread_per_row", "warp_per_row", "vectorized",
+                                                                "pipelined"]
+        assert [s for s, _ in ck.steps("layer_norm_backward", impl)] == ["atomic_params", "partial_sums", "pipelined"]
         assert "nondeterministic" in dict(ck.steps("layer_norm_backward", impl))["atomic_params"]
-    assert ck.DEFAULT_STEPS["layer_norm"] == "vectorized"
-    assert ck.DEFAULT_STEPS["layer_norm_backward"] == "partial_sums"
+    assert ck.DEFAULT_STEPS["layer_norm"] == "pipelined"
+    assert ck.DEFAULT_STEPS["layer_norm_backward"] == "pipelined"
     for name in ("layer_norm", "layer_norm_backward"):
         assert name in ck.__all__ and callable(getattr(ck, name))
 

@@ -53,6 +53,7 @@ enum class LayerNormStep {
   thread_per_row,  ///< one thread per row: mean, variance and y in three sweeps over global memory
   warp_per_row,    ///< one warp per row, the row in registers (C <= 1024), shuffle reductions
   vectorized,      ///< 16-byte loads/stores, compile-time C for the GPT's widths, 8 rows per block
+  pipelined,       ///< a one-wave grid of warps walking the rows, the next row's loads in flight
 };
 
 inline constexpr StepInfo<LayerNormStep> kLayerNormSteps[] = {
@@ -62,6 +63,8 @@ inline constexpr StepInfo<LayerNormStep> kLayerNormSteps[] = {
      "one warp per row holding the row in registers: read once, mean then squared deviations by shuffles"},
     {LayerNormStep::vectorized, "vectorized",
      "16-byte loads and stores (float4 / 8 x bf16), compile-time C for 384/768/1024, gamma and beta as vectors"},
+    {LayerNormStep::pipelined, "pipelined",
+     "a one-wave grid whose warps walk the rows, each prefetching its next row while it reduces this one"},
 };
 static_assert(steps_in_enum_order(kLayerNormSteps), "kLayerNormSteps must list LayerNormStep in order");
 

@@ -33,10 +33,12 @@
 /// - No output overlaps any other operand: dx is disjoint from x, dy, gamma, mean, rstd,
 ///   dgamma, dbeta and the workspace (in place over dy is NOT supported); dgamma and dbeta
 ///   are disjoint from each other and from every input.
-/// - Step partial_sums needs layer_norm_backward_workspace_bytes(step, rows, C) bytes of
-///   workspace (16-byte aligned, disjoint from every other operand); atomic_params none.
+/// - Steps partial_sums and pipelined need layer_norm_backward_workspace_bytes(step, rows, C)
+///   bytes of workspace (16-byte aligned, disjoint from every other operand); atomic_params
+///   none.
 /// - atomic_params is nondeterministic (fp32 atomics add in arrival order: dgamma, dbeta
-///   differ in the last bits from run to run); partial_sums is bit-identical across runs.
+///   differ in the last bits from run to run); partial_sums and pipelined are bit-identical
+///   across runs on one GPU (pipelined's number of partials follows the GPU's SM count).
 
 #include "module04/layer_norm.hpp"
 
@@ -53,6 +55,7 @@ namespace course::m04 {
 enum class LayerNormBackwardStep {
   atomic_params,  ///< warp per row, dx in one pass; dgamma, dbeta by fp32 atomicAdd (nondeterministic)
   partial_sums,   ///< per-block partial dgamma/dbeta in a workspace, reduced in a fixed order; vectorized
+  pipelined,      ///< partial_sums with the column sums in shared memory and a one-wave, prefetching grid
 };
 
 inline constexpr StepInfo<LayerNormBackwardStep> kLayerNormBackwardSteps[] = {
@@ -61,6 +64,9 @@ inline constexpr StepInfo<LayerNormBackwardStep> kLayerNormBackwardSteps[] = {
     {LayerNormBackwardStep::partial_sums, "partial_sums",
      "16-byte loads; each block sums its rows' dgamma, dbeta in registers into a partial, a second kernel "
      "adds the partials in a fixed order (deterministic)"},
+    {LayerNormBackwardStep::pipelined, "pipelined",
+     "partial_sums with each warp's column sums in shared memory (two blocks per SM) and a one-wave grid whose "
+     "warps prefetch their next row"},
 };
 static_assert(steps_in_enum_order(kLayerNormBackwardSteps),
               "kLayerNormBackwardSteps must list LayerNormBackwardStep in order");
@@ -81,11 +87,11 @@ inline std::int64_t layer_norm_backward_partials(std::int64_t rows) {
                                 kLayerNormMaxPartials);
 }
 
-/// Workspace bytes `step` needs: partial_sums keeps partials x 2 x C floats (each block's
-/// dgamma and dbeta contributions); atomic_params none.
+/// Workspace bytes `step` needs: partial_sums and pipelined keep partials x 2 x C floats
+/// (each block's dgamma and dbeta contributions; pipelined may use fewer); atomic_params none.
 inline std::size_t layer_norm_backward_workspace_bytes(LayerNormBackwardStep step, std::int64_t rows,
                                                        std::int64_t C) {
-  if (step != LayerNormBackwardStep::partial_sums || rows <= 0 || C <= 0) return 0;
+  if (step == LayerNormBackwardStep::atomic_params || rows <= 0 || C <= 0) return 0;
   return static_cast<std::size_t>(layer_norm_backward_partials(rows)) * 2 * static_cast<std::size_t>(C) *
          sizeof(float);
 }

@@ -1,9 +1,9 @@
 #pragma once
 /// @file launch.cuh
 /// @brief Host-side launch helpers every module's kernels share: the dynamic shared-memory
-/// opt-in with its carveout (once per kernel and device) and the dispatch from a runtime
-/// head dimension to a kernel templated on it, driven by the public header's list of
-/// allowed values.
+/// opt-in with its carveout (once per kernel and device), the size of a one-wave grid
+/// (once per kernel and device) and its balanced share of the work, and the dispatch from a runtime head dimension to a
+/// kernel templated on it, driven by the public header's list of allowed values.
 ///
 /// Why these exist: a kernel that asks for more than 48 KiB of dynamic shared memory must
 /// be opted in with cudaFuncSetAttribute on every device it runs on, and a kernel templated
@@ -70,6 +70,45 @@ void opt_in_dynamic_smem(int bytes, Carveout carveout = Carveout::max_shared) {
   int seen = slot->load(std::memory_order_relaxed);
   while (seen < bytes && !slot->compare_exchange_weak(seen, bytes, std::memory_order_release)) {
   }
+}
+
+/// The most blocks of `kKernel` (`threads` threads, `smem_bytes` of dynamic shared memory
+/// each) resident at once on the current device: its SM count times the occupancy
+/// calculator's blocks per SM. A grid of at most that many blocks runs as ONE wave, every
+/// block started at once, which is what a kernel whose blocks loop over the rows needs (a
+/// "persistent" grid: no second wave, and the loop can prefetch its next row). The query
+/// costs microseconds, so the answer is kept per (kernel, device) and recomputed only when
+/// smem_bytes changes; `threads` must be the same on every call for one kernel.
+template <auto kKernel>
+int one_wave_blocks(int threads, int smem_bytes = 0) {
+  static std::atomic<std::int64_t> cached[64] = {};  // (smem_bytes + 1) << 32 | blocks; 0: never
+  int device = 0;
+  COURSE_CUDA_CHECK(cudaGetDevice(&device));
+  std::atomic<std::int64_t>* slot = device >= 0 && device < 64 ? &cached[device] : nullptr;
+  const std::int64_t key = (static_cast<std::int64_t>(smem_bytes) + 1) << 32;
+  if (slot != nullptr) {
+    const std::int64_t seen = slot->load(std::memory_order_relaxed);
+    if ((seen & ~0xffffffffLL) == key) return static_cast<int>(seen & 0xffffffffLL);
+  }
+  int sms = 0, per_sm = 0;
+  COURSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  COURSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, threads, smem_bytes));
+  const int blocks = sms * per_sm > 0 ? sms * per_sm : 1;
+  if (slot != nullptr) slot->store(key | blocks, std::memory_order_relaxed);
+  return blocks;
+}
+
+/// Blocks for a grid of at most `resident_blocks` blocks (one_wave_blocks) whose workers
+/// (`workers_per_block` per block: threads, warps) take `items` items round-robin, sized so
+/// that every worker gets the same number of items or one fewer: items per worker =
+/// ceil(items / resident workers), workers = ceil(items / that). With 16384 rows on 5280
+/// resident warps, 4096 warps take 4 rows each, where 5280 would leave 10% of the warps a
+/// 4th row to run alone.
+inline unsigned balanced_blocks(std::int64_t items, int workers_per_block, int resident_blocks) {
+  const std::int64_t resident = static_cast<std::int64_t>(resident_blocks) * workers_per_block;
+  const std::int64_t per_worker = (items + resident - 1) / resident;
+  const std::int64_t workers = (items + per_worker - 1) / per_worker;
+  return static_cast<unsigned>((workers + workers_per_block - 1) / workers_per_block);
 }
 
 namespace detail {
