@@ -90,9 +90,9 @@ __device__ __forceinline__ void store_vec(float* row, std::int64_t c, std::int64
 // SM, latency-bound).
 // Prediction: 16384 x 4096 dim 1: ~0.1-0.15 of the copy (kernel 1 dominates);
 // 4096 x 32768: < 0.05 (4096 threads); dim 0 at 16384 x 4096: < 0.1 (4096 threads).
-// Measured (results: softmax_backward/solution/two_pass/16384x4096): 591.6 GB/s = 0.14 of copy
-// Measured (results: softmax_backward/solution/two_pass/4096x32768): 173.5 GB/s = 0.04 of copy
-// Measured (results: softmax_backward/solution/two_pass/16384x4096_dim0): 380.2 GB/s = 0.09 of copy
+// Measured (results: softmax_backward/solution/two_pass/16384x4096): 577.1 GB/s = 0.19 of copy
+// Measured (results: softmax_backward/solution/two_pass/4096x32768): 173.5 GB/s = 0.06 of copy
+// Measured (results: softmax_backward/solution/two_pass/16384x4096_dim0): 375.7 GB/s = 0.13 of copy
 // Met at all three.
 // Accuracy: kernel 1 sums each slice in one thread. With a plain fp32 sum its error at
 // 16384 x 4096 was 8x that of PyTorch's softmax backward (the course's comparison,
@@ -300,10 +300,10 @@ void launch_column_strip(const SoftmaxBackwardArgs& a, const char* step) {
 // instructions of float4); 16384 x 4096 and 4096 x 32768 (streamed, the re-read mostly
 // from DRAM: thousands of warps each touching 32-256 KiB between its two reads): ~0.5-0.6;
 // dim 0 at 16384 x 4096: ~0.5.
-// Measured (results: softmax_backward/solution/warp_per_row/65536x1024): 4208.0 GB/s = 1.00 of copy
-// Measured (results: softmax_backward/solution/warp_per_row/16384x4096): 2200.1 GB/s = 0.52 of copy
-// Measured (results: softmax_backward/solution/warp_per_row/4096x32768): 1717.7 GB/s = 0.41 of copy
-// Measured (results: softmax_backward/solution/warp_per_row/16384x4096_dim0): 1921.2 GB/s = 0.45 of copy
+// Measured (results: softmax_backward/solution/warp_per_row/65536x1024): 2972.7 GB/s = 1.00 of copy
+// Measured (results: softmax_backward/solution/warp_per_row/16384x4096): 1634.3 GB/s = 0.55 of copy
+// Measured (results: softmax_backward/solution/warp_per_row/4096x32768): 1419.3 GB/s = 0.48 of copy
+// Measured (results: softmax_backward/solution/warp_per_row/16384x4096_dim0): 1516.1 GB/s = 0.51 of copy
 // 65536 x 1024 beat the 0.8-0.9 (scalar loads cost less than feared); 16384 x 4096 met;
 // 4096 x 32768 missed by 0.1-0.2, most likely too few warps (4096, one per row) to hide
 // DRAM latency on the twice-streamed rows; dim 0 slightly under ~0.5.
@@ -419,10 +419,10 @@ void launch_warp_per_row(const SoftmaxBackwardArgs& a) {
 // 1024-thread block per SM, half the row re-read from L2, the SM idle while a row's
 // reduction drains); dim 0 at 16384 x 4096: ~0.55-0.6 (the strip's second read comes from
 // DRAM, see Column strips).
-// Measured (results: softmax_backward/solution/fused_vectorized/16384x4096): 4218.9 GB/s = 1.00 of copy
-// Measured (results: softmax_backward/solution/fused_vectorized/65536x1024): 4203.3 GB/s = 0.99 of copy
-// Measured (results: softmax_backward/solution/fused_vectorized/4096x32768): 4250.6 GB/s = 1.01 of copy
-// Measured (results: softmax_backward/solution/fused_vectorized/16384x4096_dim0): 2451.9 GB/s = 0.58 of copy
+// Measured (results: softmax_backward/solution/fused_vectorized/16384x4096): 2981.2 GB/s = 1.01 of copy
+// Measured (results: softmax_backward/solution/fused_vectorized/65536x1024): 2981.6 GB/s = 1.01 of copy
+// Measured (results: softmax_backward/solution/fused_vectorized/4096x32768): 3011.2 GB/s = 1.02 of copy
+// Measured (results: softmax_backward/solution/fused_vectorized/16384x4096_dim0): 1715.2 GB/s = 0.58 of copy
 // Met at all four; 4096 x 32768 even beat its ~0.8-0.9 (the tail's re-read from L2 and
 // the per-row reduction cost less than estimated).
 // ============================================================================
