@@ -135,6 +135,7 @@ struct Params {
   std::int64_t dq_split_stride;  ///< B*H*N_q*d: floats from one dQ copy to the next
   int splits;     ///< dQ copies: the split steps' S (m04::tc_split_dq_plan), else 1
   int kv_tiles;   ///< ceil(N_k / kBlockN)
+  int group_heads;  ///< causal block order: kv heads per group (m03::grouped_kv_block_coordinates)
   AttentionStrides qs, ks, vs, os, dos, dqs, dks, dvs;
   int heads, kv_heads, group, seq_q, seq_k, seq_q_pad, q_tiles;
   int causal_offset;  ///< N_k - N_q: query i sees key j iff j <= i + causal_offset
@@ -179,6 +180,13 @@ inline Params make_params(AttentionBackwardStep step, const AttentionBackwardArg
   p.dq_split_stride = a.batch * a.heads * a.seq_q * a.head_dim;
   p.splits = static_cast<int>(splits);
   p.kv_tiles = static_cast<int>((a.seq_k + m04::kTcBackwardKeyTile - 1) / m04::kTcBackwardKeyTile);
+  // Causal: groups of heads holding about two waves of blocks, their key tiles longest first
+  // (module 3's forward does the same with its query tiles). The turn steps keep all heads
+  // in one group: one head's K/V tiles add dQ in tile order, and a group's tiles of one head
+  // started side by side would wait for each other down that chain.
+  p.group_heads = m04::orders_dq(step) ? static_cast<int>(a.batch * a.kv_heads)
+                                       : m03::causal_group_heads(p.kv_tiles, a.batch * a.kv_heads,
+                                                                 m04::tc_backward_block_slots());
   p.scale = m04::effective_scale(a);
   p.scale_log2 = p.scale * kLog2e;
   return p;
@@ -576,7 +584,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) backward_kernel(const Params
     });
   } else {
     int kv_tile, bhk;
-    m03::kv_block_coordinates(kCausal, kv_tile, bhk);  // causal: the heaviest key tiles first
+    m03::grouped_kv_block_coordinates(kCausal, p.group_heads, kv_tile, bhk);  // causal: longest first per group
     kv_tile_pass<Cfg, kCausal, Phases>(p, smem, kv_tile, bhk / p.kv_heads, bhk % p.kv_heads, p.dq_acc);
   }
 }

@@ -467,9 +467,9 @@ __global__ void __launch_bounds__(W::kThreads, 1) wgmma_backward_kernel(const Pa
     });
   } else {
     int kv_tile, bhk;
-    // Causal: the heaviest key tiles first. Either way block (kv_tile - 1, bhk) has the lower
-    // linear number, so tc_wgmma_deterministic's turns wait for a started block only.
-    m03::kv_block_coordinates(kCausal, kv_tile, bhk);
+    // Causal: longest first within groups of heads. Either way block (kv_tile - 1, bhk) has
+    // the lower linear number, so tc_wgmma_deterministic's turns wait for a started block only.
+    m03::grouped_kv_block_coordinates(kCausal, p.group_heads, kv_tile, bhk);
     kv_tile_pass<W, kCausal, kOrder, Phases>(p, smem, t, kv_tile, bhk / p.kv_heads, bhk % p.kv_heads, p.dq_acc);
   }
 #else

@@ -7,6 +7,7 @@
 /// writes its own row_offset and so must not see module 3's.
 
 #include "module03/attention.hpp"
+#include "module03/block_order.hpp"
 
 #include <cuda_runtime.h>
 
@@ -52,39 +53,39 @@ __device__ __forceinline__ void grouped_tile_coordinates(bool causal, long long 
     bh = static_cast<int>(linear / q_tiles);
     return;
   }
-  const long long per_group = static_cast<long long>(group_heads) * q_tiles;
-  const int group = static_cast<int>(linear / per_group);
-  const int first = group * group_heads;
-  const int size = min(group_heads, batch_heads - first);  // the last group may be smaller
-  const int r = static_cast<int>(linear - group * per_group);
-  q_tile = q_tiles - 1 - r / size;
-  bh = first + r % size;
-}
-
-/// Heads per group of grouped_tile_coordinates: enough that a group holds about two waves of
-/// blocks (2 x `concurrent_blocks` tiles), so that the last group's heaviest tile starts early
-/// and the tail is light tiles, as in longest-first; but no more, so that the K/V prefixes
-/// the running blocks read stay few (three heads at N = 16384, d = 128: 24 MB of the 50 MB L2).
-inline int causal_group_heads(long long q_tiles, long long batch_heads, long long concurrent_blocks) {
-  const long long g = (2 * concurrent_blocks + q_tiles - 1) / q_tiles;
-  return static_cast<int>(g < 1 ? 1 : (g > batch_heads ? batch_heads : g));
+  const GroupedTile g = grouped_causal_tile(linear, q_tiles, batch_heads, group_heads);
+  q_tile = q_tiles - 1 - g.rank;  // rank 0: the last query tile, which sees the most keys
+  bh = g.head;
 }
 
 /// Which (key tile, batch * kv head) this block computes, for a grid of (num_kv_tiles,
-/// B * H_kv). No mask: key tile = blockIdx.x, so the blocks running together share one
-/// head's Q and dO in L2. Causal: the key tile is the SLOW index of the linear block
-/// number, counted up: the first key tiles (seen by the most query tiles) of all heads
-/// start first. Either way block (kv_tile - 1, bhk) has a lower linear number than block
-/// (kv_tile, bhk): the deterministic backward's blocks wait for their left neighbour only.
-__device__ __forceinline__ void kv_block_coordinates(bool causal, int& kv_tile, int& bhk) {
+/// B * H_kv), with the heads in groups of `group_heads` (the backward's order). No mask:
+/// key tile = blockIdx.x, so the blocks running together share one head's Q and dO in L2.
+/// Causal: inside a group the key tile is the SLOW index of the linear block number, counted
+/// up: the first key tiles (seen by the most query tiles) start first, longest first within
+/// the group, and the blocks running together are the key tiles of a few heads, which read
+/// the same Q, dO and dQ rows. group_heads = B * H_kv (kv_block_coordinates) puts every
+/// head in one group: all heads' first key tiles first, every running block on a different
+/// head, none of them sharing a byte in L2 (the tensor-core steps pass
+/// causal_group_heads(key tiles, ...) instead). Either way block (kv_tile - 1, bhk) has a
+/// lower linear number than block (kv_tile, bhk): the deterministic backward's blocks wait
+/// for their left neighbour only.
+__device__ __forceinline__ void grouped_kv_block_coordinates(bool causal, int group_heads, int& kv_tile, int& bhk) {
   if (!causal) {
     kv_tile = static_cast<int>(blockIdx.x);
     bhk = static_cast<int>(blockIdx.y);
     return;
   }
   const long long linear = static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x;
-  kv_tile = static_cast<int>(linear / gridDim.y);
-  bhk = static_cast<int>(linear % gridDim.y);
+  const GroupedTile g =
+      grouped_causal_tile(linear, static_cast<int>(gridDim.x), static_cast<int>(gridDim.y), group_heads);
+  kv_tile = g.rank;  // rank 0: key tile 0, which the most query tiles see
+  bhk = g.head;
+}
+
+/// grouped_kv_block_coordinates with every head in one group (the fp32 flash backward).
+__device__ __forceinline__ void kv_block_coordinates(bool causal, int& kv_tile, int& bhk) {
+  grouped_kv_block_coordinates(causal, static_cast<int>(gridDim.y), kv_tile, bhk);
 }
 
 /// The fields of a kernel parameter block that every attention step fills the same way:
