@@ -76,12 +76,13 @@
 ///     tc_pipelined's TFLOP/s at d = 128 (>= 1.0x FlashAttention-2 everywhere, about 0.6-0.7x
 ///     FlashAttention-3's backward), 1.0-1.2x at d = 64 (softmax per FLOP doubles; dQ's product
 ///     and atomics fall on warpgroup 0 alone).
-///   Measured (results: attn_bwd_bf16/solution/tc_wgmma/B1_H16_N16384_d128): 394.9 TFLOP/s
-///   Outcome (H100, m04_bench, one run): 1.40-1.47x tc_pipelined at d = 128, 1.31-1.38x at
-///     d = 64; causal 1.10-1.38x, except d = 128 at N = 1024 and 2048 (0.98-0.99x: a block of
-///     few query tiles, its K/V load and dK/dV store exposed -- our reading, not profiled).
-///     Beside PyTorch (one compare_torch.py run, H100): 1.02-1.33x FlashAttention-2's
-///     backward, 0.96x at d = 128 causal N = 2048; 0.52-0.77x cuDNN's.
+///   Measured (results: attn_bwd_bf16/solution/tc_wgmma/B1_H16_N16384_d128): 400.5 TFLOP/s
+///   Outcome (H100, m04_bench, one run): 1.36-1.50x tc_pipelined at d = 128, 1.32-1.40x at
+///     d = 64; causal 1.23-1.45x. Beside PyTorch (one compare_torch.py run, H100): 1.17-1.36x
+///     FlashAttention-2's backward at every shape, 0.66-0.82x cuDNN's. Causal blocks go in
+///     head groups (m03::grouped_kv_block_coordinates): with every head's first key tile
+///     first, the running blocks shared no Q, dO or dQ row in L2, and d = 128 causal
+///     N <= 2048 ran at 0.98-0.99x tc_pipelined (0.96x FlashAttention-2 at N = 2048).
 ///
 /// Steps tc_wgmma_deterministic and tc_wgmma_split_dq (DqOrder::turns, DqOrder::split_copies):
 ///   tc_wgmma's pass with dQ's additions in a fixed order, the two ways of the mma.sync ladder:
@@ -94,10 +95,13 @@
 ///     tc_split_dq (1.02-1.10x) to tc_pipelined, unless the hand-off (which does not shrink
 ///     with the faster tile) or the copies' HBM traffic (which no longer hides behind slower
 ///     products) costs more.
-///   Outcome (H100, m04_bench, one run; time ratio to tc_wgmma): turns 1.17-1.23x at d = 128
-///     (0.98-1.21x causal), 1.16-1.31x at d = 64 (1.10-1.29x causal) -- 1.24-1.29x and
-///     1.36-1.45x in an earlier run with the release right after the adds; copies 1.40-1.50x
-///     at d = 128, 1.18-1.30x at d = 64. ncu (d = 128, N = 8192, B = 2): the
+///   Outcome (H100, m04_bench, one run; time ratio to tc_wgmma): turns 1.18-1.22x at d = 128
+///     (1.15-1.37x causal), 1.17-1.31x at d = 64 (1.25-1.37x causal) -- 1.24-1.29x and
+///     1.36-1.45x in an earlier run with the release right after the adds; copies 1.44-1.51x
+///     at d = 128, 1.19-1.31x at d = 64. The causal ratios are higher than before the head
+///     groups (0.98-1.21x and 1.10-1.29x for the turn): tc_wgmma got faster there; the turn
+///     steps keep one group, their chain of dQ turns per head waits when its tiles run side by
+///     side. ncu (d = 128, N = 8192, B = 2): the
 ///     copies move 12.2 GB in and 8.7 GB out of HBM (L2 hits 49%) where tc_wgmma moves 0.48
 ///     and 0.30 GB (96%): each block sweeps its own 4 MB copy once per K/V tile, and the 128
 ///     live copies do not fit L2, while tc_wgmma's 64 blocks of a head add to the same rows
