@@ -66,13 +66,14 @@ struct Phases {
     (void)dp, (void)pt, (void)d_row;
   }
 
-  /// TODO 3a: wait until *turn == kv_tile (K/V blocks add to a query tile's dQ in index
-  /// order); every thread of the block must leave only after the turn has come.
-  __device__ __forceinline__ static void wait_dq_turn(int* turn, int kv_tile) { (void)turn, (void)kv_tile; }
+  /// TODO 3a: wait until *turn == place, this block's place in the query tile's fixed order
+  /// of dQ additions (the kernel computes it: the K/V tile index without the mask); every
+  /// thread of the block must leave only after the turn has come.
+  __device__ __forceinline__ static void wait_dq_turn(int* turn, int place) { (void)turn, (void)place; }
 
-  /// TODO 3b: once every warp of the block has issued its additions, set *turn = kv_tile + 1
-  /// so that the next K/V block may add (make the additions visible before the counter).
-  __device__ __forceinline__ static void pass_dq_turn(int* turn, int kv_tile) { (void)turn, (void)kv_tile; }
+  /// TODO 3b: once every warp of the block has issued its additions, set *turn = place + 1
+  /// so that the next block in the order may add (make the additions visible before the counter).
+  __device__ __forceinline__ static void pass_dq_turn(int* turn, int place) { (void)turn, (void)place; }
 
   // Step tc_wgmma: issue the wgmma of one product (no fence, commit or wait: the kernel does
   // those). Tiles are in the 128-byte-swizzle layout (cuda::Sw128Geom in course/cuda/tile.cuh):

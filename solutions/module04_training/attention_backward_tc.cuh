@@ -181,12 +181,9 @@ inline Params make_params(AttentionBackwardStep step, const AttentionBackwardArg
   p.splits = static_cast<int>(splits);
   p.kv_tiles = static_cast<int>((a.seq_k + m04::kTcBackwardKeyTile - 1) / m04::kTcBackwardKeyTile);
   // Causal: groups of heads holding about two waves of blocks, their key tiles longest first
-  // (module 3's forward does the same with its query tiles). The turn steps keep all heads
-  // in one group: one head's K/V tiles add dQ in tile order, and a group's tiles of one head
-  // started side by side would wait for each other down that chain.
-  p.group_heads = m04::orders_dq(step) ? static_cast<int>(a.batch * a.kv_heads)
-                                       : m03::causal_group_heads(p.kv_tiles, a.batch * a.kv_heads,
-                                                                 m04::tc_backward_block_slots());
+  // (module 3's forward does the same with its query tiles); the turn steps run them
+  // shortest first (dq_turn_rank says why).
+  p.group_heads = m03::causal_group_heads(p.kv_tiles, a.batch * a.kv_heads, m04::tc_backward_block_slots());
   p.scale = m04::effective_scale(a);
   p.scale_log2 = p.scale * kLog2e;
   return p;
@@ -443,6 +440,31 @@ __device__ __forceinline__ int first_query_tile(const Params& p, int kv0) {
   return first_row <= 0 ? 0 : first_row / Cfg::kBlockM;
 }
 
+/// The turn steps' place of K/V tile `kv_tile` in the order of query tile `q_tile`'s dQ
+/// additions (the value wait_dq_turn waits for; the counters start at 0).
+///  - No mask: K/V tile order. Every block walks the query tiles from the first, so they
+///    arrive together and tile kv_tile adds after kv_tile - 1 (a lower block number).
+///  - Causal: the other way round, from the LAST K/V tile that reaches q_tile down to 0.
+///    Block kv_tile starts at its diagonal, first_query_tile(kv_tile) = 2 kv_tile (without
+///    an offset): the higher its K/V tile, the sooner it reaches a given query tile, so
+///    this is the order in which the blocks arrive, and none waits once they are running.
+///    In K/V tile order, tile kv_tile waited at its very first query tile for tile 0, which
+///    reaches that tile 2 kv_tile tiles later. The grid runs these blocks shortest first
+///    (backward_kernel), so the block a turn waits for, kv_tile + 1, has the lower number.
+/// Query tile q_tile's rows see keys below reach = (q_tile + 1) kBlockM + causal_offset;
+/// key tile j visits it iff j kBlockN < reach, so the last one is ceil(reach / kBlockN) - 1.
+template <bool kCausal>
+__device__ __forceinline__ int dq_turn_rank(const Params& p, int kv_tile, int q_tile) {
+  if constexpr (!kCausal) {
+    return kv_tile;
+  } else {
+    constexpr int kQ = m04::kTcBackwardQTile, kK = m04::kTcBackwardKeyTile;
+    const int reach = (q_tile + 1) * kQ + p.causal_offset;  // > 0: kv_tile visits q_tile
+    const int last = min(p.kv_tiles - 1, (reach + kK - 1) / kK - 1);
+    return last - kv_tile;
+  }
+}
+
 // ============================================================================
 // The kernels.
 
@@ -534,9 +556,10 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
     float* dq_head = dq_acc + static_cast<std::int64_t>(b * p.heads + h) * p.seq_q * Cfg::D;
     if constexpr (Cfg::kOrderedDq) {
       int* turn = p.turn + static_cast<std::int64_t>(b * p.heads + h) * p.q_tiles + tile_of(it);
-      Phases::wait_dq_turn(turn, kv_tile);
+      const int rank = dq_turn_rank<kCausal>(p, kv_tile, tile_of(it));
+      Phases::wait_dq_turn(turn, rank);
       add_dq<Cfg>(dq, dq_head, q0, p.seq_q, wm, wn);
-      Phases::pass_dq_turn(turn, kv_tile);
+      Phases::pass_dq_turn(turn, rank);
     } else {
       add_dq<Cfg, Cfg::kSplitDq && kSplitDqPlainAdds>(dq, dq_head, q0, p.seq_q, wm, wn);
     }
@@ -585,6 +608,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) backward_kernel(const Params
   } else {
     int kv_tile, bhk;
     m03::grouped_kv_block_coordinates(kCausal, p.group_heads, kv_tile, bhk);  // causal: longest first per group
+    // tc_deterministic, causal: shortest first, so that each block's predecessor in its
+    // query tiles' dQ order (dq_turn_rank: the next K/V tile) started before it.
+    if constexpr (kCausal && Cfg::kOrderedDq) kv_tile = p.kv_tiles - 1 - kv_tile;
     kv_tile_pass<Cfg, kCausal, Phases>(p, smem, kv_tile, bhk / p.kv_heads, bhk % p.kv_heads, p.dq_acc);
   }
 }

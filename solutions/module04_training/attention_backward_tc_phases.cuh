@@ -52,15 +52,16 @@ struct Phases {
       for (int e = 0; e < 4; ++e) dp[j][e] = pt[j][e] * (dp[j][e] - d_row[8 * j + 2 * t + (e & 1)]);
   }
 
-  /// tc_deterministic: block `kv_tile` waits until the counter of its query tile says it is
-  /// its turn (K/V tiles 0, 1, 2, ... in order): course/cuda/turns.cuh, which the fp32
-  /// flash_deterministic step uses too. One thread polls with acquire loads; the barrier
-  /// then holds every warp until the turn has come.
-  __device__ __forceinline__ static void wait_dq_turn(int* turn, int kv_tile) { cuda::wait_turn(turn, kv_tile); }
+  /// tc_deterministic: the block waits until the counter of its query tile reads `place`,
+  /// its place in that tile's order of additions (dq_turn_rank: 0, 1, 2, ... by K/V tile
+  /// without the mask, from the last K/V tile down with it): course/cuda/turns.cuh, which
+  /// the fp32 flash_deterministic step uses too. One thread polls with acquire loads; the
+  /// barrier then holds every warp until the turn has come.
+  __device__ __forceinline__ static void wait_dq_turn(int* turn, int place) { cuda::wait_turn(turn, place); }
 
-  /// Hands the turn to K/V tile kv_tile + 1 once every warp's additions are issued: the
-  /// barrier orders them before thread 0's release store, which the next block acquires.
-  __device__ __forceinline__ static void pass_dq_turn(int* turn, int kv_tile) { cuda::pass_turn(turn, kv_tile); }
+  /// Hands the turn to place + 1 once every warp's additions are issued: the barrier orders
+  /// them before thread 0's release store, which the next block acquires.
+  __device__ __forceinline__ static void pass_dq_turn(int* turn, int place) { cuda::pass_turn(turn, place); }
 
   // ---- step tc_wgmma: the three warpgroup products (attention_backward_tc_wgmma.cuh). Each
   // only issues its wgmmas; the kernel fences, commits and waits. Tiles are in the 128-byte-

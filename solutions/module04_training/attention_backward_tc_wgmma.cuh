@@ -352,6 +352,7 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
   // tc_wgmma_deterministic: the turn this block still has to hand on (thread 0's release,
   // deferred past the next tile's first products; null: none).
   int* turn_to_pass = nullptr;
+  int rank_to_pass = 0;  // its place in that query tile's order (dq_turn_rank)
 
   for (int it = 0; it < iterations; ++it) {
     const int stage = it % W::kStages;
@@ -380,7 +381,7 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
       // Hand on the last tile's turn now: the barrier that opened this tile ordered every
       // thread's adds before it, and the release store's wait for them (the storing warp
       // stalls until L2 has acknowledged the adds) overlaps the two products just issued.
-      if (turn_to_pass != nullptr) cuda::release_turn(turn_to_pass, kv_tile);
+      if (turn_to_pass != nullptr) cuda::release_turn(turn_to_pass, rank_to_pass);
       turn_to_pass = nullptr;
     }
     cuda::wgmma_wait<1>();  // S^T has landed; dP^T may still be on its way
@@ -432,18 +433,20 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
       }
       // The poll for the turn runs while dQ's product is on the tensor cores.
       int* turn = p.turn + static_cast<std::int64_t>(b * p.heads + h) * p.q_tiles + q_tile;
-      Phases::wait_dq_turn(turn, kv_tile);
+      const int rank = dq_turn_rank<kCausal>(p, kv_tile, q_tile);
+      Phases::wait_dq_turn(turn, rank);
       cuda::wgmma_wait<0>();
       if (adds_dq)
         add_dq<W>(dq, dq_acc + static_cast<std::int64_t>(b * p.heads + h) * p.seq_q * W::D, q0, p.seq_q, warp, wg);
       turn_to_pass = turn;
+      rank_to_pass = rank;
     }
     advance(h, q_tile);
   }
   cuda::cp_async_wait<0>();
   if constexpr (kOrder == DqOrder::turns) {
     __syncthreads();  // the last tile's adds, before its hand-on (no next tile's barrier to do it)
-    if (turn_to_pass != nullptr) cuda::release_turn(turn_to_pass, kv_tile);
+    if (turn_to_pass != nullptr) cuda::release_turn(turn_to_pass, rank_to_pass);
   }
 
   // ---- dK = scale * sum dS^T Q, dV = sum P^T dO over the group's query heads: the
@@ -471,9 +474,11 @@ __global__ void __launch_bounds__(W::kThreads, 1) wgmma_backward_kernel(const Pa
     });
   } else {
     int kv_tile, bhk;
-    // Causal: longest first within groups of heads. Either way block (kv_tile - 1, bhk) has
-    // the lower linear number, so tc_wgmma_deterministic's turns wait for a started block only.
+    // Causal: longest first within groups of heads; tc_wgmma_deterministic shortest first, so
+    // that the block its turns wait for (dq_turn_rank: kv_tile + 1 causal, kv_tile - 1 not)
+    // always has the lower linear number and has started.
     m03::grouped_kv_block_coordinates(kCausal, p.group_heads, kv_tile, bhk);
+    if constexpr (kCausal && kOrder == DqOrder::turns) kv_tile = p.kv_tiles - 1 - kv_tile;
     kv_tile_pass<W, kCausal, kOrder, Phases>(p, smem, t, kv_tile, bhk / p.kv_heads, bhk % p.kv_heads, p.dq_acc);
   }
 #else
