@@ -13,7 +13,8 @@
 ///   tc_pipelined      + XOR-swizzled tiles (conflict-free ldmatrix) and a 2-stage cp.async ring
 ///                     for the next query tile's Q, dO, lse and D.
 ///   tc_deterministic  + dQ added in K/V-tile order: a counter per (batch, head, query tile)
-///                     admits the K/V blocks one at a time, in index order.
+///                     admits the K/V blocks one at a time, in index order (causal: from the
+///                     last K/V tile down, the order they reach the query tile, dq_turn_rank).
 ///   tc_split_dq       tc_pipelined where each block owns a fixed list of K/V tiles (a split)
 ///                     and adds dQ into its own fp32 copy; the conversion sums the copies in
 ///                     index order (deterministic with no hand-off; see "Step tc_split_dq").
@@ -594,7 +595,7 @@ __device__ __forceinline__ void walk_split_tiles(const Params& p, Pass&& pass) {
 }
 
 /// The main kernel, one block per K/V tile of one kv head (tc_mma, tc_pipelined,
-/// tc_deterministic: grid (key tiles, B * H_kv), order kv_block_coordinates) or per split
+/// tc_deterministic: grid (key tiles, B * H_kv), order m03::grouped_kv_block_coordinates) or per split
 /// (tc_split_dq: grid (S, B * H_kv), block (s, bhk) walks the K/V tiles m04::tc_split_dq_tile
 /// deals it, in rounds, with its own dQ copy s).
 template <class Cfg, bool kCausal, class Phases>

@@ -98,10 +98,11 @@
 ///   Outcome (H100, m04_bench, one run; time ratio to tc_wgmma): turns 1.18-1.22x at d = 128
 ///     (1.15-1.37x causal), 1.17-1.31x at d = 64 (1.25-1.37x causal) -- 1.24-1.29x and
 ///     1.36-1.45x in an earlier run with the release right after the adds; copies 1.44-1.51x
-///     at d = 128, 1.19-1.31x at d = 64. The causal ratios are higher than before the head
-///     groups (0.98-1.21x and 1.10-1.29x for the turn): tc_wgmma got faster there; the turn
-///     steps keep one group, their chain of dQ turns per head waits when its tiles run side by
-///     side. ncu (d = 128, N = 8192, B = 2): the
+///     at d = 128, 1.19-1.31x at d = 64 (causal: the turn's order then was K/V-tile order).
+///     Causal, the turn now adds from the last K/V tile down, the order in which the blocks
+///     reach a query tile (dq_turn_rank), and runs its tiles shortest first in head groups:
+///     one compare_torch.py run (H100) after that change, 1.05-1.15x tc_wgmma's time causal,
+///     1.02-1.20x FlashAttention-2 (0.91-1.17x before). ncu (d = 128, N = 8192, B = 2): the
 ///     copies move 12.2 GB in and 8.7 GB out of HBM (L2 hits 49%) where tc_wgmma moves 0.48
 ///     and 0.30 GB (96%): each block sweeps its own 4 MB copy once per K/V tile, and the 128
 ///     live copies do not fit L2, while tc_wgmma's 64 blocks of a head add to the same rows
@@ -419,7 +420,8 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
         cuda::wgmma_wait<0>();  // dV, dK
       }
     } else {
-      // tc_wgmma_deterministic: K/V tile kv_tile adds after kv_tile - 1 (tc_deterministic's
+      // tc_wgmma_deterministic: the block adds at its place in the query tile's order
+      // (dq_turn_rank: after kv_tile - 1, causal after kv_tile + 1; tc_deterministic's
       // counter and wait phase). The wait holds a block barrier, so every thread makes it,
       // outside the warpgroup condition; at d = 128 both warpgroups add (a compile-time
       // true, which keeps the d = 128 code as straight as above: no spills). The hand-on

@@ -68,8 +68,9 @@ __device__ __forceinline__ void grouped_tile_coordinates(bool causal, long long 
 /// head in one group: all heads' first key tiles first, every running block on a different
 /// head, none of them sharing a byte in L2 (the tensor-core steps pass
 /// causal_group_heads(key tiles, ...) instead). Either way block (kv_tile - 1, bhk) has a
-/// lower linear number than block (kv_tile, bhk): the deterministic backward's blocks wait
-/// for their left neighbour only.
+/// lower linear number than block (kv_tile, bhk): the fp32 deterministic backward's blocks
+/// wait for their left neighbour only. (Module 4's tensor-core turn steps run the key tiles
+/// the other way round, and add in that order too: attention_backward_tc.cuh, dq_turn_rank.)
 __device__ __forceinline__ void grouped_kv_block_coordinates(bool causal, int group_heads, int& kv_tile, int& bhk) {
   if (!causal) {
     kv_tile = static_cast<int>(blockIdx.x);
