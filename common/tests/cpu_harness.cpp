@@ -7,10 +7,12 @@
 #include "course/random.hpp"
 #include "course/tensor.hpp"
 #include "course/testing.hpp"
+#include "course/validate.hpp"
 #include "cpu_test_util.hpp"
 
 #include <cmath>
 #include <limits>
+#include <ostream>
 #include <string>
 
 namespace {
@@ -264,6 +266,36 @@ TEST(Errors, RequireArgNamesTheArgumentAndValue) {
   EXPECT_INVALID_ARGUMENT(course::require_arg(false, "f", "flag", true, "must be false"), "'flag' = true");
   // Every course exception is a course::Error (one catch for all of them).
   EXPECT_THROW(course::require_arg(false, "f", "x", 1, "bad"), course::Error);
+}
+
+/// A piece of a message that counts how often it is printed.
+struct CountedPiece {
+  int* prints;
+  friend std::ostream& operator<<(std::ostream& os, const CountedPiece& p) {
+    ++*p.prints;
+    return os << "piece";
+  }
+};
+
+TEST(Errors, MessagesAreFormattedOnlyWhenACheckFails) {
+  // Validation runs before every launch: a passing check must not build its text.
+  int prints = 0;
+  const CountedPiece piece{&prints};
+  course::require_arg(true, "f", course::validate::msg("name ", piece), 1, course::validate::msg("rule ", piece));
+  course::require_not_null(&prints, "f", course::validate::msg("ptr ", piece));
+  course::require_aligned(&prints, alignof(int), "f", course::validate::msg("ptr ", piece));
+  EXPECT_EQ(prints, 0);
+  // A failing one prints every piece, name and rule, into the message.
+  EXPECT_INVALID_ARGUMENT(course::require_arg(false, "f", course::validate::msg("tensors[", 3, "].n"), 7,
+                                              course::validate::msg("must be < ", 4, " (", piece, ")")),
+                          "f: argument 'tensors[3].n' = 7: must be < 4 (piece)");
+  EXPECT_EQ(prints, 1);
+  // A const char* value is text, not an address.
+  EXPECT_INVALID_ARGUMENT(course::require_arg(false, "f", "step", static_cast<const char*>("warp_per_row"), "bad"),
+                          "'step' = warp_per_row: bad");
+  // A Msg kept beyond its statement holds copies of its pieces.
+  const auto kept = course::validate::msg("step ", std::string("tc_wgmma"), " of ", 2);
+  EXPECT_EQ(kept.str(), "step tc_wgmma of 2");
 }
 
 TEST(Errors, NotImplementedNamesTheFile) {
