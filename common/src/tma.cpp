@@ -2,6 +2,7 @@
 #include "course/tma.hpp"
 
 #include "course/error.hpp"
+#include "course/validate.hpp"
 
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled_v12000
 #include <cuda_runtime_api.h>
@@ -68,16 +69,15 @@ CUtensorMap make_tma_map_bf16(const void* base, int rank, const std::int64_t* di
   cuuint64_t g_dims[5], g_strides[4];
   cuuint32_t g_box[5], element_strides[5];
   for (int i = 0; i < rank; ++i) {
-    const std::string di = "dims[" + std::to_string(i) + "]", bi = "box[" + std::to_string(i) + "]";
-    require_arg(dims[i] >= 1 && dims[i] <= (std::int64_t{1} << 32), fn, di.c_str(), dims[i], "must be in [1, 2^32]");
-    require_arg(box[i] >= 1 && box[i] <= 256, fn, bi.c_str(), box[i], "must be in [1, 256]");
+    require_arg(dims[i] >= 1 && dims[i] <= (std::int64_t{1} << 32), fn, validate::msg("dims[", i, "]"), dims[i],
+                "must be in [1, 2^32]");
+    require_arg(box[i] >= 1 && box[i] <= 256, fn, validate::msg("box[", i, "]"), box[i], "must be in [1, 256]");
     g_dims[i] = static_cast<cuuint64_t>(dims[i]);
     g_box[i] = static_cast<cuuint32_t>(box[i]);
     element_strides[i] = 1;
     if (i > 0) {
-      const std::string si = "strides[" + std::to_string(i - 1) + "]";
       require_arg(strides[i - 1] > 0 && strides[i - 1] % 8 == 0 && strides[i - 1] < (std::int64_t{1} << 39), fn,
-                  si.c_str(), strides[i - 1],
+                  validate::msg("strides[", i - 1, "]"), strides[i - 1],
                   "must be a positive multiple of 8 elements below 2^39 (TMA strides are multiples of 16 bytes)");
       g_strides[i - 1] = static_cast<cuuint64_t>(strides[i - 1]) * 2;
     }

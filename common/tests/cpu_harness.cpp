@@ -290,6 +290,10 @@ TEST(Errors, MessagesAreFormattedOnlyWhenACheckFails) {
                                               course::validate::msg("must be < ", 4, " (", piece, ")")),
                           "f: argument 'tensors[3].n' = 7: must be < 4 (piece)");
   EXPECT_EQ(prints, 1);
+  // A checked char pointer is an address, never read as text; a bool piece reads true.
+  alignas(16) char text[16] = "not an address";
+  EXPECT_INVALID_ARGUMENT(course::require_aligned(text + 1, 16, "f", "p"), "'p' = 0x");
+  EXPECT_INVALID_ARGUMENT(course::require_arg(false, "f", "x", 1, course::validate::msg("flag ", true)), "flag true");
   // A const char* value is text, not an address.
   EXPECT_INVALID_ARGUMENT(course::require_arg(false, "f", "step", static_cast<const char*>("warp_per_row"), "bad"),
                           "'step' = warp_per_row: bad");

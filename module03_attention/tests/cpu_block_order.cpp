@@ -63,7 +63,9 @@ TEST(BlockOrder, GroupsHoldAboutTwoWaves) {
       const int g = causal_group_heads(tiles, heads, 132);
       EXPECT_GE(g, 1);
       EXPECT_LE(g, heads);
-      if (g < heads) EXPECT_GE(g * tiles, 2 * 132) << tiles << " tiles, " << heads << " heads";
+      if (g < heads) {
+        EXPECT_GE(g * tiles, 2 * 132) << tiles << " tiles, " << heads << " heads";
+      }
     }
 }
 

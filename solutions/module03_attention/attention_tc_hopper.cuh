@@ -77,10 +77,11 @@ namespace course::solution::attn_tc_hopper {
 namespace cc = ::course::cuda;
 using namespace ::course::solution::attn_tc;  // TcParams, block order, masks, bf16 packing (attention_tc_device.cuh)
 
-/// Throws course::Unsupported unless wgmma can run here.
+/// Throws course::Unsupported unless wgmma can run here (`step`: the step's name, "attention
+/// step " is put before it only then).
 inline void require_sm90a(const char* step) {
   if (!cc::sm90a_code_available())
-    throw Unsupported(step,
+    throw Unsupported(std::string("attention step ") + step,
                       "a Hopper GPU (compute capability 9.0) and a build for sm_90a "
                       "(CMAKE_CUDA_ARCHITECTURES=90a; wgmma, the TMA and setmaxnreg are not in plain sm_90)");
 }
@@ -1114,7 +1115,7 @@ void launch(const AttentionArgsBf16& a, const TcParams& p) {
 /// `Phases`: the solution's (attention_tc_hopper_phases.cuh) or the exercise's.
 template <class Phases>
 void run_step(m03::AttentionStep step, const AttentionArgsBf16& a) {
-  require_sm90a((std::string("attention step ") + m03::step_name(step)).c_str());
+  require_sm90a(m03::step_name(step));
   const TcParams p = make_tc_params(a);
   cc::dispatch_value<m03::kHopperHeadDims>(a.head_dim, "head_dim", [&](auto d) {
     constexpr int D = decltype(d)::value;

@@ -101,7 +101,7 @@
 ///     at d = 128, 1.19-1.31x at d = 64 (causal: the turn's order then was K/V-tile order).
 ///     Causal, the turn now adds from the last K/V tile down, the order in which the blocks
 ///     reach a query tile (dq_turn_rank), and runs its tiles shortest first in head groups:
-///     one compare_torch.py run (H100) after that change, 1.05-1.15x tc_wgmma's time causal,
+///     one compare_torch.py run (H100) after that change, 1.05-1.16x tc_wgmma's time causal,
 ///     1.02-1.20x FlashAttention-2 (0.91-1.17x before). ncu (d = 128, N = 8192, B = 2): the
 ///     copies move 12.2 GB in and 8.7 GB out of HBM (L2 hits 49%) where tc_wgmma moves 0.48
 ///     and 0.30 GB (96%): each block sweeps its own 4 MB copy once per K/V tile, and the 128

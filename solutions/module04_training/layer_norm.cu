@@ -368,7 +368,8 @@ void launch_vectorized(const LayerNormArgs& a) {
 // kernel's time, >= 0.9 of the d2d_copy row (which pays the same launch).
 // Measured (results: layer_norm/solution/pipelined/{16384x384_bf16,16384x768_bf16,16384x768_f32}): 1426.9 / 1992.4 / 2367.5 GB/s = 0.98 / 0.94 / 0.94 of d2d_copy
 // Outcome (ncu, H100): kernel 10.5 / 16.8 / 32.9 us against step 3's 11.0 / 18.4 / 33.0 (a
-// separate run): 5-9% faster in bf16, even in fp32; the copy kernel takes 9.0 us at 384 bf16.
+// separate run): 5-9% faster in bf16, even in fp32. The prediction is missed: the copy kernel
+// takes 9.0 us at 384 bf16, 17% less.
 // ============================================================================
 template <class T, int kFixedC>
 __global__ void __launch_bounds__(kRowThreads)

@@ -100,7 +100,10 @@ class Msg {
     return os.str();
   }
   friend std::ostream& operator<<(std::ostream& os, const Msg& m) {
+    const auto flags = os.flags();
+    os << std::boolalpha;  // a bool piece reads true / false, as require_arg's value does
     std::apply([&os](const auto&... p) { (os << ... << p); }, m.parts_);
+    os.flags(flags);
     return os;
   }
 
@@ -122,7 +125,7 @@ void require_arg(bool ok, const char* fn, const Name& name, const T& value, cons
 /// Throws InvalidArgument unless `ptr` is non-null.
 template <class T, class Name>
 void require_not_null(const T* ptr, const char* fn, const Name& name) {
-  require_arg(ptr != nullptr, fn, name, ptr, "must not be null");
+  require_arg(ptr != nullptr, fn, name, static_cast<const void*>(ptr), "must not be null");
 }
 
 /// Throws InvalidArgument unless `ptr` is aligned to `bytes`.
@@ -132,7 +135,7 @@ void require_aligned(const T* ptr, std::size_t bytes, const char* fn, const Name
   if (addr % bytes == 0) return;
   std::ostringstream req;
   req << "must be aligned to " << bytes << " bytes";
-  require_arg(false, fn, name, ptr, req.str().c_str());
+  require_arg(false, fn, name, static_cast<const void*>(ptr), req.str().c_str());
 }
 
 }  // namespace course

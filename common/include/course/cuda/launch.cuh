@@ -105,6 +105,7 @@ int one_wave_blocks(int threads, int smem_bytes = 0) {
 /// resident warps, 4096 warps take 4 rows each, where 5280 would leave 10% of the warps a
 /// 4th row to run alone.
 inline unsigned balanced_blocks(std::int64_t items, int workers_per_block, int resident_blocks) {
+  if (items <= 0) return 1;  // nothing to share: one block that finds no item
   const std::int64_t resident = static_cast<std::int64_t>(resident_blocks) * workers_per_block;
   const std::int64_t per_worker = (items + resident - 1) / resident;
   const std::int64_t workers = (items + per_worker - 1) / per_worker;

@@ -15,7 +15,9 @@
 /// Why it cannot deadlock: a block only ever waits for a block with a LOWER linear block
 /// number (the turn before its own), and the GPU starts blocks in increasing linear order,
 /// so the block it waits for is running or done. The caller's grid must keep that property
-/// (module03/attention_blocks.cuh: kv_block_coordinates does).
+/// (module03/attention_blocks.cuh: kv_block_coordinates and grouped_kv_block_coordinates do;
+/// module 4's causal turn steps reverse both the key tiles and the order of the turns,
+/// attention_backward_tc.cuh: dq_turn_rank).
 ///
 /// Both calls contain __syncthreads(): every thread of the block must make them.
 
