@@ -156,4 +156,39 @@ TEST(TcSplitDqPlan, WorkspaceUsesTheLaunchesSplitCount) {
   EXPECT_EQ(m04::tc_split_dq_plan(a), 1);
 }
 
+/// The turn steps' order of dQ additions (tc_dq_turn_place) against the blocks' causal walk
+/// (tc_first_query_tile), on every shape up to 1300 x 1300 in steps of 7 (every causal offset,
+/// positive and negative, and partial tiles at both ends): the key tiles that visit a query
+/// tile are 0 .. last with no gap, their places are exactly 0 .. count - 1, and each block
+/// waits for key tile j + 1, which the kernels start first (shortest first). Without the mask
+/// the place is the key tile itself.
+TEST(TcTurnOrder, CausalPlacesFollowTheArrivalsAndWaitOnlyForTheNextKeyTile) {
+  const int kQ = m04::kTcBackwardQTile, kK = m04::kTcBackwardKeyTile;
+  for (int seq_q = 1; seq_q <= 1300; seq_q += 7) {
+    for (int seq_k = 1; seq_k <= 1300; seq_k += 7) {
+      const int q_tiles = (seq_q + kQ - 1) / kQ, kv_tiles = (seq_k + kK - 1) / kK, offset = seq_k - seq_q;
+      for (int q = 0; q < q_tiles; ++q) {
+        std::vector<int> visitors;
+        for (int j = 0; j < kv_tiles; ++j)
+          if (m04::tc_first_query_tile(true, j * kK, offset) <= q) visitors.push_back(j);
+        for (std::size_t i = 0; i < visitors.size(); ++i)
+          ASSERT_EQ(visitors[i], static_cast<int>(i)) << "seq_q " << seq_q << ", seq_k " << seq_k << ", query tile " << q;
+        const int count = static_cast<int>(visitors.size());
+        for (int j = 0; j < count; ++j) {
+          const int place = m04::tc_dq_turn_place(true, j, q, kv_tiles, offset);
+          ASSERT_EQ(place, count - 1 - j) << "seq_q " << seq_q << ", seq_k " << seq_k << ", query tile " << q
+                                          << ", key tile " << j;
+          // The block a turn waits for (place - 1) is key tile j + 1, which arrives first:
+          // from its own diagonal it needs fewer steps to reach q.
+          if (place > 0) {
+            ASSERT_LE(q - m04::tc_first_query_tile(true, (j + 1) * kK, offset), q - m04::tc_first_query_tile(true, j * kK, offset));
+          }
+        }
+      }
+      ASSERT_EQ(m04::tc_dq_turn_place(false, 3, 0, kv_tiles, offset), 3);
+      ASSERT_EQ(m04::tc_first_query_tile(false, 5 * kK, offset), 0);
+    }
+  }
+}
+
 }  // namespace

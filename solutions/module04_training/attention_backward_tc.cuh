@@ -183,7 +183,7 @@ inline Params make_params(AttentionBackwardStep step, const AttentionBackwardArg
   p.kv_tiles = static_cast<int>((a.seq_k + m04::kTcBackwardKeyTile - 1) / m04::kTcBackwardKeyTile);
   // Causal: groups of heads holding about two waves of blocks, their key tiles longest first
   // (module 3's forward does the same with its query tiles); the turn steps run them
-  // shortest first (dq_turn_rank says why).
+  // shortest first (m04::tc_dq_turn_place says why).
   p.group_heads = m03::causal_group_heads(p.kv_tiles, a.batch * a.kv_heads, m04::tc_backward_block_slots());
   p.scale = m04::effective_scale(a);
   p.scale_log2 = p.scale * kLog2e;
@@ -432,38 +432,19 @@ __device__ __forceinline__ void store_rows(const float (&acc)[Cfg::kDTiles][4], 
   }
 }
 
-/// First query tile a key tile [kv0, kv0 + kBlockN) needs: causal, the first row that sees
-/// key kv0 is kv0 - causal_offset.
+/// First query tile a key tile [kv0, kv0 + kBlockN) needs (m04::tc_first_query_tile).
 template <class Cfg, bool kCausal>
 __device__ __forceinline__ int first_query_tile(const Params& p, int kv0) {
-  if (!kCausal) return 0;
-  const int first_row = kv0 - p.causal_offset;
-  return first_row <= 0 ? 0 : first_row / Cfg::kBlockM;
+  static_assert(Cfg::kBlockM == m04::kTcBackwardQTile, "the host's query tile");
+  return m04::tc_first_query_tile(kCausal, kv0, p.causal_offset);
 }
 
 /// The turn steps' place of K/V tile `kv_tile` in the order of query tile `q_tile`'s dQ
-/// additions (the value wait_dq_turn waits for; the counters start at 0).
-///  - No mask: K/V tile order. Every block walks the query tiles from the first, so they
-///    arrive together and tile kv_tile adds after kv_tile - 1 (a lower block number).
-///  - Causal: the other way round, from the LAST K/V tile that reaches q_tile down to 0.
-///    Block kv_tile starts at its diagonal, first_query_tile(kv_tile) = 2 kv_tile (without
-///    an offset): the higher its K/V tile, the sooner it reaches a given query tile, so
-///    this is the order in which the blocks arrive, and none waits once they are running.
-///    In K/V tile order, tile kv_tile waited at its very first query tile for tile 0, which
-///    reaches that tile 2 kv_tile tiles later. The grid runs these blocks shortest first
-///    (backward_kernel), so the block a turn waits for, kv_tile + 1, has the lower number.
-/// Query tile q_tile's rows see keys below reach = (q_tile + 1) kBlockM + causal_offset;
-/// key tile j visits it iff j kBlockN < reach, so the last one is ceil(reach / kBlockN) - 1.
+/// additions (m04::tc_dq_turn_place: K/V tile order without the mask; causal, from the last
+/// K/V tile that reaches q_tile down to 0, the order in which the blocks arrive there).
 template <bool kCausal>
 __device__ __forceinline__ int dq_turn_rank(const Params& p, int kv_tile, int q_tile) {
-  if constexpr (!kCausal) {
-    return kv_tile;
-  } else {
-    constexpr int kQ = m04::kTcBackwardQTile, kK = m04::kTcBackwardKeyTile;
-    const int reach = (q_tile + 1) * kQ + p.causal_offset;  // > 0: kv_tile visits q_tile
-    const int last = min(p.kv_tiles - 1, (reach + kK - 1) / kK - 1);
-    return last - kv_tile;
-  }
+  return m04::tc_dq_turn_place(kCausal, kv_tile, q_tile, p.kv_tiles, p.causal_offset);
 }
 
 // ============================================================================

@@ -70,7 +70,8 @@ __device__ __forceinline__ void grouped_tile_coordinates(bool causal, long long 
 /// causal_group_heads(key tiles, ...) instead). Either way block (kv_tile - 1, bhk) has a
 /// lower linear number than block (kv_tile, bhk): the fp32 deterministic backward's blocks
 /// wait for their left neighbour only. (Module 4's tensor-core turn steps run the key tiles
-/// the other way round, and add in that order too: attention_backward_tc.cuh, dq_turn_rank.)
+/// the other way round, and add in that order too: module04/attention_backward.hpp,
+/// tc_dq_turn_place.)
 __device__ __forceinline__ void grouped_kv_block_coordinates(bool causal, int group_heads, int& kv_tile, int& bhk) {
   if (!causal) {
     kv_tile = static_cast<int>(blockIdx.x);

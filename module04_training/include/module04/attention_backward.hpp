@@ -442,6 +442,37 @@ constexpr std::int64_t tc_split_dq_tile(std::int64_t split, std::int64_t round, 
   return round * splits + (round % 2 == 0 ? split : splits - 1 - split);
 }
 
+/// The first query tile a tensor-core backward block visits, its key tile starting at key
+/// `first_key`: causal, the first query row that sees that key is first_key - causal_offset,
+/// and the block walks from that row's tile to the last; without the mask, tile 0. Called by
+/// the kernels as well (constexpr).
+constexpr int tc_first_query_tile(bool causal, int first_key, int causal_offset) {
+  if (!causal) return 0;
+  const int first_row = first_key - causal_offset;
+  return first_row <= 0 ? 0 : first_row / kTcBackwardQTile;
+}
+
+/// The turn steps' (orders_dq) place of key tile `kv_tile` in the order of query tile
+/// `q_tile`'s dQ additions: the value the block's turn waits for (the counters start at 0).
+///  - No mask: key tile order. Every block walks the query tiles from the first, so they
+///    arrive together, and tile kv_tile adds after kv_tile - 1, a lower block number.
+///  - Causal: from the LAST key tile that reaches q_tile down to 0. A block starts at its
+///    diagonal (tc_first_query_tile: query tile 2 kv_tile without an offset), so the higher
+///    its key tile, the sooner it reaches a given query tile: this is the order in which the
+///    blocks arrive. The kernels run these steps' key tiles shortest first, so the block a
+///    turn waits for, kv_tile + 1, has the lower block number.
+/// Query tile q_tile's rows see the keys below reach = (q_tile + 1) * kTcBackwardQTile +
+/// causal_offset, and key tile j visits it iff j * kTcBackwardKeyTile < reach: the last one
+/// is ceil(reach / kTcBackwardKeyTile) - 1 (at most kv_tiles - 1). A CPU test
+/// (tests/cpu_attention_backward_split.cpp) checks both rules on every shape up to 1300.
+/// Called by the kernels as well (constexpr).
+constexpr int tc_dq_turn_place(bool causal, int kv_tile, int q_tile, int kv_tiles, int causal_offset) {
+  if (!causal) return kv_tile;
+  const int reach = (q_tile + 1) * kTcBackwardQTile + causal_offset;  // > 0 where kv_tile visits q_tile
+  const int last = (reach + kTcBackwardKeyTile - 1) / kTcBackwardKeyTile - 1;
+  return (last < kv_tiles - 1 ? last : kv_tiles - 1) - kv_tile;
+}
+
 /// Resident blocks of the tensor-core backward kernel on the current device (SMs *
 /// kTcBackwardBlocksPerSm; kTcSplitDqFallbackSms where no device answers).
 inline std::int64_t tc_backward_block_slots() {

@@ -17,7 +17,7 @@
 /// so the block it waits for is running or done. The caller's grid must keep that property
 /// (module03/attention_blocks.cuh: kv_block_coordinates and grouped_kv_block_coordinates do;
 /// module 4's causal turn steps reverse both the key tiles and the order of the turns,
-/// attention_backward_tc.cuh: dq_turn_rank).
+/// module04/attention_backward.hpp: tc_dq_turn_place).
 ///
 /// Both calls contain __syncthreads(): every thread of the block must make them.
 
