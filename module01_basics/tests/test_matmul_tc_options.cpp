@@ -150,11 +150,13 @@ TEST_P(MatmulTcOptionsTest, SplitKProducts) {
 /// Grids with more tiles than SMs, for the persistent steps (persistent, cluster_multicast,
 /// pingpong; the others report SKIPPED): every block walks several tiles, and pingpong's two
 /// consumers take several turns each (585 tiles of 128 x 128 for ~132 blocks: 4-5 each).
-/// K = 200 is 4 slabs, the last partial, against a 6-stage ring: a consumer's ring
+/// K = 200 is 4 slabs, the last partial, against a 5-stage ring (pingpong; 6 in steps 4-6): a consumer's ring
 /// position wraps at a different stage from one tile to the next. A plain product, the
 /// forward layer (B transposed, bias + GELU, bf16 out) and dW (A transposed, accumulate).
-/// Then the other ring strides of pingpong's Ring::skip, with several tiles per block:
-/// K = 384 (6 slabs = the ring: skip lands on the same stage, phase flipped), K = 800 (13
+/// The K = 384 layer with a residual, then with it in place in a bf16 C (bias too): the
+/// GPT's projection, where pingpong's staged epilogue loads each tile of C before its main
+/// loop, on alternating phases of a consumer's residual barrier. Then the other ring strides of pingpong's Ring::skip, with several tiles per block:
+/// K = 384 (6 slabs: 1.2 passes of pingpong's 5-stage ring), K = 800 (13
 /// slabs: the ring wraps twice or three times per skip; 297 tiles of 128 x 128, 2-3 per
 /// block) and K = 40 (one partial slab per tile).
 /// Last, a dW-like product (A transposed, accumulate) where split-K is allowed (fp32 C, fewer
@@ -178,6 +180,10 @@ TEST_P(MatmulTcOptionsTest, ManyTilesPerBlock) {
   ring_wrap.m = 4100, ring_wrap.n = 1032, ring_wrap.k = 384;
   ring_wrap.b_transposed = ring_wrap.residual = true;
   check(ring_wrap, ++salt);
+  OptionCase in_place = ring_wrap;  // the same, the residual stream updated in place (X += H W^T + b):
+  in_place.residual_in_place = true;  // pingpong's staged epilogue loads C's tile, several per consumer
+  in_place.bf16_out = in_place.bias = true;
+  check(in_place, ++salt);
   OptionCase long_k;  // K = 800, both operands transposed
   long_k.m = 4100, long_k.n = 1032, long_k.k = 800;
   long_k.a_transposed = long_k.b_transposed = true;

@@ -5,7 +5,8 @@
 ///   5. persistent            one block per SM walks the tiles: next loads overlap this epilogue
 ///   6. cluster_multicast     2-block clusters; each B tile read once from L2, multicast to both
 ///   7. pingpong              each consumer warpgroup owns a 128 x 128 tile; the two take turns on
-///                            the tensor cores, one's epilogue under the other's main loop
+///                            the tensor cores, one's epilogue under the other's main loop; a bf16
+///                            C leaves through a staging tile and TMA stores
 ///
 /// Steps 3-6 compute the same 128 x 256 tile of C per block, as two warpgroups of 64 x 256
 /// (wgmma m64n256k16: 128 fp32 accumulators per thread), over K in slabs of 64 (step 7:
@@ -30,6 +31,7 @@
 #include "course/cuda/hopper_ptx.cuh"
 #include "course/cuda/launch.cuh"
 #include "course/cuda/mma_ptx.cuh"
+#include "course/cuda/tile.cuh"
 #include "course/device.hpp"
 #include "course/error.hpp"
 #include "course/tma.hpp"
@@ -40,6 +42,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 // A build for "80;90a" also compiles this file for sm_80, where every kernel body below is
 // compiled out (wgmma, TMA and setmaxnreg need sm_90a) and the helpers they call are left
@@ -756,7 +759,7 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
 //    128 fp32 accumulators per thread. N = 384 and 1152 are multiples of 128: no waste.
 //  * The block's tiles (the persistent schedule, grouped order, now over 128 x 128 tiles)
 //    are dealt alternately: tile t of the block's walk to consumer t % 2.
-//  * One ring of kStages = 6 stages of 32 KB (A [128 m][64 k] + B [64 k][128 n]). The
+//  * One ring of kStages = 6 stages (5 since the staged epilogue, below) of 32 KB (A [128 m][64 k] + B [64 k][128 n]). The
 //    producer loads every tile's slabs in walk order, exactly as before; a consumer waits
 //    only for its own tiles' slabs and SKIPS the other's: after a tile of the other
 //    consumer it advances its ring position by k_tiles at once (Ring::skip: stage +=
@@ -780,8 +783,8 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
 //  * Only one consumer issues at a time, so draining every slab (wait_group 0, steps 4-6)
 //    would leave the tensor cores idle between slabs: a consumer keeps one slab in flight
 //    (wait_group 1) and releases the stage of the slab before.
-// The epilogue is steps 4-6's (store_warp_rows, tc_parts::Epilogue: every option), and the
-// tensor maps are theirs (the B box for a transposed B is already [128 n][64 k]; a plain B
+// The epilogue was steps 4-6's (store_warp_rows, tc_parts::Epilogue: every option; a bf16 C
+// now takes the staged epilogue, below), and the tensor maps are theirs (the B box for a transposed B is already [128 n][64 k]; a plain B
 // is two [64 k][64 n] boxes instead of four).
 // Prediction (linear_bf16, speed / cuBLAS on an H100: cuBLAS time over this step's time):
 //   fwd 16384x1152x384 ~0.85 (0.75-0.95); fc+GELU 16384x1536x384 ~0.8 (0.7-0.9);
@@ -818,21 +821,62 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
 // plus three serialized adds of a 128 x 128 tile); the other products unchanged.
 // Outcome (H100, one m01_bench run): dW 0.81 of cublas_gemmex (was 0.47), inside the
 // prediction; dX 0.89, the forward products 0.48-0.83 as before the split.
+// The staged epilogue (bf16 C). Measured first (H100, fwd 16384x1152x384, globaltimer
+// stamps of two blocks' consumers): a consumer's main loop took 4.0 us, its epilogue 8-10 us
+// (7.6 us even as plain fp32 stores from registers), so the other consumer's main loop hid
+// under less than half of it. ncu: 17.8 M instructions against cuBLAS's 3.2 M, ~3.9 k per
+// warp per tile, issued by one warp per scheduler, each waiting on the one before
+// (store_warp_rows re-tests every option per value in a rolled loop). Changes:
+//  * staged_pass: the accumulator pairs plus bias (then GELU, then the residual) rounded to
+//    bf16 straight into a 32 KB staging tile per consumer, in the 128-byte-swizzle layout,
+//    unrolled, the options template flags: ~5 instructions per pair.
+//  * store_staged_tile: fence.proxy.async, the consumer's barrier, and two TMA stores
+//    (tma_store_2d, [128 rows][64 columns] boxes) that run on while the consumer takes its
+//    next turn; the staging tile is reused once they have read it (bulk_wait_group_read).
+//  * A residual in place (C += ...) comes in by a TMA load of C's tile into the staging
+//    tile, issued when the consumer's turn begins, completing on its residual barrier.
+//  * GELU with the SFU's tanh (gelu_tanh_approx): 128 inlined tanhf would outgrow the
+//    instruction cache; its error is far below the bf16 rounding that follows.
+//  * The ring drops from 6 to 5 stages to make room (5 x 32 + 2 x 32 KB).
+//  Only for bf16 C that TMA can store (staged_epilogue_applies); fp32 C, accumulate and
+//  split-K keep store_warp_rows. The first fuzz run failed 9 of 512 cases, all with N % 8 != 0
+//  in a padded C whose ldc is a multiple of 8 (the checker poisons the padding); with N % 8 == 0
+//  required, 515 of 515 pass. Not isolated further.
+// Prediction: the epilogue from ~9 to ~1-2 us, under the other's 4 us main loop, so a tile
+//   every ~4 us instead of ~6.5: fwd, proj+residual and dX to ~0.85-0.95 of cuBLAS; fc+GELU
+//   less (a second pass and store for pre_gelu); dW unchanged (fp32, accumulate).
+// Outcome (H100, one m01_bench run, of cublas_gemmex; before in brackets): fwd 0.78 (0.60),
+//   fc+GELU 0.58 (0.47), proj+residual 0.88 (0.56), dX 0.97 (0.83), dW 0.75 (0.76, unchanged).
+//   Stamps after: epilogue 3.4-4.6 us for fwd (not 1-2: the bias loads and the wait for the
+//   TMA's read are in it), 6.5-7.5 us for fc+GELU (two passes, two stores), the main loop
+//   still 4.0 us, and its last slab completes 30 ns after it is issued: the six slabs wait
+//   on their data, 32 KB per 0.66 us, ~48 GB/s per SM. A 128 x 128 tile moves 192 KB of
+//   L2 -> shared traffic at K = 384; cuBLAS's 192 x 192 tiles in 2-block clusters moved 163 MB
+//   to this kernel's 233 MB (ncu, before the change; the loads are the same). Multicasting B across a 2-block cluster (step 6's trick)
+//   would cut a quarter of it; not built.
 // ============================================================================
 namespace pingpong {
 constexpr int kTN = 128;                                       // a consumer's tile: 128 x 128
 constexpr std::uint32_t kBTileBytes = kBK * kTN * 2;           // 16 KB: two [64 k][64 n] blocks
 constexpr std::uint32_t kStageBytes = kABytes + kBTileBytes;   // 32 KB per stage
-constexpr int kStages = 6;
+constexpr int kStages = 5;
 constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
 constexpr int kProducerRegisters = 40;
 constexpr int kConsumerRegisters = 232;
-constexpr int kBarrierBytes = 2 * kStages * 8;
-constexpr int kSmemBytes = kStages * static_cast<int>(kStageBytes) + kBarrierBytes + kPatchBytes + 1024;
+constexpr std::uint32_t kStagingBytes = kBM * kTN * 2;  // 32 KB: a consumer's 128 x 128 tile in bf16
+constexpr int kBarrierBytes = 2 * kStages * 8 + 2 * 8;  // full and empty per stage, a residual barrier per consumer
+/// Stages, then each consumer's staging tile (which store_warp_rows' patches reuse when the
+/// epilogue is not staged), then the barriers, and the 1 KB alignment slack.
+constexpr int kSmemBytes = kStages * static_cast<int>(kStageBytes) + 2 * static_cast<int>(kStagingBytes) +
+                           kBarrierBytes + 1024;
+static_assert(kPatchBytes <= 2 * static_cast<int>(kStagingBytes), "the patches live in the staging tiles");
+static_assert(kSmemBytes <= 227 * 1024, "more shared memory than a Hopper block may have");
 /// Named barriers: kTurnBarrier + c is consumer c's turn (0 is __syncthreads'), kSplitBarrier
-/// + c gathers consumer c's 128 threads around a split-K turn.
+/// + c gathers consumer c's 128 threads around a split-K turn, kStagingBarrier + c around
+/// its staging tile.
 constexpr int kTurnBarrier = 1;
 constexpr int kSplitBarrier = 3;
+constexpr int kStagingBarrier = 5;
 
 /// A position in the ring, shared by the producer's walk and each consumer's view of it.
 struct Ring {
@@ -893,16 +937,111 @@ __device__ __forceinline__ void pass_turn(int cw) {
   // @end
 }
 
+/// A consumer's staging tile: [128 rows][128 columns] of bf16 as two [128][64] blocks of
+/// 128-byte rows, 16-byte chunk q of row r at q ^ (r % 8) -- the layout SWIZZLE_128B TMA
+/// copies read (stores) and write (loads). A warp's step of staged_pass (rows g and g + 8,
+/// the 4-byte pair t of chunk j for g = 0..7) lands on 8 different chunks: no bank conflicts.
+using StagingGeom = cc::Sw128Geom<kTN, kBM>;
+
+/// Which values a staged pass writes: the pre-GELU tile, or the output C.
+enum class StagedValues { pre_gelu, output };
+
+/// One pass of the staged epilogue over a consumer's 128 x 128 tile: every accumulator pair
+/// (acc0 rows 0-63, acc1 rows 64-127, fragment layout as in store_warpgroup_tile) plus its
+/// bias pair, then for the output GELU and the residual (read from the staging tile where
+/// the consumer's TMA load put it), rounded to bf16 and written to the staging tile.
+/// Unrolled over the 64 pairs, the options template flags: ~5 instructions per pair, where
+/// store_warp_rows' rolled loop spends ~40 re-testing every option per value. Column-pair
+/// outer: each bias pair is loaded once and used for the thread's 4 rows (a preloaded
+/// tile of bias pairs would not fit beside the 128 accumulators).
+template <StagedValues kValues, bool kGelu, bool kResidual>
+__device__ __forceinline__ void staged_pass(const float (&acc0)[64], const float (&acc1)[64], const Epilogue& epilogue,
+                                            unsigned char* staging, int n0) {
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const int col = n0 + 8 * j + 2 * t;
+    float2 bias = make_float2(0.f, 0.f);
+    if (epilogue.bias != nullptr) {
+      if (col < epilogue.n) bias.x = __ldg(epilogue.bias + col);
+      if (col + 1 < epilogue.n) bias.y = __ldg(epilogue.bias + col + 1);
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float(&acc)[64] = half == 0 ? acc0 : acc1;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = 64 * half + 16 * warp + g + 8 * h;
+        std::uint32_t* pair = reinterpret_cast<std::uint32_t*>(staging + StagingGeom::offset(r, j) + 4 * t);
+        float v0 = acc[4 * j + 2 * h] + bias.x, v1 = acc[4 * j + 2 * h + 1] + bias.y;
+        if constexpr (kValues == StagedValues::output) {
+          if constexpr (kGelu) v0 = cc::gelu_tanh_approx(v0), v1 = cc::gelu_tanh_approx(v1);
+          if constexpr (kResidual) {
+            const float2 res = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(pair));
+            v0 += res.x, v1 += res.y;
+          }
+        }
+        *pair = cc::pack_bf16x2(v0, v1);
+      }
+    }
+  }
+}
+
+/// Hands a written staging tile to the TMA: every writer's fence, the consumer's barrier,
+/// then its first thread stores the two [128][64] blocks at (row0, n0) of `tmap` and commits.
+__device__ __forceinline__ void store_staged_tile(const CUtensorMap* tmap, std::uint32_t staging, int cw, int row0,
+                                                  int n0) {
+  cc::fence_proxy_async_smem();
+  cc::named_barrier_sync(kStagingBarrier + cw, 128);
+  if (threadIdx.x % 128 == 0) {
+    cc::tma_store_2d(tmap, staging, n0, row0);
+    cc::tma_store_2d(tmap, staging + kBM * 128, n0 + 64, row0);
+    cc::bulk_commit_group();
+  }
+}
+
+/// Waits (the consumer's first thread, then its barrier) until the last TMA stores from the
+/// staging tile have read it.
+__device__ __forceinline__ void wait_staging_free(int cw) {
+  if (threadIdx.x % 128 == 0) cc::bulk_wait_group_read<0>();
+  cc::named_barrier_sync(kStagingBarrier + cw, 128);
+}
+
+/// The staged epilogue of a consumer's tile (bf16 C; launch_layout says when): one pass per output (pre_gelu first when asked, through the
+/// same staging tile once its stores have read it), each handed to TMA stores that run on
+/// while the consumer takes its next turn. With a residual (in place: C += ...) the tile of
+/// C was loaded into the staging tile at the start of the tile (residual_bar).
+template <bool kGelu, bool kResidual>
+__device__ __forceinline__ void staged_epilogue(const float (&acc0)[64], const float (&acc1)[64],
+                                                const Epilogue& epilogue, const CUtensorMap* tmap_c,
+                                                const CUtensorMap* tmap_pre, unsigned char* staging_ptr,
+                                                std::uint32_t staging, std::uint32_t residual_bar,
+                                                std::uint32_t parity, int cw, int row0, int n0) {
+  if (kResidual) cc::mbarrier_wait(residual_bar, parity);  // C's old tile is in the staging tile
+  else wait_staging_free(cw);
+  if (kGelu && epilogue.pre_gelu != nullptr) {
+    staged_pass<StagedValues::pre_gelu, false, false>(acc0, acc1, epilogue, staging_ptr, n0);
+    store_staged_tile(tmap_pre, staging, cw, row0, n0);
+    wait_staging_free(cw);
+  }
+  staged_pass<StagedValues::output, kGelu, kResidual>(acc0, acc1, epilogue, staging_ptr, n0);
+  store_staged_tile(tmap_c, staging, cw, row0, n0);
+}
+
 template <bool kATrans, bool kBTrans>
 __global__ void __launch_bounds__(kThreads, 1)
     matmul_tc_pingpong_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
-                              const Epilogue epilogue, int K, int tiles_m, int tiles_n, int splits, int per_split,
-                              int* __restrict__ turns) {
+                              const __grid_constant__ CUtensorMap tmap_c, const __grid_constant__ CUtensorMap tmap_pre,
+                              const Epilogue epilogue, int staged, int K, int tiles_m, int tiles_n, int splits,
+                              int per_split, int* __restrict__ turns) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const std::uint32_t smem = aligned_smem_base(smem_raw);
-  const std::uint32_t full_bar = smem + kStages * kStageBytes;  // full[s] at full_bar + 8 s
-  const std::uint32_t empty_bar = full_bar + kStages * 8;      // empty[s] at empty_bar + 8 s
+  const std::uint32_t staging0 = smem + kStages * kStageBytes;         // consumer c's at staging0 + c * 32 KB
+  const std::uint32_t full_bar = staging0 + 2 * kStagingBytes;         // full[s] at full_bar + 8 s
+  const std::uint32_t empty_bar = full_bar + kStages * 8;              // empty[s] at empty_bar + 8 s
+  const std::uint32_t residual_bar0 = empty_bar + kStages * 8;         // consumer c's at + 8 c
   const int wg = threadIdx.x / 128;
   const int k_tiles = (K + kBK - 1) / kBK;
 
@@ -911,6 +1050,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       cc::mbarrier_init(full_bar + 8 * s, 1);   // the producer's arrive (+ bytes)
       cc::mbarrier_init(empty_bar + 8 * s, 1);  // the one consumer of the slab
     }
+    cc::mbarrier_init(residual_bar0, 1);  // a consumer's first thread (+ its tile of C)
+    cc::mbarrier_init(residual_bar0 + 8, 1);
     cc::fence_barrier_init();
     cc::tma_prefetch_descriptor(&tmap_a);
     cc::tma_prefetch_descriptor(&tmap_b);
@@ -952,13 +1093,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     // ---- Consumers: consumer cw computes tiles cw, cw + 2, ... of the block's walk.
     cc::setmaxnreg_inc<kConsumerRegisters>();
     const int cw = wg - 1;
-    float* patch = reinterpret_cast<float*>(smem_raw + (smem - cc::smem_u32(smem_raw)) + kStages * kStageBytes +
-                                            kBarrierBytes) +
+    const std::uint32_t staging = staging0 + cw * kStagingBytes, residual_bar = residual_bar0 + 8 * cw;
+    unsigned char* staging_ptr = smem_raw + (staging - cc::smem_u32(smem_raw));
+    float* patch = reinterpret_cast<float*>(smem_raw + (staging0 - cc::smem_u32(smem_raw))) +
                    (threadIdx.x / 32 - 4) * 16 * 40;  // this consumer warp's patch (store_warp_rows)
     const auto release = [&](int stage) {
       if (threadIdx.x % 128 == 0) cc::mbarrier_arrive(empty_bar + 8 * stage);
     };
     float acc0[64], acc1[64];
+    std::uint32_t own = 0;  // tiles this consumer has computed: the residual barrier's phase
     for (int t = 0; schedule.take(tile_m, tile_n); ++t) {
       // @step pingpong  (the exercise deals the tiles and takes turns)
       if (t % 2 != cw) {
@@ -967,6 +1110,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       if (t > 0) wait_turn(cw);  // the consumer of tile t - 1 has issued its main loop
       // @end
+      const int row0 = tile_m * kBM, n0 = tile_n * kTN;
+      // Staged with a residual: C's tile comes into the staging tile (once the last tile's
+      // stores have read it) while the main loop runs.
+      if (staged && epilogue.residual != nullptr && threadIdx.x % 128 == 0) {
+        cc::bulk_wait_group_read<0>();
+        cc::mbarrier_arrive_expect_tx(residual_bar, kStagingBytes);
+        cc::tma_load_2d(staging, &tmap_c, residual_bar, n0, row0);
+        cc::tma_load_2d(staging + kBM * 128, &tmap_c, residual_bar, n0 + 64, row0);
+      }
       int held = 0;  // the stage of the slab still in flight
       for (int kt = schedule.kt_begin; kt < schedule.kt_end; ++kt, ring.advance()) {
         const bool first = kt == schedule.kt_begin;
@@ -988,8 +1140,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       release(held);
       // A later split of K waits for its tile's turn (its 128 threads, not the other
       // consumer's: that one may be in its main loop) and adds its partial product.
-      const int row0 = tile_m * kBM, n0 = tile_n * kTN;
-      if (schedule.split > 0) {
+      if (staged) {
+        const std::uint32_t parity = own & 1u;
+        const auto finish = [&](auto gelu, auto residual) {
+          staged_epilogue<decltype(gelu)::value, decltype(residual)::value>(
+              acc0, acc1, epilogue, &tmap_c, &tmap_pre, staging_ptr, staging, residual_bar, parity, cw, row0, n0);
+        };
+        using yes = std::true_type;
+        using no = std::false_type;
+        if (epilogue.residual != nullptr) epilogue.gelu ? finish(yes{}, yes{}) : finish(no{}, yes{});
+        else epilogue.gelu ? finish(yes{}, no{}) : finish(no{}, no{});
+      } else if (schedule.split > 0) {
         if (threadIdx.x % 128 == 0) wait_split_turn(turns, schedule.tile, schedule.split);
         cc::named_barrier_sync(kSplitBarrier + cw, 128);
         const Epilogue later = epilogue.later_split();
@@ -1007,13 +1168,31 @@ __global__ void __launch_bounds__(kThreads, 1)
         cc::named_barrier_sync(kSplitBarrier + cw, 128);
         if (threadIdx.x % 128 == 0) pass_split_turn(turns, schedule.tile, schedule.split);
       }
+      ++own;
     }
+    if (threadIdx.x % 128 == 0) cc::bulk_wait_group<0>();  // the last TMA stores are done before the block ends
   }
 #else
-  (void)tmap_a, (void)tmap_b, (void)epilogue, (void)K, (void)tiles_m, (void)tiles_n, (void)splits, (void)per_split,
-      (void)turns;
+  (void)tmap_a, (void)tmap_b, (void)tmap_c, (void)tmap_pre, (void)epilogue, (void)staged, (void)K, (void)tiles_m,
+      (void)tiles_n, (void)splits, (void)per_split, (void)turns;
   __trap();  // never launched: the host checks sm90a_code_available() first
 #endif
+}
+
+/// Whether a launch takes the staged epilogue: a bf16 C (so no accumulate and no split-K,
+/// which want fp32) that TMA can store -- 16-byte aligned, rows a multiple of 16 bytes apart,
+/// and N a multiple of 8 (the fuzz test caught TMA stores writing the rest of a row's last
+/// 16-byte chunk, past N, into the padding of a wider C) --
+/// with pre_gelu likewise (it has C's leading dimension), and a residual only in place
+/// (C += ...: the residual is C's own tile, loaded through C's map into the staging tile, so
+/// not beside pre_gelu, whose pass would overwrite it). Anything else takes
+/// store_warp_rows, as steps 4-6 do.
+bool staged_epilogue_applies(const TcMatmulArgs& a) {
+  const auto aligned16 = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  const m01::TcEpilogue& e = a.epilogue;
+  return a.c_bf16 != nullptr && !e.accumulate && aligned16(a.c_bf16) && a.ldc % 8 == 0 && a.n % 8 == 0 &&
+         (e.pre_gelu == nullptr || (aligned16(e.pre_gelu) && e.residual == nullptr)) &&
+         (e.residual == nullptr || (e.residual == a.c_bf16 && e.ldr == a.ldc));
 }
 
 /// Launches the ping-pong kernel, one block per SM (at most one per work unit: a tile, or
@@ -1042,8 +1221,18 @@ void launch_layout(const TcMatmulArgs& a, const char* step) {
   const int blocks = std::min(tiles * plan.splits, sms * per_sm);
   // This launch's own turn counters (stream order: tc_parts::zeroed_turns), freed after it.
   int* turns = plan.splits > 1 ? zeroed_turns(tiles, a.stream) : nullptr;
-  kernel<<<blocks, kThreads, kSmemBytes, a.stream>>>(map_a, map_b, Epilogue::from(a), static_cast<int>(a.k), tiles_m,
-                                                      tiles_n, plan.splits, plan.slabs, turns);
+  // The staged epilogue's maps: C (and pre_gelu) in [128 rows][64 columns] boxes, the
+  // staging tile's two halves. Unused (zeros) when the epilogue is not staged.
+  const bool staged = plan.splits == 1 && staged_epilogue_applies(a);
+  CUtensorMap map_c{}, map_pre{};
+  if (staged) {
+    map_c = make_tma_map_bf16_2d(a.c_bf16, a.m, a.n, a.ldc, kBM, 64, TmaSwizzle::bytes128);
+    if (a.epilogue.pre_gelu != nullptr)
+      map_pre = make_tma_map_bf16_2d(a.epilogue.pre_gelu, a.m, a.n, a.ldc, kBM, 64, TmaSwizzle::bytes128);
+  }
+  kernel<<<blocks, kThreads, kSmemBytes, a.stream>>>(map_a, map_b, map_c, map_pre, Epilogue::from(a),
+                                                      staged ? 1 : 0, static_cast<int>(a.k), tiles_m, tiles_n,
+                                                      plan.splits, plan.slabs, turns);
   free_turns(turns, a.stream);
   COURSE_CHECK_LAUNCH("matmul_tc_pingpong_kernel");
 }

@@ -21,7 +21,7 @@
 /// hosts check sm90a_code_available() (or the compute capability) before launching.
 ///
 /// Used by (solutions/, and the exercises/ file of the same name where there is one):
-/// - module 1: matmul_tc_hopper.cu (TMA 2-D copies and multicast, mbarrier ring, clusters,
+/// - module 1: matmul_tc_hopper.cu (TMA 2-D copies, multicast and stores, mbarrier ring, clusters,
 ///   setmaxnreg); tests/planted/matmul_tc_planted.cu
 /// - module 2: batched_gemm_tensor_core.cu (wgmma: fence_proxy_async_smem, sm90a_code_available)
 /// - module 3: attention_tc_hopper.cuh, attention_tc_hopper_phases.cuh and the exercise's
@@ -189,6 +189,50 @@ __device__ __forceinline__ void tma_load_2d_multicast(std::uint32_t dst, const v
 #else
   (void)dst, (void)tmap, (void)bar, (void)x, (void)y, (void)cta_mask;
   __trap();
+#endif
+}
+
+/// The other direction of tma_load_2d (`cp.async.bulk.tensor.2d.global.shared::cta.bulk_group`):
+/// one TMA copy of the box at shared-memory address `src`, laid out as the map's swizzle
+/// says, to (x, y) of the tensor; box elements outside the tensor are not written. Issued by
+/// one thread after every thread that wrote the box has run fence_proxy_async_smem
+/// (mma_ptx.cuh) and met it at a barrier. Asynchronous: bulk_commit_group closes a group of
+/// stores, bulk_wait_group_read<0> waits until they have read shared memory (before it is
+/// written again, or the block exits), bulk_wait_group<0> until their writes are done.
+__device__ __forceinline__ void tma_store_2d(const void* tmap, std::uint32_t src, int x, int y) {
+#if COURSE_SM90_PTX
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(tmap), "r"(src),
+               "r"(x), "r"(y)
+               : "memory");
+#else
+  (void)tmap, (void)src, (void)x, (void)y;
+  __trap();
+#endif
+}
+
+/// `cp.async.bulk.commit_group;` -- closes the group of this thread's bulk stores issued since
+/// the last commit.
+__device__ __forceinline__ void bulk_commit_group() {
+#if COURSE_SM90_PTX
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+
+/// `cp.async.bulk.wait_group.read N;` -- waits until at most N of this thread's committed
+/// bulk-store groups have still to read their shared memory.
+template <int N>
+__device__ __forceinline__ void bulk_wait_group_read() {
+#if COURSE_SM90_PTX
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+/// `cp.async.bulk.wait_group N;` -- waits until at most N of this thread's committed
+/// bulk-store groups are incomplete (their global writes included).
+template <int N>
+__device__ __forceinline__ void bulk_wait_group() {
+#if COURSE_SM90_PTX
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }
 
