@@ -76,10 +76,10 @@
 ///     tc_pipelined's TFLOP/s at d = 128 (>= 1.0x FlashAttention-2 everywhere, about 0.6-0.7x
 ///     FlashAttention-3's backward), 1.0-1.2x at d = 64 (softmax per FLOP doubles; dQ's product
 ///     and atomics fall on warpgroup 0 alone).
-///   Measured (results: attn_bwd_bf16/solution/tc_wgmma/B1_H16_N16384_d128): 400.5 TFLOP/s
-///   Outcome (H100, m04_bench, one run): 1.36-1.50x tc_pipelined at d = 128, 1.32-1.40x at
-///     d = 64; causal 1.23-1.45x. Beside PyTorch (one compare_torch.py run, H100): 1.17-1.36x
-///     FlashAttention-2's backward at every shape, 0.66-0.82x cuDNN's. Causal blocks go in
+///   Measured (results: attn_bwd_bf16/solution/tc_wgmma/B1_H16_N16384_d128): 394.9 TFLOP/s
+///   Outcome (H100, m04_bench, one run): 1.36-1.48x tc_pipelined at d = 128, 1.32-1.39x at
+///     d = 64; causal 1.26-1.44x. Beside PyTorch (one compare_torch.py run, H100): 1.17-1.33x
+///     FlashAttention-2's backward at every shape, 0.68-0.82x cuDNN's. Causal blocks go in
 ///     head groups (m03::grouped_kv_block_coordinates): with every head's first key tile
 ///     first, the running blocks shared no Q, dO or dQ row in L2, and d = 128 causal
 ///     N <= 2048 ran at 0.98-0.99x tc_pipelined (0.96x FlashAttention-2 at N = 2048).
@@ -100,15 +100,18 @@
 ///     1.36-1.45x in an earlier run with the release right after the adds; copies 1.44-1.51x
 ///     at d = 128, 1.19-1.31x at d = 64 (causal: the turn's order then was K/V-tile order).
 ///     Causal, the turn now adds from the last K/V tile down, the order in which the blocks
-///     reach a query tile (dq_turn_rank), and runs its tiles shortest first in head groups:
-///     one compare_torch.py run (H100) after that change, 1.05-1.16x tc_wgmma's time causal,
+///     reach a query tile (dq_turn_rank), and runs its tiles shortest first in head groups.
+///     After that change (H100, the results page's run of every step): m04_bench, turns
+///     1.17-1.21x tc_wgmma's time at d = 128 (1.08-1.27x causal), 1.17-1.30x at d = 64
+///     (1.08-1.16x causal); copies 1.43-1.51x at d = 128 (1.30-1.47x causal), 1.19-1.30x at
+///     d = 64 (1.07-1.25x causal); compare_torch.py, the turn causal 1.06-1.16x tc_wgmma's time,
 ///     1.02-1.20x FlashAttention-2 (0.91-1.17x before). ncu (d = 128, N = 8192, B = 2): the
 ///     copies move 12.2 GB in and 8.7 GB out of HBM (L2 hits 49%) where tc_wgmma moves 0.48
 ///     and 0.30 GB (96%): each block sweeps its own 4 MB copy once per K/V tile, and the 128
 ///     live copies do not fit L2, while tc_wgmma's 64 blocks of a head add to the same rows
-///     together. The turn is the better deterministic step at d = 128 and long d = 64, the
-///     copies at short causal d = 64; the better of the two runs 0.95-1.21x
-///     FlashAttention-2's backward (lesson, section 5).
+///     together. The turn is the better deterministic step at 17 of 20 shapes, the copies at
+///     d = 64 N <= 2048 without the mask and causal N = 1024; the better of the two runs
+///     0.94-1.20x FlashAttention-2's backward (lesson, section 5).
 ///
 /// Why the block is two warpgroups and not three (FlashAttention-3 adds a producer
 /// warpgroup): without the TMA every thread copies, so a third warpgroup would only be a
