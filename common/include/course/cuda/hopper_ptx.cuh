@@ -194,7 +194,11 @@ __device__ __forceinline__ void tma_load_2d_multicast(std::uint32_t dst, const v
 
 /// The other direction of tma_load_2d (`cp.async.bulk.tensor.2d.global.shared::cta.bulk_group`):
 /// one TMA copy of the box at shared-memory address `src`, laid out as the map's swizzle
-/// says, to (x, y) of the tensor; box elements outside the tensor are not written. Issued by
+/// says, to (x, y) of the tensor. Box rows past the tensor's last row are not written, but
+/// each row is written on to the next 16-byte boundary past the last column (measured on an
+/// H100 with the 128-byte swizzle: a bf16 tensor of 7 or 127 columns got one element more per
+/// row, of 100 columns four): keep the row length a multiple of 16 bytes where the elements
+/// past it matter (module 1's staged epilogue requires N % 8 == 0). Issued by
 /// one thread after every thread that wrote the box has run fence_proxy_async_smem
 /// (mma_ptx.cuh) and met it at a barrier. Asynchronous: bulk_commit_group closes a group of
 /// stores, bulk_wait_group_read<0> waits until they have read shared memory (before it is
