@@ -192,9 +192,9 @@ __device__ __forceinline__ void tma_load_2d_multicast(std::uint32_t dst, const v
 #endif
 }
 
-/// The other direction of tma_load_2d (`cp.async.bulk.tensor.2d.global.shared::cta.bulk_group`):
-/// one TMA copy of the box at shared-memory address `src`, laid out as the map's swizzle
-/// says, to (x, y) of the tensor. Box rows past the tensor's last row are not written, but
+/// The PTX instruction cp.async.bulk.tensor, 2-D, shared memory to global, completing in a
+/// bulk group -- the other direction of tma_load_2d: one TMA copy of the box at shared-memory
+/// address `src`, laid out as the map's swizzle says, to (x, y) of the tensor. Box rows past the tensor's last row are not written, but
 /// each row is written on to the next 16-byte boundary past the last column (measured on an
 /// H100 with the 128-byte swizzle: a bf16 tensor of 7 or 127 columns got one element more per
 /// row, of 100 columns four): keep the row length a multiple of 16 bytes where the elements
