@@ -851,7 +851,7 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
 //   every ~4 us instead of ~6.5: fwd, proj+residual and dX to ~0.85-0.95 of cuBLAS; fc+GELU
 //   less (a second pass and store for pre_gelu); dW unchanged (fp32, accumulate).
 // Outcome (H100, one m01_bench run, of cublas_gemmex; before in brackets): fwd 0.78 (0.60),
-//   fc+GELU 0.58 (0.47), proj+residual 0.88 (0.56), dX 0.97 (0.83), dW 0.75 (0.76, unchanged);
+//   fc+GELU 0.58 (0.47), proj+residual 0.88 (0.56), dX 0.97 (0.83), dW 0.75 (path unchanged; 0.74-0.90 over runs);
 //   with the sigmoid-form GELU (results page): 0.82, 0.54, 0.90, 0.97, 0.74.
 //   Stamps after: epilogue 3.4-4.6 us for fwd (not 1-2: the bias loads and the wait for the
 //   TMA's read are in it), 6.5-7.5 us for fc+GELU (two passes, two stores), the main loop
