@@ -856,8 +856,11 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
 //   still 4.0 us, and its last slab completes 30 ns after it is issued: the six slabs wait
 //   on their data, 32 KiB per 0.66 us, ~50 GB/s per SM. A 128 x 128 tile moves 192 KB of
 //   L2 -> shared traffic at K = 384; cuBLAS's 192 x 192 tiles in 2-block clusters moved 163 MB
-//   to this kernel's 233 MB (ncu, before the change; the loads are the same). Multicasting B across a 2-block cluster (step 6's trick)
-//   would cut a quarter of it; not built.
+//   to this kernel's 233 MB (ncu, before the change; the loads are the same). Tried and not
+//   kept: B multicast across 2-block clusters (step 6's scheme), a quarter less L2 traffic,
+//   correct (tests, fuzz, sanitizers) but no faster (fwd 0.80, fc+GELU 0.51, proj+residual
+//   0.88, dX 0.95, dW 0.65 of cuBLAS in its run): the slabs do not wait on bandwidth; latency
+//   is what is left (five stages in flight at ~50 GB/s would be ~3.3 us a round trip; not measured).
 // ============================================================================
 namespace pingpong {
 constexpr int kTN = 128;                                       // a consumer's tile: 128 x 128
