@@ -914,8 +914,10 @@ def bench_linear_bf16(run, quick):
     tma_warp_specialized on) beside PyTorch in bf16 on the same tensors:
       fwd_qkv       Y = X W^T + b          course linear(x, w, b)  | F.linear(x, w, b) (cuBLASLt bias epilogue)
       fwd_fc_gelu   gelu(X W^T + b)        linear(.., gelu, pre_gelu_out) | F.gelu(F.linear(x, w, b), 'tanh')
-                                           and torch._addmm_activation(b, x, w.t(), use_gelu=True)
-                                           (cuBLASLt's GELU epilogue; writes no pre-activation)
+                    and X W^T + b          (training: both write the pre-activation GELU's backward needs)
+      fwd_fc_gelu_only  gelu(X W^T + b)    linear(.., gelu) | torch._addmm_activation(b, x, w.t(),
+                                           use_gelu=True) (cuBLASLt's GELU epilogue; no pre-activation)
+                                           and F.gelu(F.linear(x, w, b), 'tanh')
       fwd_proj_res  X + H W^T + b          linear(h, w, b, residual=x, out=x) in place | x + F.linear(h, w, b)
       bwd_dx        dY W                   matmul_tc_ex(dy, w) bf16 out | dy @ w
       bwd_dw        dW + dY^T X, fp32 dW   matmul_tc_ex(dy.t(), x, accumulate=True, out=dw) |
@@ -925,8 +927,8 @@ def bench_linear_bf16(run, quick):
     float64 from the same bf16 inputs."""
     T, d = (4096 if quick else 16384), 384
     bf = torch.bfloat16
-    products = [("fwd_qkv", T, 3 * d, d), ("fwd_fc_gelu", T, 4 * d, d), ("fwd_proj_res", T, d, 4 * d),
-                ("bwd_dx", T, d, 3 * d), ("bwd_dw", 3 * d, d, T)]
+    products = [("fwd_qkv", T, 3 * d, d), ("fwd_fc_gelu", T, 4 * d, d), ("fwd_fc_gelu_only", T, 4 * d, d),
+                ("fwd_proj_res", T, d, 4 * d), ("bwd_dx", T, d, 3 * d), ("bwd_dw", 3 * d, d, T)]
     dw_name, dw_fn, dw_note = torch_dw_accumulate()
     for name, M, N, K in products:
         shape = f"{name}_{M}x{N}x{K}"
@@ -946,22 +948,24 @@ def bench_linear_bf16(run, quick):
                 for impl, step in steps:
                     fn = lambda s=step, i=impl: ck.linear(x, w, b, step=s, impl=i, out=y)  # noqa: E731
                     run.run_course("linear_bf16", shape, impl, step, fn, flops, "TFLOP/s", check)
-            elif name == "fwd_fc_gelu":
+            elif name.startswith("fwd_fc_gelu"):
+                training = name == "fwd_fc_gelu"  # the pre-activation written too, for GELU's backward
                 ref = F.gelu(lin, approximate="tanh")
                 check = lambda r, ref=ref: rel_err(r, ref)  # noqa: E731
                 run.measure("linear_bf16", shape, "pytorch", "F.linear+F.gelu",
                             lambda: F.gelu(F.linear(x, w, b16), approximate="tanh"), flops, "TFLOP/s", check,
-                            note="bf16 out", kind="backend")
-                if hasattr(torch, "_addmm_activation"):
+                            note="bf16 out; the pre-activation written too", kind="backend")
+                if not training and hasattr(torch, "_addmm_activation"):
                     run.measure("linear_bf16", shape, "pytorch", "_addmm_activation",
                                 lambda: torch._addmm_activation(b16, x, w.t(), use_gelu=True), flops, "TFLOP/s",
                                 check, note="bf16 out; no pre-activation output", kind="backend")
                 y = torch.empty(M, N, device="cuda", dtype=bf)
-                pre = torch.empty(M, N, device="cuda", dtype=bf)
+                pre = torch.empty(M, N, device="cuda", dtype=bf) if training else None
                 for impl, step in steps:
                     fn = lambda s=step, i=impl: ck.linear(x, w, b, gelu=True, pre_gelu_out=pre, step=s,  # noqa
-                                                          impl=i, out=y)[0]
-                    run.run_course("linear_bf16", shape, impl, step, fn, flops, "TFLOP/s", check)
+                                                          impl=i, out=y)
+                    run.run_course("linear_bf16", shape, impl, step, (lambda f=fn: f()[0]) if training else fn,
+                                   flops, "TFLOP/s", check)
             else:  # fwd_proj_res: x is H (M x 4d), the residual stream r (M x d) is updated in place
                 r0 = torch.randn(M, N, device="cuda", dtype=bf)
                 ref = r0.double() + lin

@@ -872,10 +872,12 @@ constexpr int kProducerRegisters = 40;
 constexpr int kConsumerRegisters = 232;
 constexpr std::uint32_t kStagingBytes = kBM * kTN * 2;  // 32 KB: a consumer's 128 x 128 tile in bf16
 constexpr int kBarrierBytes = 2 * kStages * 8 + 2 * 8;  // full and empty per stage, a residual barrier per consumer
+constexpr int kBiasRowBytes = kTN * 4;                  // a consumer's 128 bias values (staged epilogue)
 /// Stages, then each consumer's staging tile (which store_warp_rows' patches reuse when the
-/// epilogue is not staged), then the barriers, and the 1 KB alignment slack.
+/// epilogue is not staged), then the barriers, each consumer's bias row, and the 1 KB
+/// alignment slack.
 constexpr int kSmemBytes = kStages * static_cast<int>(kStageBytes) + 2 * static_cast<int>(kStagingBytes) +
-                           kBarrierBytes + 1024;
+                           kBarrierBytes + 2 * kBiasRowBytes + 1024;
 static_assert(kPatchBytes <= 2 * static_cast<int>(kStagingBytes), "the patches live in the staging tiles");
 static_assert(kSmemBytes <= 227 * 1024, "more shared memory than a Hopper block may have");
 /// Named barriers: kTurnBarrier + c is consumer c's turn (0 is __syncthreads'), kSplitBarrier
@@ -949,34 +951,42 @@ __device__ __forceinline__ void pass_turn(int cw) {
 
 /// A consumer's staging tile: [128 rows][128 columns] of bf16 as two [128][64] blocks of
 /// 128-byte rows, 16-byte chunk q of row r at q ^ (r % 8) -- the layout SWIZZLE_128B TMA
-/// copies read (stores) and write (loads). A warp's step of staged_pass (rows g and g + 8,
+/// copies read (stores) and write (loads). A warp's step of stage_tile (rows g and g + 8,
 /// the 4-byte pair t of chunk j for g = 0..7) lands on 8 different chunks: no bank conflicts.
 using StagingGeom = cc::Sw128Geom<kTN, kBM>;
 
-/// Which values a staged pass writes: the pre-GELU tile, or the output C.
-enum class StagedValues { pre_gelu, output };
+/// Epilogue phase 1: the bias pair of each of the thread's columns added to its accumulators
+/// (acc0 rows 0-63, acc1 rows 64-127, fragment layout as in store_warpgroup_tile), from the
+/// consumer's row of 128 bias values in shared memory (skipped without a bias). The row was
+/// loaded when the tile's turn began, so the global load's latency hid under the main loop.
+__device__ __forceinline__ void add_bias(float (&acc0)[64], float (&acc1)[64], const float* bias_row) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const float2 b = *reinterpret_cast<const float2*>(bias_row + 8 * j + 2 * t);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      acc0[4 * j + 2 * h] += b.x, acc0[4 * j + 2 * h + 1] += b.y;
+      acc1[4 * j + 2 * h] += b.x, acc1[4 * j + 2 * h + 1] += b.y;
+    }
+  }
+}
 
-/// One pass of the staged epilogue over a consumer's 128 x 128 tile: every accumulator pair
-/// (acc0 rows 0-63, acc1 rows 64-127, fragment layout as in store_warpgroup_tile) plus its
-/// bias pair, then for the output GELU and the residual (read from the staging tile where
-/// the consumer's TMA load put it), rounded to bf16 and written to the staging tile.
-/// Unrolled over the 64 pairs, the options template flags: ~5 instructions per pair, where
-/// store_warp_rows' rolled loop spends ~40 re-testing every option per value. Column-pair
-/// outer: each bias pair is loaded once and used for the thread's 4 rows (a preloaded
-/// tile of bias pairs would not fit beside the 128 accumulators).
-template <StagedValues kValues, bool kGelu, bool kResidual>
-__device__ __forceinline__ void staged_pass(const float (&acc0)[64], const float (&acc1)[64], const Epilogue& epilogue,
-                                            unsigned char* staging, int n0) {
+/// Epilogue phase 3: GELU on every accumulator, in place (the sigmoid form, gelu_tanh_fast).
+__device__ __forceinline__ void apply_gelu(float (&acc0)[64], float (&acc1)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc0[i] = cc::gelu_tanh_fast(acc0[i]), acc1[i] = cc::gelu_tanh_fast(acc1[i]);
+}
+
+/// Epilogue phases 2 and 5: every accumulator pair (plus, with kResidual, the residual pair
+/// the consumer's TMA load put in its place) rounded to bf16 and written to the staging tile.
+/// Unrolled over the 64 pairs: ~3 instructions per pair.
+template <bool kResidual>
+__device__ __forceinline__ void stage_tile(const float (&acc0)[64], const float (&acc1)[64], unsigned char* staging) {
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
-    const int col = n0 + 8 * j + 2 * t;
-    float2 bias = make_float2(0.f, 0.f);
-    if (epilogue.bias != nullptr) {
-      if (col < epilogue.n) bias.x = __ldg(epilogue.bias + col);
-      if (col + 1 < epilogue.n) bias.y = __ldg(epilogue.bias + col + 1);
-    }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float(&acc)[64] = half == 0 ? acc0 : acc1;
@@ -984,13 +994,10 @@ __device__ __forceinline__ void staged_pass(const float (&acc0)[64], const float
       for (int h = 0; h < 2; ++h) {
         const int r = 64 * half + 16 * warp + g + 8 * h;
         std::uint32_t* pair = reinterpret_cast<std::uint32_t*>(staging + StagingGeom::offset(r, j) + 4 * t);
-        float v0 = acc[4 * j + 2 * h] + bias.x, v1 = acc[4 * j + 2 * h + 1] + bias.y;
-        if constexpr (kValues == StagedValues::output) {
-          if constexpr (kGelu) v0 = cc::gelu_tanh_fast(v0), v1 = cc::gelu_tanh_fast(v1);
-          if constexpr (kResidual) {
-            const float2 res = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(pair));
-            v0 += res.x, v1 += res.y;
-          }
+        float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+        if constexpr (kResidual) {
+          const float2 res = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(pair));
+          v0 += res.x, v1 += res.y;
         }
         *pair = cc::pack_bf16x2(v0, v1);
       }
@@ -1018,24 +1025,31 @@ __device__ __forceinline__ void wait_staging_free(int cw) {
   cc::named_barrier_sync(kStagingBarrier + cw, 128);
 }
 
-/// The staged epilogue of a consumer's tile (bf16 C; launch_layout says when): one pass per output (pre_gelu first when asked, through the
-/// same staging tile once its stores have read it), each handed to TMA stores that run on
-/// while the consumer takes its next turn. With a residual (in place: C += ...) the tile of
-/// C was loaded into the staging tile at the start of the tile (residual_bar).
+/// The staged epilogue of a consumer's tile (bf16 C; staged_epilogue_applies says when), in
+/// the order that keeps the consumer busy while its TMA stores read the staging tile:
+///   1. add_bias                     the bias row, in place
+///   2. pre_gelu (when asked)        staged once the last stores have read the tile, stored
+///   3. apply_gelu                   in place, while the pre_gelu stores read the tile
+///   4. wait                         the staging tile free (or, with a residual, C's old tile
+///                                   in it: the TMA load issued when the tile's turn began)
+///   5. the output                   staged (plus the residual) and stored by TMA, which runs
+///                                   on while the consumer takes its next turn
 template <bool kGelu, bool kResidual>
-__device__ __forceinline__ void staged_epilogue(const float (&acc0)[64], const float (&acc1)[64],
-                                                const Epilogue& epilogue, const CUtensorMap* tmap_c,
+__device__ __forceinline__ void staged_epilogue(float (&acc0)[64], float (&acc1)[64], const Epilogue& epilogue,
+                                                const float* bias_row, const CUtensorMap* tmap_c,
                                                 const CUtensorMap* tmap_pre, unsigned char* staging_ptr,
                                                 std::uint32_t staging, std::uint32_t residual_bar,
                                                 std::uint32_t parity, int cw, int row0, int n0) {
-  if (kResidual) cc::mbarrier_wait(residual_bar, parity);  // C's old tile is in the staging tile
-  else wait_staging_free(cw);
+  if (epilogue.bias != nullptr) add_bias(acc0, acc1, bias_row);
   if (kGelu && epilogue.pre_gelu != nullptr) {
-    staged_pass<StagedValues::pre_gelu, false, false>(acc0, acc1, epilogue, staging_ptr, n0);
-    store_staged_tile(tmap_pre, staging, cw, row0, n0);
     wait_staging_free(cw);
+    stage_tile<false>(acc0, acc1, staging_ptr);
+    store_staged_tile(tmap_pre, staging, cw, row0, n0);
   }
-  staged_pass<StagedValues::output, kGelu, kResidual>(acc0, acc1, epilogue, staging_ptr, n0);
+  if constexpr (kGelu) apply_gelu(acc0, acc1);
+  if (kResidual) cc::mbarrier_wait(residual_bar, parity);
+  else wait_staging_free(cw);
+  stage_tile<kResidual>(acc0, acc1, staging_ptr);
   store_staged_tile(tmap_c, staging, cw, row0, n0);
 }
 
@@ -1052,6 +1066,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const std::uint32_t full_bar = staging0 + 2 * kStagingBytes;         // full[s] at full_bar + 8 s
   const std::uint32_t empty_bar = full_bar + kStages * 8;              // empty[s] at empty_bar + 8 s
   const std::uint32_t residual_bar0 = empty_bar + kStages * 8;         // consumer c's at + 8 c
+  const std::uint32_t bias_row0 = residual_bar0 + 2 * 8;               // consumer c's at + 512 c
   const int wg = threadIdx.x / 128;
   const int k_tiles = (K + kBK - 1) / kBK;
 
@@ -1105,6 +1120,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int cw = wg - 1;
     const std::uint32_t staging = staging0 + cw * kStagingBytes, residual_bar = residual_bar0 + 8 * cw;
     unsigned char* staging_ptr = smem_raw + (staging - cc::smem_u32(smem_raw));
+    float* bias_row = reinterpret_cast<float*>(smem_raw + (bias_row0 + cw * kBiasRowBytes - cc::smem_u32(smem_raw)));
     float* patch = reinterpret_cast<float*>(smem_raw + (staging0 - cc::smem_u32(smem_raw))) +
                    (threadIdx.x / 32 - 4) * 16 * 40;  // this consumer warp's patch (store_warp_rows)
     const auto release = [&](int stage) {
@@ -1123,6 +1139,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       (void)t;
       // @end
       const int row0 = tile_m * kBM, n0 = tile_n * kTN;
+      // Staged: thread i's bias value of the tile's column n0 + i, loaded now and written to
+      // the bias row after the main loop, so that the load's latency hides under it.
+      float bias_value = 0.f;
+      if (staged && epilogue.bias != nullptr && n0 + threadIdx.x % 128 < epilogue.n)
+        bias_value = __ldg(epilogue.bias + n0 + threadIdx.x % 128);
       // Staged with a residual: C's tile comes into the staging tile (once the last tile's
       // stores have read it) while the main loop runs.
       if (staged && epilogue.residual != nullptr && threadIdx.x % 128 == 0) {
@@ -1152,10 +1173,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       // A later split of K waits for its tile's turn (its 128 threads, not the other
       // consumer's: that one may be in its main loop) and adds its partial product.
       if (staged) {
+        // The bias row of this tile (every thread of the consumer has added the last tile's:
+        // they all met at its store_staged_tile), visible to all 128 after the barrier.
+        if (epilogue.bias != nullptr) {
+          bias_row[threadIdx.x % 128] = bias_value;
+          cc::named_barrier_sync(kStagingBarrier + cw, 128);
+        }
         const std::uint32_t parity = own & 1u;
         const auto finish = [&](auto gelu, auto residual) {
-          staged_epilogue<decltype(gelu)::value, decltype(residual)::value>(
-              acc0, acc1, epilogue, &tmap_c, &tmap_pre, staging_ptr, staging, residual_bar, parity, cw, row0, n0);
+          staged_epilogue<decltype(gelu)::value, decltype(residual)::value>(acc0, acc1, epilogue, bias_row, &tmap_c,
+                                                                            &tmap_pre, staging_ptr, staging,
+                                                                            residual_bar, parity, cw, row0, n0);
         };
         using yes = std::true_type;
         using no = std::false_type;

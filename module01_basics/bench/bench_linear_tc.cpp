@@ -6,6 +6,8 @@
 // options and M x N x K:
 //   fwd_qkv      Y = X W^T + b            16384 x 1152 x 384    b_transposed, bias, bf16 out
 //   fwd_fc_gelu  H = gelu(X W^T + b)      16384 x 1536 x 384    b_transposed, bias, GELU, pre_gelu, bf16
+//                                                               (training: the backward needs X W^T + b)
+//   fwd_fc_gelu_only  the same without pre_gelu (inference; what cuBLASLt's GELU epilogue writes)
 //   fwd_proj_res X += H W^T + b           16384 x 384 x 1536    b_transposed, bias, residual in place, bf16
 //   bwd_dx       dX = dY W                16384 x 384 x 1152    plain layouts, bf16 out
 //   bwd_dw       dW += dY^T X             1152 x 384 x 16384    a_transposed, fp32 accumulate
@@ -42,7 +44,7 @@ using MatmulTcFn = void (*)(TcMatmulStep, const TcMatmulArgs&);
 struct Product {
   const char* name;
   std::int64_t m, n, k;
-  bool a_transposed, b_transposed, bf16_out, bias, gelu, residual_in_place, accumulate;
+  bool a_transposed, b_transposed, bf16_out, bias, gelu, pre_gelu, residual_in_place, accumulate;
   std::string row() const {
     return std::string(name) + "_" + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
   }
@@ -51,11 +53,12 @@ struct Product {
 
 constexpr std::int64_t kTokens = 16384, kModel = 384, kQkv = 3 * kModel, kHidden = 4 * kModel;
 const Product kProducts[] = {
-    {"fwd_qkv", kTokens, kQkv, kModel, false, true, true, true, false, false, false},
-    {"fwd_fc_gelu", kTokens, kHidden, kModel, false, true, true, true, true, false, false},
-    {"fwd_proj_res", kTokens, kModel, kHidden, false, true, true, true, false, true, false},
-    {"bwd_dx", kTokens, kModel, kQkv, false, false, true, false, false, false, false},
-    {"bwd_dw", kQkv, kModel, kTokens, true, false, false, false, false, false, true},
+    {"fwd_qkv", kTokens, kQkv, kModel, false, true, true, true, false, false, false, false},
+    {"fwd_fc_gelu", kTokens, kHidden, kModel, false, true, true, true, true, true, false, false},
+    {"fwd_fc_gelu_only", kTokens, kHidden, kModel, false, true, true, true, true, false, false, false},
+    {"fwd_proj_res", kTokens, kModel, kHidden, false, true, true, true, false, false, true, false},
+    {"bwd_dx", kTokens, kModel, kQkv, false, false, true, false, false, false, false, false},
+    {"bwd_dw", kQkv, kModel, kTokens, true, false, false, false, false, false, false, true},
 };
 
 /// Operands of one product, allocated once per process: random bf16 A and B (never zeros),
@@ -72,7 +75,7 @@ struct Operands {
     if (p.bf16_out) c_bf16 = DeviceBuffer<bf16>(course::to_bf16(out));
     else c = DeviceBuffer<float>(out);
     bias = DeviceBuffer<float>(course::random_vector(static_cast<std::size_t>(p.n), seed + 3));
-    if (p.gelu) pre = DeviceBuffer<bf16>(static_cast<std::size_t>(p.m * p.n));
+    if (p.pre_gelu) pre = DeviceBuffer<bf16>(static_cast<std::size_t>(p.m * p.n));
   }
 };
 
@@ -93,7 +96,7 @@ TcMatmulArgs args_for(const Product& p) {
   else a.c = op.c.data();
   if (p.bias) a.epilogue.bias = op.bias.data();
   a.epilogue.gelu = p.gelu;
-  if (p.gelu) a.epilogue.pre_gelu = op.pre.data();
+  if (p.pre_gelu) a.epilogue.pre_gelu = op.pre.data();
   if (p.residual_in_place) {
     a.epilogue.residual = a.c_bf16;
     a.epilogue.ldr = a.ldc;
