@@ -861,6 +861,25 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
 //   correct (tests, fuzz, sanitizers) but no faster (fwd 0.80, fc+GELU 0.51, proj+residual
 //   0.88, dX 0.95, dW 0.65 of cuBLAS in its run): the slabs do not wait on bandwidth; latency
 //   is what is left (five stages in flight at ~50 GB/s would be ~3.3 us a round trip; not measured).
+// The epilogue in phases. The stamps above left the bias loads inside the epilogue (the 16
+// column pairs' __ldg, L1 misses on each line's first use in a tile, with one consumer warp
+// per scheduler and nothing else to hide them), and with pre_gelu the GELU math queued
+// behind the first store's read. Changes:
+//  * the bias row: thread i loads column n0 + i when the tile's turn begins (the load in
+//    flight during the main loop), writes it to its consumer's 512-byte row of shared memory
+//    after it, one barrier; add_bias reads float2 pairs from there (1 KB more shared memory).
+//  * phases: add_bias, then (pre_gelu) stage and store the pre-activation, apply_gelu in
+//    place while those stores read the staging tile, wait, stage and store the output.
+//    stage_tile only rounds (and adds the residual).
+// Prediction: a smaller step than the staged epilogue's: the fwd epilogue 3.4-4.6 -> ~3 us,
+//   fc+GELU 6.5-7.5 -> ~5 us (bias loads ~0.5-1 us, the wait ~1 us): fwd ~0.9, fc+GELU
+//   ~0.65 of cuBLAS; proj+residual (long K: its epilogue was already hidden) and dX (no
+//   bias) unchanged.
+// Outcome (H100; three A/B m01_bench runs against the kernel before, time ratios): fwd
+//   0.71-0.73, fc+GELU 0.67-0.68, GELU without pre_gelu 0.83-0.84, proj+residual 0.96-0.98,
+//   dX 0.99-1.01, dW unchanged -- far more than predicted for fwd: the bias loads were most
+//   of the epilogue's excess. Of cuBLAS (results page run): fwd 1.13, fc+GELU 0.78, GELU
+//   only 0.91, proj+residual 0.92, dX 0.99, dW 0.72.
 // ============================================================================
 namespace pingpong {
 constexpr int kTN = 128;                                       // a consumer's tile: 128 x 128
