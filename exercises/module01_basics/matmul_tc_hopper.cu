@@ -1072,6 +1072,87 @@ __device__ __forceinline__ void staged_epilogue(float (&acc0)[64], float (&acc1)
   store_staged_tile(tmap_c, staging, cw, row0, n0);
 }
 
+/// Which epilogue a launch takes (launch_layout): store_warp_rows and friends, the staged
+/// bf16 epilogue above, or the staged fp32 one below.
+enum StagedEpilogue : int { kNotStaged = 0, kStagedBf16 = 1, kStagedF32 = 2 };
+
+/// fp32 C, phase 1 of each half: the accumulators of columns 64 kHalf .. 64 kHalf + 63 into
+/// the consumer's staging tile as two [128 rows][32 columns] boxes of 128-byte rows, 16-byte
+/// chunk q of row r at q ^ (r % 8) (what the TMA's SWIZZLE_128B reads). A warp's float2
+/// writes (rows g, two chunks each) fall on every chunk position twice: 2 wavefronts for
+/// 256 bytes, the least there can be.
+template <int kHalf>
+__device__ __forceinline__ void stage_f32_half(const float (&acc0)[64], const float (&acc1)[64],
+                                               unsigned char* staging) {
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int jj = 0; jj < 8; ++jj) {
+    const int j = 8 * kHalf + jj, box = jj / 4, chunk = 2 * (jj % 4) + t / 2;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float(&acc)[64] = half == 0 ? acc0 : acc1;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = 64 * half + 16 * warp + g + 8 * h;
+        *reinterpret_cast<float2*>(staging + box * (kBM * 128) + r * 128 + ((chunk ^ (r % 8)) * 16) + (t % 2) * 8) =
+            make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      }
+    }
+  }
+}
+
+/// fp32 C, phase 2 of each half: the first thread's TMA copies of the two boxes to (row0,
+/// n0 + 64 half) -- stores, or with `add` additions (C += tile) -- in one bulk group.
+__device__ __forceinline__ void copy_f32_half(const CUtensorMap* tmap, std::uint32_t staging, int row0, int n0,
+                                              int half, bool add) {
+#pragma unroll
+  for (int box = 0; box < 2; ++box) {
+    const int x = n0 + 64 * half + 32 * box;
+    if (add) cc::tma_reduce_add_2d(tmap, staging + box * (kBM * 128), x, row0);
+    else cc::tma_store_2d(tmap, staging + box * (kBM * 128), x, row0);
+  }
+  cc::bulk_commit_group();
+}
+
+/// The staged epilogue of an fp32 C (staged_f32_applies: no option but accumulate): the tile
+/// in two halves of 64 columns through the consumer's 32 KB staging tile, each half staged,
+/// then copied by TMA -- stored, or added (accumulate, or a later split of K) atomically at
+/// L2 by cp.reduce.async.bulk, ~1 us for the tile where store_warp_rows' atomics took
+/// several. With split-K (`ordered`) the splits of a tile still add in split order, so the
+/// sums are the same bits on every run: the first thread takes the tile's turn before the
+/// first copy and hands it on once both halves' writes are done (bulk_wait_group), with a
+/// proxy fence on each side (the turn is a generic-proxy flag, the copies async-proxy writes).
+__device__ __forceinline__ void staged_f32_epilogue(const float (&acc0)[64], const float (&acc1)[64],
+                                                    const CUtensorMap* tmap_c, unsigned char* staging_ptr,
+                                                    std::uint32_t staging, int cw, int row0, int n0, bool add,
+                                                    bool ordered, int* turns, int tile, int split) {
+  const bool leader = threadIdx.x % 128 == 0;
+  wait_staging_free(cw);
+  stage_f32_half<0>(acc0, acc1, staging_ptr);
+  cc::fence_proxy_async_smem();
+  cc::named_barrier_sync(kStagingBarrier + cw, 128);
+  if (leader) {
+    if (ordered) {
+      wait_split_turn(turns, tile, split);
+      cc::fence_proxy_async_global();
+    }
+    copy_f32_half(tmap_c, staging, row0, n0, 0, add);
+  }
+  wait_staging_free(cw);
+  stage_f32_half<1>(acc0, acc1, staging_ptr);
+  cc::fence_proxy_async_smem();
+  cc::named_barrier_sync(kStagingBarrier + cw, 128);
+  if (leader) {
+    copy_f32_half(tmap_c, staging, row0, n0, 1, add);
+    if (ordered) {
+      cc::bulk_wait_group<0>();
+      cc::fence_proxy_async_global();
+      pass_split_turn(turns, tile, split);
+    }
+  }
+}
+
 template <bool kATrans, bool kBTrans>
 __global__ void __launch_bounds__(kThreads, 1)
     matmul_tc_pingpong_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
@@ -1161,11 +1242,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       // Staged: thread i's bias value of the tile's column n0 + i, loaded now and written to
       // the bias row after the main loop, so that the load's latency hides under it.
       float bias_value = 0.f;
-      if (staged && epilogue.bias != nullptr && n0 + threadIdx.x % 128 < epilogue.n)
+      if (staged == kStagedBf16 && epilogue.bias != nullptr && n0 + threadIdx.x % 128 < epilogue.n)
         bias_value = __ldg(epilogue.bias + n0 + threadIdx.x % 128);
       // Staged with a residual: C's tile comes into the staging tile (once the last tile's
       // stores have read it) while the main loop runs.
-      if (staged && epilogue.residual != nullptr && threadIdx.x % 128 == 0) {
+      if (staged == kStagedBf16 && epilogue.residual != nullptr && threadIdx.x % 128 == 0) {
         cc::bulk_wait_group_read<0>();
         cc::mbarrier_arrive_expect_tx(residual_bar, kStagingBytes);
         cc::tma_load_2d(staging, &tmap_c, residual_bar, n0, row0);
@@ -1191,7 +1272,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       release(held);
       // A later split of K waits for its tile's turn (its 128 threads, not the other
       // consumer's: that one may be in its main loop) and adds its partial product.
-      if (staged) {
+      if (staged == kStagedBf16) {
         // The bias row of this tile (every thread of the consumer has added the last tile's:
         // they all met at its store_staged_tile), visible to all 128 after the barrier.
         if (epilogue.bias != nullptr) {
@@ -1208,6 +1289,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         using no = std::false_type;
         if (epilogue.residual != nullptr) epilogue.gelu ? finish(yes{}, yes{}) : finish(no{}, yes{});
         else epilogue.gelu ? finish(yes{}, no{}) : finish(no{}, no{});
+      } else if (staged == kStagedF32) {
+        staged_f32_epilogue(acc0, acc1, &tmap_c, staging_ptr, staging, cw, row0, n0,
+                            epilogue.accumulate || schedule.split > 0, splits > 1, turns, schedule.tile, schedule.split);
       } else if (schedule.split > 0) {
         if (threadIdx.x % 128 == 0) wait_split_turn(turns, schedule.tile, schedule.split);
         cc::named_barrier_sync(kSplitBarrier + cw, 128);
@@ -1222,7 +1306,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         store_warp_rows<kTN>(acc0, patch, epilogue, row0, n0);
         store_warp_rows<kTN>(acc1, patch, epilogue, row0 + 64, n0);
       }
-      if (splits > 1) {  // every store of the tile by this consumer, then the release
+      if (splits > 1 && staged != kStagedF32) {  // every store of the tile by this consumer, then the release
         cc::named_barrier_sync(kSplitBarrier + cw, 128);
         if (threadIdx.x % 128 == 0) pass_split_turn(turns, schedule.tile, schedule.split);
       }
@@ -1253,6 +1337,15 @@ bool staged_epilogue_applies(const TcMatmulArgs& a) {
          (e.residual == nullptr || (e.residual == a.c_bf16 && e.ldr == a.ldc));
 }
 
+/// Whether an fp32 C takes the staged fp32 epilogue: no option but accumulate (so split-K
+/// products too), and C as TMA can store it -- 16-byte aligned, rows a multiple of 16 bytes
+/// apart, N % 4 == 0 (whole 16-byte chunks per row, as for the bf16 C above).
+bool staged_f32_applies(const TcMatmulArgs& a) {
+  const m01::TcEpilogue& e = a.epilogue;
+  return a.c != nullptr && reinterpret_cast<std::uintptr_t>(a.c) % 16 == 0 && a.ldc % 4 == 0 && a.n % 4 == 0 &&
+         e.bias == nullptr && !e.gelu && e.pre_gelu == nullptr && e.residual == nullptr;
+}
+
 /// Launches the ping-pong kernel, one block per SM (at most one per work unit: a tile, or
 /// with split-K a (tile, split) pair).
 template <bool kATrans, bool kBTrans>
@@ -1279,17 +1372,22 @@ void launch_layout(const TcMatmulArgs& a, const char* step) {
   const int blocks = std::min(tiles * plan.splits, sms * per_sm);
   // This launch's own turn counters (stream order: tc_parts::zeroed_turns), freed after it.
   int* turns = plan.splits > 1 ? zeroed_turns(tiles, a.stream) : nullptr;
-  // The staged epilogue's maps: C (and pre_gelu) in [128 rows][64 columns] boxes, the
-  // staging tile's two halves. Unused (zeros) when the epilogue is not staged.
-  const bool staged = plan.splits == 1 && staged_epilogue_applies(a);
+  // The staged epilogues' maps: a bf16 C (and pre_gelu) in [128 rows][64 columns] boxes, the
+  // staging tile's two halves; an fp32 C in [128][32] boxes, two per half. Unused (zeros)
+  // when the epilogue is not staged.
+  const StagedEpilogue staged = plan.splits == 1 && staged_epilogue_applies(a) ? kStagedBf16
+                                : staged_f32_applies(a)                         ? kStagedF32
+                                                                                : kNotStaged;
   CUtensorMap map_c{}, map_pre{};
-  if (staged) {
+  if (staged == kStagedBf16) {
     map_c = make_tma_map_bf16_2d(a.c_bf16, a.m, a.n, a.ldc, kBM, 64, TmaSwizzle::bytes128);
     if (a.epilogue.pre_gelu != nullptr)
       map_pre = make_tma_map_bf16_2d(a.epilogue.pre_gelu, a.m, a.n, a.ldc, kBM, 64, TmaSwizzle::bytes128);
+  } else if (staged == kStagedF32) {
+    map_c = make_tma_map_f32_2d(a.c, a.m, a.n, a.ldc, kBM, 32, TmaSwizzle::bytes128);
   }
   kernel<<<blocks, kThreads, kSmemBytes, a.stream>>>(map_a, map_b, map_c, map_pre, Epilogue::from(a),
-                                                      staged ? 1 : 0, static_cast<int>(a.k), tiles_m, tiles_n,
+                                                      static_cast<int>(staged), static_cast<int>(a.k), tiles_m, tiles_n,
                                                       plan.splits, plan.slabs, turns);
   free_turns(turns, a.stream);
   COURSE_CHECK_LAUNCH("matmul_tc_pingpong_kernel");

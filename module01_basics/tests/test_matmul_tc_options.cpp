@@ -241,7 +241,8 @@ TEST_P(MatmulTcSplitKTest, BitIdenticalAcrossRuns) {
 /// streams give C bit-identical to a run alone on the default stream. (With one counter
 /// buffer per device, a launch's zeroing would reset the counters of a kernel still running
 /// on the other stream: a later split would wait forever, or add out of order.) The dW of
-/// BitIdenticalAcrossRuns with a bias (the first add's whole epilogue) into a fresh C.
+/// BitIdenticalAcrossRuns into a fresh C, with a bias (the first split's whole epilogue) and
+/// without (pingpong: the first split's TMA store, the later ones' TMA additions).
 TEST_P(MatmulTcSplitKTest, ConcurrentStreamsGiveTheSameResult) {
   const TcMatmulStep step = GetParam().step;
   if (step != TcMatmulStep::mma_sync && step != TcMatmulStep::persistent && step != TcMatmulStep::cluster_multicast &&
@@ -253,36 +254,39 @@ TEST_P(MatmulTcSplitKTest, ConcurrentStreamsGiveTheSameResult) {
   const auto bias = course::random_vector(static_cast<std::size_t>(N), seed() + 2, -1.f, 1.f);
   course::DeviceBuffer<bf16> da(a_host), db(b_host);
   course::DeviceBuffer<float> dbias(bias);
-  std::vector<course::DeviceBuffer<float>> dc;
-  for (int i = 0; i < 3; ++i) {
-    dc.emplace_back(static_cast<std::size_t>(M * N));
-    dc.back().poison();  // every element is written by the first add
-  }
-  TcMatmulArgs args;
-  args.a = da.data();
-  args.b = db.data();
-  args.c = dc[0].data();
-  args.m = M, args.n = N, args.k = K;
-  args.a_transposed = true;  // A stored K x M (dY), B stored K x N (X)
-  args.lda = M, args.ldb = N, args.ldc = N;
-  args.epilogue.bias = dbias.data();
-  COURSE_SKIP_IF_NOT_IMPLEMENTED(impl::matmul_tc(step, args));  // dc[0]: the default stream, alone
-  COURSE_CUDA_CHECK(cudaDeviceSynchronize());
-  cudaStream_t streams[2] = {nullptr, nullptr};
-  for (cudaStream_t& st : streams) ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
-  for (int r = 0; r < 3; ++r)
-    for (int i = 0; i < 2; ++i) {
-      args.c = dc[1 + i].data();
-      args.stream = streams[i];
-      impl::matmul_tc(step, args);
+  for (const bool with_bias : {true, false}) {
+    SCOPED_TRACE(with_bias ? "with a bias" : "without a bias");
+    std::vector<course::DeviceBuffer<float>> dc;
+    for (int i = 0; i < 3; ++i) {
+      dc.emplace_back(static_cast<std::size_t>(M * N));
+      dc.back().poison();  // every element is written by the first add
     }
-  COURSE_CUDA_CHECK(cudaDeviceSynchronize());
-  for (cudaStream_t st : streams) cudaStreamDestroy(st);
-  const std::vector<float> want = dc[0].download();
-  for (int i = 0; i < 2; ++i) {
-    const std::vector<float> got = dc[1 + i].download();
-    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
-        << "C on stream " << i << " differs from the default stream's";
+    TcMatmulArgs args;
+    args.a = da.data();
+    args.b = db.data();
+    args.c = dc[0].data();
+    args.m = M, args.n = N, args.k = K;
+    args.a_transposed = true;  // A stored K x M (dY), B stored K x N (X)
+    args.lda = M, args.ldb = N, args.ldc = N;
+    if (with_bias) args.epilogue.bias = dbias.data();
+    COURSE_SKIP_IF_NOT_IMPLEMENTED(impl::matmul_tc(step, args));  // dc[0]: the default stream, alone
+    COURSE_CUDA_CHECK(cudaDeviceSynchronize());
+    cudaStream_t streams[2] = {nullptr, nullptr};
+    for (cudaStream_t& st : streams) ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+    for (int r = 0; r < 3; ++r)
+      for (int i = 0; i < 2; ++i) {
+        args.c = dc[1 + i].data();
+        args.stream = streams[i];
+        impl::matmul_tc(step, args);
+      }
+    COURSE_CUDA_CHECK(cudaDeviceSynchronize());
+    for (cudaStream_t st : streams) cudaStreamDestroy(st);
+    const std::vector<float> want = dc[0].download();
+    for (int i = 0; i < 2; ++i) {
+      const std::vector<float> got = dc[1 + i].download();
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
+          << "C on stream " << i << " differs from the default stream's";
+    }
   }
 }
 

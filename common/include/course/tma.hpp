@@ -6,7 +6,8 @@
 /// (course/cuda/hopper_ptx.cuh). Pass the map to the kernel by value as a
 /// `const __grid_constant__ CUtensorMap` parameter.
 ///
-/// Used by module 1's matmul_tc_hopper.cu (make_tma_map_bf16_2d: A and B tiles) and module
+/// Used by module 1's matmul_tc_hopper.cu (make_tma_map_bf16_2d: A and B tiles, bf16 C;
+/// make_tma_map_f32_2d: fp32 C) and module
 /// 3's attention_tc_hopper.cuh (make_tma_map_bf16 of rank 4: Q, K, V as (d, N, H, B), read
 /// with tma_load_4d), which the exercises of the same names share or mirror.
 ///
@@ -35,6 +36,11 @@ enum class TmaSwizzle {
 /// is 128 bytes (box_cols = 64). Throws course::Error if the driver refuses the map.
 CUtensorMap make_tma_map_bf16_2d(const void* base, std::int64_t rows, std::int64_t cols, std::int64_t ld,
                                  int box_rows, int box_cols, TmaSwizzle swizzle);
+
+/// The same for a row-major fp32 matrix (module 1's pingpong stores and adds fp32 tiles of C
+/// with it): ld a multiple of 4 elements, with bytes128 box_cols = 32.
+CUtensorMap make_tma_map_f32_2d(const void* base, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                                int box_rows, int box_cols, TmaSwizzle swizzle);
 
 /// A tensor map for a bf16 tensor of `rank` (2..5) dimensions, dims[0] contiguous:
 /// `strides[i - 1]` is the distance in ELEMENTS between consecutive indices of dimension i

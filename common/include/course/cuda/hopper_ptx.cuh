@@ -214,6 +214,33 @@ __device__ __forceinline__ void tma_store_2d(const void* tmap, std::uint32_t src
 #endif
 }
 
+/// The PTX instruction cp.reduce.async.bulk.tensor with .add, 2-D, shared memory to global:
+/// as tma_store_2d, but each element of the box is ADDED to the tensor's element, atomically
+/// at L2 (the map's element type; module 1's pingpong adds fp32 tiles of C with it). Adds from
+/// several copies to one element are each atomic, in no fixed order: where the order of the
+/// sums must not vary (split-K's partial products), hand a turn on after bulk_wait_group<0>.
+__device__ __forceinline__ void tma_reduce_add_2d(const void* tmap, std::uint32_t src, int x, int y) {
+#if COURSE_SM90_PTX
+  asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                   tmap),
+               "r"(src), "r"(x), "r"(y)
+               : "memory");
+#else
+  (void)tmap, (void)src, (void)x, (void)y;
+  __trap();
+#endif
+}
+
+/// `fence.proxy.async.global;` -- orders this thread's global-memory accesses of the generic
+/// proxy (an acquire or release of a flag) against its bulk copies' (the async proxy's) on
+/// either side of it: module 1's pingpong runs it after taking a split-K turn and before
+/// handing it on, around its TMA additions into C.
+__device__ __forceinline__ void fence_proxy_async_global() {
+#if COURSE_SM90_PTX
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+#endif
+}
+
 /// `cp.async.bulk.commit_group;` -- closes the group of this thread's bulk stores issued since
 /// the last commit.
 __device__ __forceinline__ void bulk_commit_group() {
