@@ -67,8 +67,8 @@ using tc_parts::kGroupM;
 // global->shared traffic per block per slab 16 KB for 1 MFLOP (64 FLOP/B), fine for
 // L2; but the synchronous slabs and the fragment API's fixed load order leave the
 // tensor pipe mostly waiting: ~200-300 TFLOP/s, 25-40% of cuBLAS.
-// Measured (results: hgemm_bf16/solution/wmma/8192x8192x8192): 101.3 TFLOP/s = 0.15 of cublas_gemmex;
-// Measured (results: hgemm_bf16/solution/wmma/4096x4096x4096): 100.1 TFLOP/s = 0.16 of cublas_gemmex:
+// Measured (results: hgemm_bf16/solution/wmma/8192x8192x8192): 102.9 TFLOP/s = 0.16 of cublas_gemmex;
+// Measured (results: hgemm_bf16/solution/wmma/4096x4096x4096): 100.8 TFLOP/s = 0.16 of cublas_gemmex:
 // far under the 200-300 predicted -- wmma's fragment loads from padded shared memory and
 // synchronous global loads leave the tensor cores idle most of the time.
 // ============================================================================
@@ -189,8 +189,8 @@ void launch_wmma(const TcMatmulArgs& a) {
 // memory ~35% busy with ldmatrix; 2048 tiles = 15.5 waves over 132 SMs (~3% tail).
 // mma.sync's own ceiling on Hopper is ~65% of the wgmma peak; this kernel should reach
 // 80-85% of that: ~500-550 TFLOP/s, 65-70% of cuBLAS (which uses wgmma + TMA).
-// Measured (results: hgemm_bf16/solution/mma_sync/8192x8192x8192): 443.9 TFLOP/s = 0.67 of cublas_gemmex;
-// Measured (results: hgemm_bf16/solution/mma_sync/4096x4096x4096): 425.0 TFLOP/s = 0.68 of cublas_gemmex.
+// Measured (results: hgemm_bf16/solution/mma_sync/8192x8192x8192): 454.3 TFLOP/s = 0.70 of cublas_gemmex;
+// Measured (results: hgemm_bf16/solution/mma_sync/4096x4096x4096): 421.5 TFLOP/s = 0.67 of cublas_gemmex.
 // Development runs ranged 0.64-0.71 (the card clocks down as it heats; cuBLAS reached
 // 767-790 TFLOP/s when cool). Limit: a loop of nothing but mma.sync.m16n8k16 peaks at
 // ~628 TFLOP/s on the H200, so this kernel is at ~0.7 of the instruction's ceiling; cuBLAS

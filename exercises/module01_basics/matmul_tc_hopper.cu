@@ -230,7 +230,7 @@ __device__ __forceinline__ std::uint32_t aligned_smem_base(unsigned char* raw) {
 // ~0.75-0.85. What it still pays for: all 256 threads stop at one barrier per slab and
 // issue 12 cp.async each, i.e. the math waits for the slowest warp's copies; and one
 // block per SM (192 KB of stages) leaves nothing to overlap the epilogue with.
-// Measured (results: hgemm_bf16/solution/wgmma/8192x8192x8192): 553.5 TFLOP/s = 0.83 of cublas_gemmex
+// Measured (results: hgemm_bf16/solution/wgmma/8192x8192x8192): 518.6 TFLOP/s = 0.80 of cublas_gemmex
 // ============================================================================
 namespace wgmma_step {
 constexpr int kThreads = 256;  // two warpgroups, both copy and compute
@@ -364,7 +364,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 // Prediction: the tensor cores no longer wait for copy issue: ~0.85-0.9 of cuBLAS at
 // 8192^3. Left on the table: the epilogue (256 MB of fp32 C at 8192^2, ~5% of the time)
 // runs while no loads are in flight, and a new block pays the pipeline fill.
-// Measured (results: hgemm_bf16/solution/tma_warp_specialized/8192x8192x8192): 654.1 TFLOP/s = 0.98 of cublas_gemmex
+// Measured (results: hgemm_bf16/solution/tma_warp_specialized/8192x8192x8192): 660.6 TFLOP/s = 1.02 of cublas_gemmex
 //
 // Step 5, persistent. Changes: the grid is one block per SM, and each block walks the tile
 // schedule (grouped order, 16 tile-rows per group) with a stride of the grid size. The
@@ -374,9 +374,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 // Tried, no gain in one run: consumers keeping one slab's wgmmas in flight (wait_group 1,
 // releasing the previous stage) instead of draining each slab (wait_group 0): with two
 // consumer warpgroups, one issues while the other drains, and the tensor cores stay fed.
-// Measured (results: hgemm_bf16/solution/persistent/8192x8192x8192): 571.0 TFLOP/s = 0.86 of cublas_gemmex
-// Outcome: no gain over step 4 -- level with it in two earlier runs (1.66 vs 1.65 ms), 0.84-0.89
-// in the results run (5% spread over its repetitions, the noisiest row). The epilogue it hides
+// Measured (results: hgemm_bf16/solution/persistent/8192x8192x8192): 587.3 TFLOP/s = 0.91 of cublas_gemmex
+// Outcome: no gain over step 4 -- level with it in two earlier runs (1.66 vs 1.65 ms), 0.84-0.91
+// in results runs (5% spread over its repetitions, the noisiest row). The epilogue it hides
 // is ~2% of a tile at K = 8192; what it cannot hide is the tensor cores idling while the
 // consumers store (both consumer warpgroups store at once: a ping-pong schedule, one
 // warpgroup storing while the other computes, would be the next step).
@@ -398,8 +398,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 // say -- "my wgmma reads of this stage are complete" -- was already established by
 // wgmma.wait_group, so the default arrive (release at CTA scope) is enough; with it the
 // step runs level with steps 4-5 (1.68 vs 1.68 ms in another run).
-// Measured (results: hgemm_bf16/solution/cluster_multicast/8192x8192x8192): 660.1 TFLOP/s = 0.99 of cublas_gemmex
-// Measured (results: hgemm_bf16/solution/cluster_multicast/{4096x4096x4096,2048x2048x2048,8192x8192x1024}): 0.98 / 0.98 / 0.95 of cublas_gemmex
+// Measured (results: hgemm_bf16/solution/cluster_multicast/8192x8192x8192): 650.2 TFLOP/s = 1.01 of cublas_gemmex
+// Measured (results: hgemm_bf16/solution/cluster_multicast/{4096x4096x4096,2048x2048x2048,8192x8192x1024}): 0.98 / 0.93 / 0.95 of cublas_gemmex
 // Targets (>= 0.95 at 4096^3 and 8192^3, >= 0.85 at 2048^3 and 8192x8192x1024): met.
 //
 // Options for a linear layer (matmul_tc.hpp), steps 4-6: the operand layouts change the
@@ -878,8 +878,18 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
 // Outcome (H100; three A/B m01_bench runs against the kernel before, time ratios): fwd
 //   0.71-0.73, fc+GELU 0.67-0.68, GELU without pre_gelu 0.83-0.84, proj+residual 0.96-0.98,
 //   dX 0.99-1.01, dW unchanged -- far more than predicted for fwd: the bias loads were most
-//   of the epilogue's excess. Of cuBLAS (results page run): fwd 1.13, fc+GELU 0.78, GELU
+//   of the epilogue's excess. Of cuBLAS (its own results run): fwd 1.13, fc+GELU 0.78, GELU
 //   only 0.91, proj+residual 0.92, dX 0.99, dW 0.72.
+// An fp32 C through TMA (staged_f32_epilogue). dW (fp32, accumulated, 4 splits of K) still
+// added each split's partial tile with store_warp_rows' atomics, four adds one after another
+// per tile. Now the tile leaves in two 64-column halves through the staging tile, each
+// stored or (accumulate, later splits) added at L2 by cp.reduce.async.bulk.tensor .add; the
+// turn is taken before the first copy and handed on after bulk_wait_group (proxy fences on
+// both sides), so the splits still add in order and dW is the same bits on every run.
+// Prediction: each add from several us to ~1, dW ~55 -> ~47-50 us (0.9-0.97 of PyTorch's
+//   addmm); plain fp32 GEMMs a little faster.
+// Outcome (H100, two A/B m01_bench runs, time ratios): dW 0.81-0.89, hgemm 4096^3
+//   0.92-0.93, 8192x8192x1024 0.84-0.85, 8192^3 0.98-0.99; beside PyTorch dW 0.95.
 // ============================================================================
 namespace pingpong {
 constexpr int kTN = 128;                                       // a consumer's tile: 128 x 128
