@@ -892,6 +892,11 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
 //   addmm); plain fp32 GEMMs a little faster.
 // Outcome (H100, two A/B m01_bench runs, time ratios): dW 0.81-0.89, hgemm 4096^3
 //   0.92-0.93, 8192x8192x1024 0.84-0.85, 8192^3 0.98-0.99; beside PyTorch dW 0.95.
+// Left: dX at ~0.85 of PyTorch. ncu: 226 MB L2 -> SM in 29.9 us (7.6 TB/s) against cuBLAS's
+// 189 MB in 24.6 us (192 x 128 tiles, 2-block clusters): the same rate, 17% fewer bytes.
+// Tried, correct, not kept (H100 A/B time ratios): a 6-stage ring with a 16 KB staging tile
+// (dX 0.99-1.04: not latency); 128 x 192 consumer tiles (8192^3 0.86, but dX 1.04-1.14 and
+// the GELU products ~1.55: 192 accumulators spill the epilogue even at 240 registers).
 // ============================================================================
 namespace pingpong {
 constexpr int kTN = 128;                                       // a consumer's tile: 128 x 128
