@@ -988,6 +988,25 @@ __device__ __forceinline__ void pass_turn(int cw) {
 /// the 4-byte pair t of chunk j for g = 0..7) lands on 8 different chunks: no bank conflicts.
 using StagingGeom = cc::Sw128Geom<kTN, kBM>;
 
+/// The walk of a consumer's accumulator pairs that the staging passes share: calls
+/// f(row, j, lo, hi) for the thread's pairs of columns (8 j + 2 t, + 1) with j in [kJ0, kJ1),
+/// in rows 64 half + 16 warp + g + 8 h of the tile (acc0 for half 0, acc1 for half 1; the
+/// fragment layout of store_warpgroup_tile).
+template <int kJ0, int kJ1, typename F>
+__device__ __forceinline__ void for_each_pair(const float (&acc0)[64], const float (&acc1)[64], F&& f) {
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+  const int g = lane / 4;
+#pragma unroll
+  for (int j = kJ0; j < kJ1; ++j) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float(&acc)[64] = half == 0 ? acc0 : acc1;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) f(64 * half + 16 * warp + g + 8 * h, j, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+    }
+  }
+}
+
 /// Epilogue phase 1: the bias pair of each of the thread's columns added to its accumulators
 /// (acc0 rows 0-63, acc1 rows 64-127, fragment layout as in store_warpgroup_tile), from the
 /// consumer's row of 128 bias values in shared memory (skipped without a bias). The row was
@@ -1016,26 +1035,15 @@ __device__ __forceinline__ void apply_gelu(float (&acc0)[64], float (&acc1)[64])
 /// Unrolled over the 64 pairs: ~3 instructions per pair.
 template <bool kResidual>
 __device__ __forceinline__ void stage_tile(const float (&acc0)[64], const float (&acc1)[64], unsigned char* staging) {
-  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
-  const int g = lane / 4, t = lane % 4;
-#pragma unroll
-  for (int j = 0; j < 16; ++j) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const float(&acc)[64] = half == 0 ? acc0 : acc1;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = 64 * half + 16 * warp + g + 8 * h;
-        std::uint32_t* pair = reinterpret_cast<std::uint32_t*>(staging + StagingGeom::offset(r, j) + 4 * t);
-        float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-        if constexpr (kResidual) {
-          const float2 res = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(pair));
-          v0 += res.x, v1 += res.y;
-        }
-        *pair = cc::pack_bf16x2(v0, v1);
-      }
+  const int t = threadIdx.x % 4;
+  for_each_pair<0, 16>(acc0, acc1, [&](int r, int j, float v0, float v1) {
+    std::uint32_t* pair = reinterpret_cast<std::uint32_t*>(staging + StagingGeom::offset(r, j) + 4 * t);
+    if constexpr (kResidual) {
+      const float2 res = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(pair));
+      v0 += res.x, v1 += res.y;
     }
-  }
+    *pair = cc::pack_bf16x2(v0, v1);
+  });
 }
 
 /// Hands a written staging tile to the TMA: every writer's fence, the consumer's barrier,
@@ -1098,22 +1106,12 @@ enum StagedEpilogue : int { kNotStaged = 0, kStagedBf16 = 1, kStagedF32 = 2 };
 template <int kHalf>
 __device__ __forceinline__ void stage_f32_half(const float (&acc0)[64], const float (&acc1)[64],
                                                unsigned char* staging) {
-  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
-  const int g = lane / 4, t = lane % 4;
-#pragma unroll
-  for (int jj = 0; jj < 8; ++jj) {
-    const int j = 8 * kHalf + jj, box = jj / 4, chunk = 2 * (jj % 4) + t / 2;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const float(&acc)[64] = half == 0 ? acc0 : acc1;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = 64 * half + 16 * warp + g + 8 * h;
-        *reinterpret_cast<float2*>(staging + box * (kBM * 128) + r * 128 + ((chunk ^ (r % 8)) * 16) + (t % 2) * 8) =
-            make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-      }
-    }
-  }
+  const int t = threadIdx.x % 4;
+  for_each_pair<8 * kHalf, 8 * kHalf + 8>(acc0, acc1, [&](int r, int j, float v0, float v1) {
+    const int box = (j % 8) / 4, chunk = 2 * (j % 4) + t / 2;
+    *reinterpret_cast<float2*>(staging + box * (kBM * 128) + r * 128 + ((chunk ^ (r % 8)) * 16) + (t % 2) * 8) =
+        make_float2(v0, v1);
+  });
 }
 
 /// fp32 C, phase 2 of each half: the first thread's TMA copies of the two boxes to (row0,
