@@ -5,8 +5,9 @@
 ///   5. persistent            one block per SM walks the tiles: next loads overlap this epilogue
 ///   6. cluster_multicast     2-block clusters; each B tile read once from L2, multicast to both
 ///   7. pingpong              each consumer warpgroup owns a 128 x 128 tile; the two take turns on
-///                            the tensor cores, one's epilogue under the other's main loop; a bf16
-///                            C leaves through a staging tile and TMA stores
+///                            the tensor cores, one's epilogue under the other's main loop; C
+///                            leaves through a staging tile by TMA stores (bf16 or fp32) or,
+///                            accumulating in fp32, by TMA additions
 ///
 /// Steps 3-6 compute the same 128 x 256 tile of C per block, as two warpgroups of 64 x 256
 /// (wgmma m64n256k16: 128 fp32 accumulators per thread), over K in slabs of 64 (step 7:
