@@ -31,7 +31,7 @@ result against a float64 reference:
   gelu                    ops gelu and gelu_backward, 16384 x 1536 fp32 and bf16: F.gelu(x,
                           approximate='tanh'); torch.ops.aten.gelu_backward(dy, x, approximate='tanh'),
                           and with accumulate dx.add_(aten.gelu_backward(...))
-  linear_bf16             bench_linear_tc.cpp's five products (16384 tokens, d_model 384) on every
+  linear_bf16             bench_linear_tc.cpp's linear products (16384 tokens, d_model 384) on every
                           step with the epilogue options (mma_sync, the Hopper steps): F.linear
                           (bias), F.gelu(F.linear) and torch._addmm_activation(use_gelu),
                           x + F.linear, dy @ w, and dW += dY^T X into fp32 (addmm/mm with
@@ -909,7 +909,7 @@ def takes_linear_options(step):
 
 
 def bench_linear_bf16(run, quick):
-    """bench_linear_tc.cpp's five products of a GPT linear layer (16384 tokens, d_model 384;
+    """bench_linear_tc.cpp's products of a GPT block's linear layers (16384 tokens, d_model 384;
     every course step that takes the options: mma_sync and the Hopper steps from
     tma_warp_specialized on) beside PyTorch in bf16 on the same tensors:
       fwd_qkv       Y = X W^T + b          course linear(x, w, b)  | F.linear(x, w, b) (cuBLASLt bias epilogue)
@@ -922,13 +922,17 @@ def bench_linear_bf16(run, quick):
       bwd_dx        dY W                   matmul_tc_ex(dy, w) bf16 out | dy @ w
       bwd_dw        dW + dY^T X, fp32 dW   matmul_tc_ex(dy.t(), x, accumulate=True, out=dw) |
                                            torch_dw_accumulate()'s form
+      (bwd_dx and bwd_dw are the QKV layer's; bwd_dx_fc, bwd_dw_fc, bwd_dx_proj and bwd_dw_proj
+      the same products of the MLP's two layers, d -> 4d and 4d -> d)
     PyTorch's bias is the course's fp32 bias rounded to bf16 (the course is given those same
     values). In-place outputs are reset before each row. Error: relative max error vs
     float64 from the same bf16 inputs."""
     T, d = (4096 if quick else 16384), 384
     bf = torch.bfloat16
     products = [("fwd_qkv", T, 3 * d, d), ("fwd_fc_gelu", T, 4 * d, d), ("fwd_fc_gelu_only", T, 4 * d, d),
-                ("fwd_proj_res", T, d, 4 * d), ("bwd_dx", T, d, 3 * d), ("bwd_dw", 3 * d, d, T)]
+                ("fwd_proj_res", T, d, 4 * d), ("bwd_dx", T, d, 3 * d), ("bwd_dw", 3 * d, d, T),
+                ("bwd_dx_fc", T, d, 4 * d), ("bwd_dw_fc", 4 * d, d, T),
+                ("bwd_dx_proj", T, 4 * d, d), ("bwd_dw_proj", d, 4 * d, T)]
     dw_name, dw_fn, dw_note = torch_dw_accumulate()
     for name, M, N, K in products:
         shape = f"{name}_{M}x{N}x{K}"
@@ -977,7 +981,7 @@ def bench_linear_bf16(run, quick):
                     fn = lambda s=step, i=impl: ck.linear(x, w, b, residual=r, out=r, step=s, impl=i)  # noqa
                     r.copy_(r0)
                     run.run_course("linear_bf16", shape, impl, step, fn, flops, "TFLOP/s", check)
-        elif name == "bwd_dx":  # dX (T x d) = dY (T x 3d) W (3d x d), W stored [out, in]
+        elif name.startswith("bwd_dx"):  # dX (T x in) = dY (T x out) W (out x in), W stored [out, in]
             dy = torch.randn(M, K, device="cuda", dtype=bf)
             w = (torch.randn(K, N, device="cuda") / math.sqrt(K)).to(bf)
             ref = dy.double() @ w.double()
@@ -988,7 +992,7 @@ def bench_linear_bf16(run, quick):
             for impl, step in steps:
                 fn = lambda s=step, i=impl: ck.matmul_tc_ex(dy, w, step=s, impl=i, out=dx)  # noqa: E731
                 run.run_course("linear_bf16", shape, impl, step, fn, flops, "TFLOP/s", check)
-        else:  # bwd_dw: dW (3d x d, fp32) += dY^T (3d x T) X (T x d)
+        else:  # bwd_dw*: dW (out x in, fp32) += dY^T (out x T) X (T x in)
             dy = torch.randn(K, M, device="cuda", dtype=bf)
             x = torch.randn(K, N, device="cuda", dtype=bf)
             dw0 = torch.randn(M, N, device="cuda")

@@ -1,4 +1,4 @@
-// The tensor-core matmul's options at work: the five products of a GPT linear layer at the
+// The tensor-core matmul's options at work: the products of a GPT block's linear layers at the
 // course GPT's sizes (16384 tokens, d_model 384, MLP 1536), every step that takes the
 // options (mma_sync, tma_warp_specialized, persistent, cluster_multicast, pingpong), beside cuBLAS.
 //
@@ -11,6 +11,9 @@
 //   fwd_proj_res X += H W^T + b           16384 x 384 x 1536    b_transposed, bias, residual in place, bf16
 //   bwd_dx       dX = dY W                16384 x 384 x 1152    plain layouts, bf16 out
 //   bwd_dw       dW += dY^T X             1152 x 384 x 16384    a_transposed, fp32 accumulate
+// (the QKV layer's backward), and the MLP layers' backward products:
+//   bwd_dx_fc    16384 x 384 x 1536,  bwd_dw_fc    1536 x 384 x 16384
+//   bwd_dx_proj  16384 x 1536 x 384,  bwd_dw_proj  384 x 1536 x 16384
 // Library rows "linear_bf16/library/cublas_gemmex/<product>": cublasGemmEx with the same
 // operand layouts and output dtype (row-major through the operand swap), beta = 1 where the
 // course adds the residual in place or accumulates -- but WITHOUT the bias and GELU, which
@@ -59,6 +62,10 @@ const Product kProducts[] = {
     {"fwd_proj_res", kTokens, kModel, kHidden, false, true, true, true, false, false, true, false},
     {"bwd_dx", kTokens, kModel, kQkv, false, false, true, false, false, false, false, false},
     {"bwd_dw", kQkv, kModel, kTokens, true, false, false, false, false, false, false, true},
+    {"bwd_dx_fc", kTokens, kModel, kHidden, false, false, true, false, false, false, false, false},
+    {"bwd_dw_fc", kHidden, kModel, kTokens, true, false, false, false, false, false, false, true},
+    {"bwd_dx_proj", kTokens, kHidden, kModel, false, false, true, false, false, false, false, false},
+    {"bwd_dw_proj", kModel, kHidden, kTokens, true, false, false, false, false, false, false, true},
 };
 
 /// Operands of one product, allocated once per process: random bf16 A and B (never zeros),
