@@ -52,6 +52,7 @@ OptionCase draw_case(Rng& rng, bool large) {
   // of >= 8 slabs of 64 (the persistent Hopper steps). Drawn last, so the draws above keep
   // their values for a seed.
   if (!large && rng.chance(0.15)) oc.k = rng.uniform(1024, 2600);
+  oc.pad_aligned = oc.pad && rng.chance(0.5);  // drawn after the rest, for the same reason
   return oc;
 }
 

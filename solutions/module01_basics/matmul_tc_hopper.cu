@@ -1282,8 +1282,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       // @end
       cc::wgmma_wait<0>();
       release(held);
-      // A later split of K waits for its tile's turn (its 128 threads, not the other
-      // consumer's: that one may be in its main loop) and adds its partial product.
+      // The epilogue. Every sync on kStagingBarrier + cw must be reached by all 128 threads of
+      // the consumer: the conditions below are the same for all of them.
       if (staged == kStagedBf16) {
         // The bias row of this tile (every thread of the consumer has added the last tile's:
         // they all met at its store_staged_tile), visible to all 128 after the barrier.
@@ -1301,10 +1301,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         using no = std::false_type;
         if (epilogue.residual != nullptr) epilogue.gelu ? finish(yes{}, yes{}) : finish(no{}, yes{});
         else epilogue.gelu ? finish(yes{}, no{}) : finish(no{}, no{});
-      } else if (staged == kStagedF32) {
+      } else if (staged == kStagedF32) {  // takes its split-K turn itself
         staged_f32_epilogue(acc0, acc1, &tmap_c, staging_ptr, staging, cw, row0, n0,
                             epilogue.accumulate || schedule.split > 0, splits > 1, turns, schedule.tile, schedule.split);
       } else if (schedule.split > 0) {
+        // A later split of K waits for its tile's turn (its 128 threads, not the other
+        // consumer's: that one may be in its main loop) and adds its partial product.
         if (threadIdx.x % 128 == 0) wait_split_turn(turns, schedule.tile, schedule.split);
         cc::named_barrier_sync(kSplitBarrier + cw, 128);
         const Epilogue later = epilogue.later_split();
