@@ -828,7 +828,8 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
 // under less than half of it. ncu: 17.8 M instructions against cuBLAS's 3.2 M, ~3.9 k per
 // warp per tile, issued by one warp per scheduler, each waiting on the one before
 // (store_warp_rows re-tests every option per value in a rolled loop). Changes:
-//  * staged_pass: the accumulator pairs plus bias (then GELU, then the residual) rounded to
+//  * staged_pass (since split into add_bias, apply_gelu and stage_tile: "The epilogue in
+//    phases" below): the accumulator pairs plus bias (then GELU, then the residual) rounded to
 //    bf16 straight into a 32 KB staging tile per consumer, in the 128-byte-swizzle layout,
 //    unrolled, the options template flags: ~5 instructions per pair.
 //  * store_staged_tile: fence.proxy.async, the consumer's barrier, and two TMA stores
