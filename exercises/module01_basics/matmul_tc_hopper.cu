@@ -753,7 +753,7 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
 //
 // Changes from step 5 (persistent):
 //  * Each consumer warpgroup owns its own 128 x 128 output tile: per k16, two wgmma
-//    m64n128k16 (rows 0-63 into acc0, rows 64-127 into acc1, the same B descriptor): still
+//    m64n128k16 (rows 0-63 into acc[0], rows 64-127 into acc[1], the same B descriptor): still
 //    128 fp32 accumulators per thread. N = 384 and 1152 are multiples of 128: no waste.
 //  * The block's tiles (the persistent schedule, grouped order, now over 128 x 128 tiles)
 //    are dealt alternately: tile t of the block's walk to consumer t % 2.
@@ -896,6 +896,27 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
 // Tried, correct, not kept (H100 A/B time ratios): a 6-stage ring with a 16 KB staging tile
 // (dX 0.99-1.04: not latency); 128 x 192 consumer tiles (8192^3 0.86, but dX 1.04-1.14 and
 // the GELU products ~1.55: 192 accumulators spill the epilogue even at 240 registers).
+// Wide tiles. The bytes were not it either: 192 x 128 consumer tiles (three m64n128k16 a
+// k16, 192 accumulators, a 4 x 40 KB ring, the bf16 epilogue in two 64-column passes; no
+// spills once only that epilogue was compiled beside them) moved cuBLAS's 189 MB and took
+// 29.6 us against 29.5 (ncu; A/B dX 0.94-1.04). Both tile shapes ran the main loop at ~3.8
+// TFLOP/s per SM, in proportion to FLOPs, not bytes. The cooperative steps reach ~5 at
+// 8192^3 (tma_warp_specialized 660 TFLOP/s, this step 561), and cuBLAS's dX kernel is
+// cooperative ("coop" in its name). So for a bf16 C without GELU and N a multiple of 192
+// (the GPT's 384, 1152, 1536) the step switches to steps 4-6's schedule with this step's
+// staged epilogue (namespace wide): both consumers on one 128 x 192 tile, 64 rows each, one
+// wgmma m64n192k16 a k16 (96 accumulators), a 4 x 40 KB ring whose stages both release, a
+// 24 KB staging tile per consumer stored as three [64][64] boxes. Its epilogue is no longer
+// hidden under another main loop, which is why GELU (two passes) stays on pingpong.
+// Prediction: dX's main loop at the cooperative steps' ~5 TFLOP/s per SM less ~1 us of
+//   exposed epilogues: 29.5 -> ~26-27 us, ~0.95 of PyTorch; fwd about level (K = 384: the
+//   epilogue is a larger share); the GELU products slower (hence the rule).
+// Outcome (H100; two A/B m01_bench runs against pingpong, time ratios, GELU products still
+//   wide in that build): dX 0.92-0.93, dX fc 0.93-0.95, dX proj 0.91-0.96, proj+residual
+//   0.89-0.94, fwd 0.99-1.04, GELU products 1.03-1.07; ncu dX 26.2 us (pingpong 29.5,
+//   cuBLAS 24.6). Tried, not kept: B multicast across 2-block clusters on top, as cuBLAS's
+//   kernel does (1x2): dX 28.6 us under ncu, 1.02-1.12 of the time without it (why was not
+//   measured; each stage then waits for the slowest of four consumers in two blocks).
 // ============================================================================
 namespace pingpong {
 constexpr int kTN = 128;                                       // a consumer's tile: 128 x 128
@@ -922,12 +943,14 @@ constexpr int kTurnBarrier = 1;
 constexpr int kSplitBarrier = 3;
 constexpr int kStagingBarrier = 5;
 
-/// A position in the ring, shared by the producer's walk and each consumer's view of it.
+/// A position in a ring of kRingStages stages, shared by the producer's walk and each
+/// consumer's view of it.
+template <int kRingStages>
 struct Ring {
   int stage = 0;
   std::uint32_t phase = 0;
   __device__ __forceinline__ void advance() {
-    if (++stage == kStages) {
+    if (++stage == kRingStages) {
       stage = 0;
       phase ^= 1u;
     }
@@ -943,14 +966,14 @@ struct Ring {
 };
 
 /// One slab of a consumer's 128 x 128 tile: per k16 step, two wgmma m64n128k16 with the same
-/// B descriptor, rows 0-63 into acc0 and rows 64-127 into acc1. Descriptors as in
+/// B descriptor, rows 0-63 into acc[0] and rows 64-127 into acc[1]. Descriptors as in
 /// wgmma_slab, with the half h of the tile in place of the warpgroup. Issued only.
 /// first: the tile's first slab, whose first k16 step overwrites the accumulators
 /// (wgmma's scale-d = 0) instead of adding. No zeroing with ordinary instructions: those
 /// can make ptxas serialize the wgmmas (C7515; the first build of this step's stub did).
 template <bool kATrans, bool kBTrans>
-__device__ __forceinline__ void wgmma_slab_128(float (&acc0)[64], float (&acc1)[64], std::uint32_t stage_a,
-                                               std::uint32_t stage_b, bool first) {
+__device__ __forceinline__ void wgmma_slab_128(float (&acc)[2][64], std::uint32_t stage_a, std::uint32_t stage_b,
+                                               bool first) {
 #pragma unroll
   for (int ks = 0; ks < kBK / 16; ++ks) {
     const std::uint64_t db = kBTrans ? cc::wgmma_desc_sw128(stage_b + ks * 32, 16, 1024)
@@ -960,8 +983,8 @@ __device__ __forceinline__ void wgmma_slab_128(float (&acc0)[64], float (&acc1)[
     const std::uint64_t da1 = kATrans ? cc::wgmma_desc_sw128(stage_a + kBBlockBytes + ks * 16 * 128, kBBlockBytes, 1024)
                                       : cc::wgmma_desc_sw128(stage_a + 64 * 128 + ks * 32, 16, 1024);
     const int accumulate = (first && ks == 0) ? 0 : 1;
-    cc::wgmma_m64n128k16_bf16_f32</*kBMnMajor=*/!kBTrans, /*kAMnMajor=*/kATrans>(acc0, da0, db, accumulate);
-    cc::wgmma_m64n128k16_bf16_f32</*kBMnMajor=*/!kBTrans, /*kAMnMajor=*/kATrans>(acc1, da1, db, accumulate);
+    cc::wgmma_m64n128k16_bf16_f32</*kBMnMajor=*/!kBTrans, /*kAMnMajor=*/kATrans>(acc[0], da0, db, accumulate);
+    cc::wgmma_m64n128k16_bf16_f32</*kBMnMajor=*/!kBTrans, /*kAMnMajor=*/kATrans>(acc[1], da1, db, accumulate);
   }
 }
 
@@ -988,58 +1011,63 @@ __device__ __forceinline__ void pass_turn(int cw) {
 /// 128-byte rows, 16-byte chunk q of row r at q ^ (r % 8) -- the layout SWIZZLE_128B TMA
 /// copies read (stores) and write (loads). A warp's step of stage_tile (rows g and g + 8,
 /// the 4-byte pair t of chunk j for g = 0..7) lands on 8 different chunks: no bank conflicts.
+/// (The wide tiles below stage [64 rows][192 columns], three such blocks.)
 using StagingGeom = cc::Sw128Geom<kTN, kBM>;
 
 /// The walk of a consumer's accumulator pairs that the staging passes share: calls
 /// f(row, j, lo, hi) for the thread's pairs of columns (8 j + 2 t, + 1) with j in [kJ0, kJ1),
-/// in rows 64 half + 16 warp + g + 8 h of the tile (acc0 for half 0, acc1 for half 1; the
-/// fragment layout of store_warpgroup_tile).
-template <int kJ0, int kJ1, typename F>
-__device__ __forceinline__ void for_each_pair(const float (&acc0)[64], const float (&acc1)[64], F&& f) {
+/// in rows 64 b + 16 warp + g + 8 h of the tile: acc[b] holds the wgmma fragments of row
+/// block b (the layout of store_warpgroup_tile, kN / 4 column groups of 8).
+template <int kJ0, int kJ1, int kRB, int kN, typename F>
+__device__ __forceinline__ void for_each_pair(const float (&acc)[kRB][kN], F&& f) {
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
   const int g = lane / 4;
 #pragma unroll
   for (int j = kJ0; j < kJ1; ++j) {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const float(&acc)[64] = half == 0 ? acc0 : acc1;
+    for (int b = 0; b < kRB; ++b) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) f(64 * half + 16 * warp + g + 8 * h, j, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      for (int h = 0; h < 2; ++h) f(64 * b + 16 * warp + g + 8 * h, j, acc[b][4 * j + 2 * h], acc[b][4 * j + 2 * h + 1]);
     }
   }
 }
 
 /// Epilogue phase 1: the bias pair of each of the thread's columns added to its accumulators
-/// (acc0 rows 0-63, acc1 rows 64-127, fragment layout as in store_warpgroup_tile), from the
-/// consumer's row of 128 bias values in shared memory (skipped without a bias). The row was
-/// loaded when the tile's turn began, so the global load's latency hid under the main loop.
-__device__ __forceinline__ void add_bias(float (&acc0)[64], float (&acc1)[64], const float* bias_row) {
+/// (fragment layout as in for_each_pair), from the consumer's row of bias values in shared
+/// memory (skipped without a bias). The row was loaded when the tile's turn began, so the
+/// global load's latency hid under the main loop.
+template <int kRB, int kN>
+__device__ __forceinline__ void add_bias(float (&acc)[kRB][kN], const float* bias_row) {
   const int t = threadIdx.x % 4;
 #pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    const float2 b = *reinterpret_cast<const float2*>(bias_row + 8 * j + 2 * t);
+  for (int j = 0; j < kN / 4; ++j) {
+    const float2 v = *reinterpret_cast<const float2*>(bias_row + 8 * j + 2 * t);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      acc0[4 * j + 2 * h] += b.x, acc0[4 * j + 2 * h + 1] += b.y;
-      acc1[4 * j + 2 * h] += b.x, acc1[4 * j + 2 * h + 1] += b.y;
+    for (int b = 0; b < kRB; ++b) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) acc[b][4 * j + 2 * h] += v.x, acc[b][4 * j + 2 * h + 1] += v.y;
     }
   }
 }
 
 /// Epilogue phase 3: GELU on every accumulator, in place (the sigmoid form, gelu_tanh_fast).
-__device__ __forceinline__ void apply_gelu(float (&acc0)[64], float (&acc1)[64]) {
+template <int kRB, int kN>
+__device__ __forceinline__ void apply_gelu(float (&acc)[kRB][kN]) {
 #pragma unroll
-  for (int i = 0; i < 64; ++i) acc0[i] = cc::gelu_tanh_fast(acc0[i]), acc1[i] = cc::gelu_tanh_fast(acc1[i]);
+  for (int b = 0; b < kRB; ++b) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) acc[b][i] = cc::gelu_tanh_fast(acc[b][i]);
+  }
 }
 
 /// Epilogue phases 2 and 5: every accumulator pair (plus, with kResidual, the residual pair
-/// the consumer's TMA load put in its place) rounded to bf16 and written to the staging tile.
-/// Unrolled over the 64 pairs: ~3 instructions per pair.
-template <bool kResidual>
-__device__ __forceinline__ void stage_tile(const float (&acc0)[64], const float (&acc1)[64], unsigned char* staging) {
+/// the consumer's TMA load put in its place) rounded to bf16 and written to the staging tile
+/// (geometry Geom). Unrolled over the pairs: ~3 instructions per pair.
+template <bool kResidual, typename Geom, int kRB, int kN>
+__device__ __forceinline__ void stage_tile(const float (&acc)[kRB][kN], unsigned char* staging) {
   const int t = threadIdx.x % 4;
-  for_each_pair<0, 16>(acc0, acc1, [&](int r, int j, float v0, float v1) {
-    std::uint32_t* pair = reinterpret_cast<std::uint32_t*>(staging + StagingGeom::offset(r, j) + 4 * t);
+  for_each_pair<0, kN / 4>(acc, [&](int r, int j, float v0, float v1) {
+    std::uint32_t* pair = reinterpret_cast<std::uint32_t*>(staging + Geom::offset(r, j) + 4 * t);
     if constexpr (kResidual) {
       const float2 res = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(pair));
       v0 += res.x, v1 += res.y;
@@ -1048,15 +1076,17 @@ __device__ __forceinline__ void stage_tile(const float (&acc0)[64], const float 
   });
 }
 
-/// Hands a written staging tile to the TMA: every writer's fence, the consumer's barrier,
-/// then its first thread stores the two [128][64] blocks at (row0, n0) of `tmap` and commits.
+/// Hands a written staging tile (geometry Geom) to the TMA: every writer's fence, the
+/// consumer's barrier, then its first thread stores the tile's 64-column blocks at (row0,
+/// n0 + 64 b) of `tmap` and commits.
+template <typename Geom>
 __device__ __forceinline__ void store_staged_tile(const CUtensorMap* tmap, std::uint32_t staging, int cw, int row0,
                                                   int n0) {
   cc::fence_proxy_async_smem();
   cc::named_barrier_sync(kStagingBarrier + cw, 128);
   if (threadIdx.x % 128 == 0) {
-    cc::tma_store_2d(tmap, staging, n0, row0);
-    cc::tma_store_2d(tmap, staging + kBM * 128, n0 + 64, row0);
+#pragma unroll
+    for (int b = 0; b < Geom::kChunks / 8; ++b) cc::tma_store_2d(tmap, staging + b * Geom::kBlockBytes, n0 + 64 * b, row0);
     cc::bulk_commit_group();
   }
 }
@@ -1077,23 +1107,23 @@ __device__ __forceinline__ void wait_staging_free(int cw) {
 ///                                   in it: the TMA load issued when the tile's turn began)
 ///   5. the output                   staged (plus the residual) and stored by TMA, which runs
 ///                                   on while the consumer takes its next turn
-template <bool kGelu, bool kResidual>
-__device__ __forceinline__ void staged_epilogue(float (&acc0)[64], float (&acc1)[64], const Epilogue& epilogue,
+template <bool kGelu, bool kResidual, typename Geom, int kRB, int kN>
+__device__ __forceinline__ void staged_epilogue(float (&acc)[kRB][kN], const Epilogue& epilogue,
                                                 const float* bias_row, const CUtensorMap* tmap_c,
                                                 const CUtensorMap* tmap_pre, unsigned char* staging_ptr,
                                                 std::uint32_t staging, std::uint32_t residual_bar,
                                                 std::uint32_t parity, int cw, int row0, int n0) {
-  if (epilogue.bias != nullptr) add_bias(acc0, acc1, bias_row);
+  if (epilogue.bias != nullptr) add_bias(acc, bias_row);
   if (kGelu && epilogue.pre_gelu != nullptr) {
     wait_staging_free(cw);
-    stage_tile<false>(acc0, acc1, staging_ptr);
-    store_staged_tile(tmap_pre, staging, cw, row0, n0);
+    stage_tile<false, Geom>(acc, staging_ptr);
+    store_staged_tile<Geom>(tmap_pre, staging, cw, row0, n0);
   }
-  if constexpr (kGelu) apply_gelu(acc0, acc1);
+  if constexpr (kGelu) apply_gelu(acc);
   if (kResidual) cc::mbarrier_wait(residual_bar, parity);
   else wait_staging_free(cw);
-  stage_tile<kResidual>(acc0, acc1, staging_ptr);
-  store_staged_tile(tmap_c, staging, cw, row0, n0);
+  stage_tile<kResidual, Geom>(acc, staging_ptr);
+  store_staged_tile<Geom>(tmap_c, staging, cw, row0, n0);
 }
 
 /// Which epilogue a launch takes (launch_layout): store_warp_rows and friends, the staged
@@ -1106,10 +1136,9 @@ enum StagedEpilogue : int { kNotStaged = 0, kStagedBf16 = 1, kStagedF32 = 2 };
 /// writes (rows g, two chunks each) fall on every chunk position twice: 2 wavefronts for
 /// 256 bytes, the least there can be.
 template <int kHalf>
-__device__ __forceinline__ void stage_f32_half(const float (&acc0)[64], const float (&acc1)[64],
-                                               unsigned char* staging) {
+__device__ __forceinline__ void stage_f32_half(const float (&acc)[2][64], unsigned char* staging) {
   const int t = threadIdx.x % 4;
-  for_each_pair<8 * kHalf, 8 * kHalf + 8>(acc0, acc1, [&](int r, int j, float v0, float v1) {
+  for_each_pair<8 * kHalf, 8 * kHalf + 8>(acc, [&](int r, int j, float v0, float v1) {
     const int box = (j % 8) / 4, chunk = 2 * (j % 4) + t / 2;
     *reinterpret_cast<float2*>(staging + box * (kBM * 128) + r * 128 + ((chunk ^ (r % 8)) * 16) + (t % 2) * 8) =
         make_float2(v0, v1);
@@ -1137,13 +1166,13 @@ __device__ __forceinline__ void copy_f32_half(const CUtensorMap* tmap, std::uint
 /// sums are the same bits on every run: the first thread takes the tile's turn before the
 /// first copy and hands it on once both halves' writes are done (bulk_wait_group), with a
 /// proxy fence on each side (the turn is a generic-proxy flag, the copies async-proxy writes).
-__device__ __forceinline__ void staged_f32_epilogue(const float (&acc0)[64], const float (&acc1)[64],
-                                                    const CUtensorMap* tmap_c, unsigned char* staging_ptr,
+__device__ __forceinline__ void staged_f32_epilogue(const float (&acc)[2][64], const CUtensorMap* tmap_c,
+                                                    unsigned char* staging_ptr,
                                                     std::uint32_t staging, int cw, int row0, int n0, bool add,
                                                     bool ordered, int* turns, int tile, int split) {
   const bool leader = threadIdx.x % 128 == 0;
   wait_staging_free(cw);
-  stage_f32_half<0>(acc0, acc1, staging_ptr);
+  stage_f32_half<0>(acc, staging_ptr);
   cc::fence_proxy_async_smem();
   cc::named_barrier_sync(kStagingBarrier + cw, 128);
   if (leader) {
@@ -1154,7 +1183,7 @@ __device__ __forceinline__ void staged_f32_epilogue(const float (&acc0)[64], con
     copy_f32_half(tmap_c, staging, row0, n0, 0, add);
   }
   wait_staging_free(cw);
-  stage_f32_half<1>(acc0, acc1, staging_ptr);
+  stage_f32_half<1>(acc, staging_ptr);
   cc::fence_proxy_async_smem();
   cc::named_barrier_sync(kStagingBarrier + cw, 128);
   if (leader) {
@@ -1199,7 +1228,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Over 128 x 128 tiles (tiles_n counts them), or (split-K) over (tile, split) units.
   ws::TileSchedule<1> schedule(tiles_m, tiles_n, k_tiles, splits, per_split);
-  Ring ring;
+  Ring<kStages> ring;
   int tile_m, tile_n;
   if (wg == 0) {
     // ---- Producer: every slab of every unit of the walk, in order, whichever consumer's.
@@ -1240,7 +1269,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const auto release = [&](int stage) {
       if (threadIdx.x % 128 == 0) cc::mbarrier_arrive(empty_bar + 8 * stage);
     };
-    float acc0[64], acc1[64];
+    float acc[2][64];
     std::uint32_t own = 0;  // tiles this consumer has computed: the residual barrier's phase
     for (int t = 0; schedule.take(tile_m, tile_n); ++t) {
       // @step pingpong
@@ -1272,7 +1301,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         cc::mbarrier_wait(full_bar + 8 * ring.stage, ring.phase);  // the stage's 32 KB have landed
         const std::uint32_t stage_a = smem + ring.stage * kStageBytes;
         cc::wgmma_fence();
-        wgmma_slab_128<kATrans, kBTrans>(acc0, acc1, stage_a, stage_a + kABytes, first);
+        wgmma_slab_128<kATrans, kBTrans>(acc, stage_a, stage_a + kABytes, first);
         cc::wgmma_commit();
         cc::wgmma_wait<1>();            // slab kt - 1 is complete ...
         if (!first) release(held);      // ... so its stage may be refilled
@@ -1295,16 +1324,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         const std::uint32_t parity = own & 1u;
         const auto finish = [&](auto gelu, auto residual) {
-          staged_epilogue<decltype(gelu)::value, decltype(residual)::value>(acc0, acc1, epilogue, bias_row, &tmap_c,
-                                                                            &tmap_pre, staging_ptr, staging,
-                                                                            residual_bar, parity, cw, row0, n0);
+          staged_epilogue<decltype(gelu)::value, decltype(residual)::value, StagingGeom>(
+              acc, epilogue, bias_row, &tmap_c, &tmap_pre, staging_ptr, staging, residual_bar, parity, cw, row0, n0);
         };
         using yes = std::true_type;
         using no = std::false_type;
         if (epilogue.residual != nullptr) epilogue.gelu ? finish(yes{}, yes{}) : finish(no{}, yes{});
         else epilogue.gelu ? finish(yes{}, no{}) : finish(no{}, no{});
       } else if (staged == kStagedF32) {  // takes its split-K turn itself
-        staged_f32_epilogue(acc0, acc1, &tmap_c, staging_ptr, staging, cw, row0, n0,
+        staged_f32_epilogue(acc, &tmap_c, staging_ptr, staging, cw, row0, n0,
                             epilogue.accumulate || schedule.split > 0, splits > 1, turns, schedule.tile, schedule.split);
       } else if (schedule.split > 0) {
         // A later split of K waits for its tile's turn (its 128 threads, not the other
@@ -1312,15 +1340,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (threadIdx.x % 128 == 0) wait_split_turn(turns, schedule.tile, schedule.split);
         cc::named_barrier_sync(kSplitBarrier + cw, 128);
         const Epilogue later = epilogue.later_split();
-        store_warp_rows<kTN>(acc0, patch, later, row0, n0);
-        store_warp_rows<kTN>(acc1, patch, later, row0 + 64, n0);
+        store_warp_rows<kTN>(acc[0], patch, later, row0, n0);
+        store_warp_rows<kTN>(acc[1], patch, later, row0 + 64, n0);
       } else if (epilogue.plain) {
-        store_warpgroup_tile<kTN>(acc0, epilogue.c, epilogue.m, epilogue.n, epilogue.ldc, epilogue.pairs_ok, row0, n0);
-        store_warpgroup_tile<kTN>(acc1, epilogue.c, epilogue.m, epilogue.n, epilogue.ldc, epilogue.pairs_ok, row0 + 64,
+        store_warpgroup_tile<kTN>(acc[0], epilogue.c, epilogue.m, epilogue.n, epilogue.ldc, epilogue.pairs_ok, row0, n0);
+        store_warpgroup_tile<kTN>(acc[1], epilogue.c, epilogue.m, epilogue.n, epilogue.ldc, epilogue.pairs_ok, row0 + 64,
                                   n0);
       } else {
-        store_warp_rows<kTN>(acc0, patch, epilogue, row0, n0);
-        store_warp_rows<kTN>(acc1, patch, epilogue, row0 + 64, n0);
+        store_warp_rows<kTN>(acc[0], patch, epilogue, row0, n0);
+        store_warp_rows<kTN>(acc[1], patch, epilogue, row0 + 64, n0);
       }
       if (splits > 1 && staged != kStagedF32) {  // every store of the tile by this consumer, then the release
         cc::named_barrier_sync(kSplitBarrier + cw, 128);
@@ -1409,13 +1437,200 @@ void launch_layout(const TcMatmulArgs& a, const char* step) {
   COURSE_CHECK_LAUNCH("matmul_tc_pingpong_kernel");
 }
 
-/// One kernel per operand layout, as launch_ws.
+// ---------------------------------------------------------------------------------------
+// Wide tiles: both consumers on one 128 x 192 tile (the schedule of steps 4-6, with this
+// step's staged epilogue). See the step's banner ("Wide tiles") for why and when.
+namespace wide {
+constexpr int kTN = 192;                                      // the block's tile: 128 x 192
+constexpr std::uint32_t kBTileBytes = kBK * kTN * 2;          // 24 KB: three [64 k][64 n] blocks
+constexpr std::uint32_t kStageBytes = kABytes + kBTileBytes;  // 40 KB per stage
+constexpr int kStages = 4;
+constexpr std::uint32_t kStagingBytes = 64 * kTN * 2;         // 24 KB: a consumer's 64 rows in bf16
+constexpr int kBiasRowBytes = kTN * 4;                        // a consumer's 192 bias values
+constexpr int kBarrierBytes = 2 * kStages * 8 + 2 * 8;        // full and empty per stage, a residual barrier per consumer
+constexpr int kSmemBytes = kStages * static_cast<int>(kStageBytes) + 2 * static_cast<int>(kStagingBytes) +
+                           kBarrierBytes + 2 * kBiasRowBytes + 1024;
+static_assert(kSmemBytes <= 227 * 1024, "more shared memory than a Hopper block may have");
+/// A consumer's staging tile: its 64 rows by 192 columns, three [64][64] blocks of 128-byte
+/// rows (the swizzle of StagingGeom).
+using Geom = cc::Sw128Geom<kTN, 64>;
+
+/// One slab of consumer cw's rows 64 cw .. 64 cw + 63 of the block's tile: per k16 step one
+/// wgmma m64n192k16, A's rows as in wgmma_slab (warpgroup cw), B's three 64-column blocks
+/// (or 192 K-major rows) in one descriptor. Issued only; `first` as in wgmma_slab_128.
+template <bool kATrans, bool kBTrans>
+__device__ __forceinline__ void wgmma_slab_wide(float (&acc)[1][96], std::uint32_t stage_a, std::uint32_t stage_b,
+                                                int cw, bool first) {
+#pragma unroll
+  for (int ks = 0; ks < kBK / 16; ++ks) {
+    const std::uint64_t da = kATrans ? cc::wgmma_desc_sw128(stage_a + cw * kBBlockBytes + ks * 16 * 128, kBBlockBytes, 1024)
+                                     : cc::wgmma_desc_sw128(stage_a + cw * 64 * 128 + ks * 32, 16, 1024);
+    const std::uint64_t db = kBTrans ? cc::wgmma_desc_sw128(stage_b + ks * 32, 16, 1024)
+                                     : cc::wgmma_desc_sw128(stage_b + ks * 16 * 128, kBBlockBytes, 1024);
+    cc::wgmma_m64n192k16_bf16_f32</*kBMnMajor=*/!kBTrans, /*kAMnMajor=*/kATrans>(acc[0], da, db,
+                                                                               (first && ks == 0) ? 0 : 1);
+  }
+}
+
+/// The wide-tile kernel: one producer warpgroup as in pingpong, two consumers that both
+/// compute every tile of the block's walk (64 rows each) and release each stage together
+/// (empty barriers count 2), then run the staged bf16 epilogue (no GELU) on their rows.
+template <bool kATrans, bool kBTrans>
+__global__ void __launch_bounds__(kThreads, 1)
+    matmul_tc_wide_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+                          const __grid_constant__ CUtensorMap tmap_c, const Epilogue epilogue, int K, int tiles_m,
+                          int tiles_n) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const std::uint32_t smem = aligned_smem_base(smem_raw);
+  const std::uint32_t staging0 = smem + kStages * kStageBytes;  // consumer c's at staging0 + c * 24 KB
+  const std::uint32_t full_bar = staging0 + 2 * kStagingBytes;  // full[s] at full_bar + 8 s
+  const std::uint32_t empty_bar = full_bar + kStages * 8;       // empty[s] at empty_bar + 8 s
+  const std::uint32_t residual_bar0 = empty_bar + kStages * 8;  // consumer c's at + 8 c
+  const std::uint32_t bias_row0 = residual_bar0 + 2 * 8;        // consumer c's at + 768 c
+  const int wg = threadIdx.x / 128;
+  const int k_tiles = (K + kBK - 1) / kBK;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      cc::mbarrier_init(full_bar + 8 * s, 1);   // the producer's arrive (+ bytes)
+      cc::mbarrier_init(empty_bar + 8 * s, 2);  // both consumers
+    }
+    cc::mbarrier_init(residual_bar0, 1);
+    cc::mbarrier_init(residual_bar0 + 8, 1);
+    cc::fence_barrier_init();
+    cc::tma_prefetch_descriptor(&tmap_a);
+    cc::tma_prefetch_descriptor(&tmap_b);
+  }
+  __syncthreads();
+
+  ws::TileSchedule<1> schedule(tiles_m, tiles_n, k_tiles, 1, k_tiles);
+  Ring<kStages> ring;
+  int tile_m, tile_n;
+  if (wg == 0) {
+    // ---- Producer: every slab of every tile, in order.
+    cc::setmaxnreg_dec<kProducerRegisters>();
+    if (threadIdx.x == 0) {
+      while (schedule.take(tile_m, tile_n)) {
+        for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+          const std::uint32_t full = full_bar + 8 * ring.stage;
+          const std::uint32_t stage_a = smem + ring.stage * kStageBytes;
+          const std::uint32_t stage_b = stage_a + kABytes;
+          cc::mbarrier_wait(empty_bar + 8 * ring.stage, ring.phase ^ 1u);  // stage free
+          cc::mbarrier_arrive_expect_tx(full, kStageBytes);                // 40 KB will land here
+          if constexpr (!kATrans) {
+            cc::tma_load_2d(stage_a, &tmap_a, full, kt * kBK, tile_m * kBM);
+          } else {
+            cc::tma_load_2d(stage_a, &tmap_a, full, tile_m * kBM, kt * kBK);
+            cc::tma_load_2d(stage_a + kBBlockBytes, &tmap_a, full, tile_m * kBM + 64, kt * kBK);
+          }
+          // B: three [64 k][64 n] boxes, or (stored N x K) one [192 n][64 k] box.
+          if constexpr (!kBTrans) {
+#pragma unroll
+            for (int b = 0; b < 3; ++b)
+              cc::tma_load_2d(stage_b + b * kBBlockBytes, &tmap_b, full, tile_n * kTN + 64 * b, kt * kBK);
+          } else {
+            cc::tma_load_2d(stage_b, &tmap_b, full, kt * kBK, tile_n * kTN);
+          }
+        }
+      }
+    }
+  } else {
+    // ---- Consumers: consumer cw computes rows 64 cw .. 64 cw + 63 of every tile.
+    cc::setmaxnreg_inc<kConsumerRegisters>();
+    const int cw = wg - 1;
+    const std::uint32_t staging = staging0 + cw * kStagingBytes, residual_bar = residual_bar0 + 8 * cw;
+    unsigned char* staging_ptr = smem_raw + (staging - cc::smem_u32(smem_raw));
+    float* bias_row = reinterpret_cast<float*>(smem_raw + (bias_row0 + cw * kBiasRowBytes - cc::smem_u32(smem_raw)));
+    const int i = threadIdx.x % 128;
+    float acc[1][96];
+    std::uint32_t own = 0;  // tiles computed: the residual barrier's phase
+    while (schedule.take(tile_m, tile_n)) {
+      const int row0 = tile_m * kBM + 64 * cw, n0 = tile_n * kTN;
+      // Bias columns n0 + i and (i < 64) n0 + 128 + i, loaded now, written to the row after
+      // the main loop; C's rows (residual) loaded into the staging tile meanwhile.
+      float bias_lo = 0.f, bias_hi = 0.f;
+      if (epilogue.bias != nullptr) {
+        if (n0 + i < epilogue.n) bias_lo = __ldg(epilogue.bias + n0 + i);
+        if (i < 64 && n0 + 128 + i < epilogue.n) bias_hi = __ldg(epilogue.bias + n0 + 128 + i);
+      }
+      if (epilogue.residual != nullptr && i == 0) {
+        cc::bulk_wait_group_read<0>();
+        cc::mbarrier_arrive_expect_tx(residual_bar, kStagingBytes);
+#pragma unroll
+        for (int b = 0; b < 3; ++b)
+          cc::tma_load_2d(staging + b * Geom::kBlockBytes, &tmap_c, residual_bar, n0 + 64 * b, row0);
+      }
+      int held = 0;  // the stage of the slab still in flight
+      for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+        cc::mbarrier_wait(full_bar + 8 * ring.stage, ring.phase);  // the stage's 40 KB have landed
+        const std::uint32_t stage_a = smem + ring.stage * kStageBytes;
+        cc::wgmma_fence();
+        wgmma_slab_wide<kATrans, kBTrans>(acc, stage_a, stage_a + kABytes, cw, kt == 0);
+        cc::wgmma_commit();
+        cc::wgmma_wait<1>();  // slab kt - 1 is complete, so its stage may be refilled
+        if (kt > 0 && i == 0) cc::mbarrier_arrive(empty_bar + 8 * held);
+        held = ring.stage;
+      }
+      cc::wgmma_wait<0>();
+      if (i == 0) cc::mbarrier_arrive(empty_bar + 8 * held);  // every consumer releases every stage,
+                                                               // even one whose rows are all past M
+      if (epilogue.bias != nullptr) {  // every thread added the last tile's row before its stores
+        bias_row[i] = bias_lo;
+        if (i < 64) bias_row[128 + i] = bias_hi;
+        cc::named_barrier_sync(kStagingBarrier + cw, 128);
+      }
+      // No GELU here (wide::applies): the residual, in place, is the only template choice.
+      const std::uint32_t parity = own & 1u;
+      if (epilogue.residual != nullptr)
+        staged_epilogue<false, true, Geom>(acc, epilogue, bias_row, &tmap_c, nullptr, staging_ptr, staging,
+                                           residual_bar, parity, cw, row0, n0);
+      else
+        staged_epilogue<false, false, Geom>(acc, epilogue, bias_row, &tmap_c, nullptr, staging_ptr, staging,
+                                            residual_bar, parity, cw, row0, n0);
+      ++own;
+    }
+    if (i == 0) cc::bulk_wait_group<0>();  // the last TMA stores are done before the block ends
+  }
+#else
+  (void)tmap_a, (void)tmap_b, (void)tmap_c, (void)epilogue, (void)K, (void)tiles_m, (void)tiles_n;
+  __trap();  // never launched: the host checks sm90a_code_available() first
+#endif
+}
+
+/// Whether a launch takes wide tiles: the staged bf16 epilogue without GELU (whose longer
+/// epilogue pingpong hides and this schedule does not), and N a multiple of 192.
+bool applies(const TcMatmulArgs& a) { return staged_epilogue_applies(a) && !a.epilogue.gelu && a.n % kTN == 0; }
+
+/// Launches the wide-tile kernel, one block per SM (at most one per tile).
+template <bool kATrans, bool kBTrans>
+void launch_layout(const TcMatmulArgs& a, const char* step) {
+  const int tiles_m = static_cast<int>((a.m + kBM - 1) / kBM);
+  const int tiles_n = static_cast<int>((a.n + kTN - 1) / kTN);
+  const int tiles = static_cast<int>(grid_blocks(a.m, a.n, kBM, kTN, step));
+  const CUtensorMap map_a = kATrans ? make_tma_map_bf16_2d(a.a, a.k, a.m, a.lda, kBK, 64, TmaSwizzle::bytes128)
+                                    : make_tma_map_bf16_2d(a.a, a.m, a.k, a.lda, kBM, kBK, TmaSwizzle::bytes128);
+  const CUtensorMap map_b = kBTrans ? make_tma_map_bf16_2d(a.b, a.n, a.k, a.ldb, kTN, kBK, TmaSwizzle::bytes128)
+                                    : make_tma_map_bf16_2d(a.b, a.k, a.n, a.ldb, kBK, 64, TmaSwizzle::bytes128);
+  // C in [64 rows][64 columns] boxes: a consumer's rows, one block of its staging tile.
+  const CUtensorMap map_c = make_tma_map_bf16_2d(a.c_bf16, a.m, a.n, a.ldc, 64, 64, TmaSwizzle::bytes128);
+  constexpr auto kernel = matmul_tc_wide_kernel<kATrans, kBTrans>;
+  cc::opt_in_dynamic_smem<kernel>(kSmemBytes);
+  const int sms = device_properties().multiProcessorCount;
+  kernel<<<std::min(tiles, sms), kThreads, kSmemBytes, a.stream>>>(map_a, map_b, map_c, Epilogue::from(a),
+                                                                   static_cast<int>(a.k), tiles_m, tiles_n);
+  COURSE_CHECK_LAUNCH("matmul_tc_wide_kernel");
+}
+}  // namespace wide
+
+/// One kernel per operand layout, as launch_ws; wide tiles where they apply.
 void launch(const TcMatmulArgs& a, const char* step) {
   require_sm90a(step);
-  if (!a.a_transposed && !a.b_transposed) launch_layout<false, false>(a, step);
-  else if (!a.a_transposed) launch_layout<false, true>(a, step);
-  else if (!a.b_transposed) launch_layout<true, false>(a, step);
-  else launch_layout<true, true>(a, step);
+  const bool w = wide::applies(a);
+  if (!a.a_transposed && !a.b_transposed) w ? wide::launch_layout<false, false>(a, step) : launch_layout<false, false>(a, step);
+  else if (!a.a_transposed) w ? wide::launch_layout<false, true>(a, step) : launch_layout<false, true>(a, step);
+  else if (!a.b_transposed) w ? wide::launch_layout<true, false>(a, step) : launch_layout<true, false>(a, step);
+  else w ? wide::launch_layout<true, true>(a, step) : launch_layout<true, true>(a, step);
 }
 }  // namespace pingpong
 

@@ -33,7 +33,7 @@ using course::testing::GpuTest;
 
 OptionCase draw_case(Rng& rng, bool large) {
   OptionCase oc;
-  const auto dim = [&] { return large ? rng.uniform(700, 1300) : rng.size(1, 300, {8, 16, 32, 64, 128, 256}); };
+  const auto dim = [&] { return large ? rng.uniform(700, 1300) : rng.size(1, 300, {8, 16, 32, 64, 128, 192, 256}); };
   oc.m = dim();
   oc.n = dim();
   oc.k = dim();

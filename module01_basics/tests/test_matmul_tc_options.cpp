@@ -75,11 +75,12 @@ TEST_P(MatmulTcOptionsTest, EveryLayoutAndOutput) {
 /// Every epilogue combination the header allows, on every layout and both outputs.
 TEST_P(MatmulTcOptionsTest, EveryEpilogueCombination) {
   std::uint64_t salt = 100;
+  for (std::int64_t n : {136, 192})  // 192: pingpong's wide tiles take the bf16 outputs without GELU
   for (int layout = 0; layout < 4; ++layout)
     for (bool bf16_out : {false, true})
-      for (int bits = 1; bits < 32; ++bits) {
+      for (int bits = 0; bits < 32; ++bits) {
         OptionCase oc;
-        oc.m = 97, oc.n = 136, oc.k = 72;  // partial tiles in M and N; N, K multiples of 8
+        oc.m = 97, oc.n = n, oc.k = 72;  // partial tiles in M and (n = 136) N; N, K multiples of 8
         oc.a_transposed = layout & 1;
         oc.b_transposed = layout & 2;
         oc.bf16_out = bf16_out;
@@ -172,6 +173,10 @@ TEST_P(MatmulTcOptionsTest, SplitKProducts) {
 /// K = 384 (6 slabs: 1.2 passes of pingpong's 5-stage ring), K = 800 (13
 /// slabs: the ring wraps twice or three times per skip; 297 tiles of 128 x 128, 2-3 per
 /// block) and K = 40 (one partial slab per tile).
+/// Then pingpong's wide tiles (a bf16 C without GELU, N % 192 == 0; 195 tiles of 128 x 192,
+/// the last tile row 8 rows deep, so one consumer's rows all past M): every operand layout,
+/// plain, with a bias, with the residual in place, with K = 520 (a 4-stage ring wrapping
+/// across tiles), 200 and 40 (one slab).
 /// Last, a dW-like product (A transposed, accumulate) where split-K is allowed (fp32 C, fewer
 /// than 2 tiles per SM) but two splits do not fit one wave: 2176 x 1024 x 1802 = 68 tiles of
 /// 128 x 256, 36 cluster tiles, 136 tiles of 128 x 128 on a 132-SM GPU -- not split
@@ -205,6 +210,27 @@ TEST_P(MatmulTcOptionsTest, ManyTilesPerBlock) {
   one_slab.m = 8200, one_slab.n = 1032, one_slab.k = 40;
   one_slab.bf16_out = true;
   check(one_slab, ++salt);
+  OptionCase wide;  // pingpong's wide tiles (a bf16 C, no GELU, N % 192 == 0) as in the GPT's dX, A stored K x M:
+  wide.m = 8200, wide.n = 576, wide.k = 520;  // 195 tiles of 128 x 192, the last row of 8 rows; 9 slabs a tile
+  wide.a_transposed = wide.bf16_out = true;
+  check(wide, ++salt);
+  OptionCase wide_bias = wide;  // the same with a bias, B stored N x K, into a padded C
+  wide_bias.a_transposed = false, wide_bias.b_transposed = true;
+  wide_bias.bias = true;
+  wide_bias.pad = 8, wide_bias.pad_aligned = true;
+  check(wide_bias, ++salt);
+  OptionCase wide_in_place;  // wide tiles with the residual stream updated in place
+  wide_in_place.m = 8200, wide_in_place.n = 576, wide_in_place.k = 200;
+  wide_in_place.b_transposed = wide_in_place.bf16_out = wide_in_place.bias = true;
+  wide_in_place.residual = wide_in_place.residual_in_place = true;
+  check(wide_in_place, ++salt);
+  OptionCase wide_in_place_tt = wide_in_place;  // the same with both operands stored transposed
+  wide_in_place_tt.a_transposed = true, wide_in_place_tt.bias = false;
+  check(wide_in_place_tt, ++salt);
+  OptionCase wide_plain_bias = wide_in_place;  // plain layouts, a bias, no residual, one slab
+  wide_plain_bias.b_transposed = wide_plain_bias.residual = wide_plain_bias.residual_in_place = false;
+  wide_plain_bias.k = 40;
+  check(wide_plain_bias, ++salt);
   OptionCase split_k;  // split-K allowed, but not in one wave: whole K, several tiles per block
   split_k.m = 2176, split_k.n = 1024, split_k.k = 1802;
   split_k.a_transposed = split_k.accumulate = true;
