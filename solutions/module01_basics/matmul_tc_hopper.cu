@@ -919,7 +919,9 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
 // Outcome (H100; two A/B m01_bench runs against pingpong, time ratios, GELU products still
 //   wide in that build): dX 0.92-0.93, dX fc 0.93-0.95, dX proj 0.91-0.96, proj+residual
 //   0.89-0.94, fwd 0.99-1.04, GELU products 1.03-1.07; ncu dX 26.2 us (pingpong 29.5,
-//   cuBLAS 24.6). Tried, not kept: B multicast across 2-block clusters on top, as cuBLAS's
+//   cuBLAS 24.6). Beside PyTorch (compare_torch.py, one H100 run of the final kernel): dX
+//   0.89 and dX fc 0.89 (were 0.85, 0.84: still below 0.9), dX proj 1.05, proj+residual
+//   1.08, fwd 1.06. Tried, not kept: B multicast across 2-block clusters on top, as cuBLAS's
 //   kernel does (1x2): dX 28.6 us under ncu, 1.02-1.12 of the time without it (why was not
 //   measured; each stage then waits for the slowest of four consumers in two blocks).
 // ============================================================================
