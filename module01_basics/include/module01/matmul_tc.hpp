@@ -62,6 +62,7 @@ enum class TcMatmulStep {
   persistent,            ///< one block per SM loops over tiles: the next tile's loads overlap this tile's stores
   cluster_multicast,     ///< clusters of 2 blocks share each B tile: one TMA read, multicast to both
   pingpong,              ///< each consumer warpgroup owns a 128x128 tile; they take turns on the tensor cores
+                         ///< (a bf16 C without GELU, N % 192 == 0: both on one 128x192 tile, "wide tiles")
 };
 
 inline constexpr StepInfo<TcMatmulStep> kTcMatmulSteps[] = {
