@@ -158,6 +158,48 @@ __device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const void* tmap,
 #endif
 }
 
+/// `createpolicy.fractional.L2::evict_first.b64` -- an L2 cache policy (for the .L2::cache_hint
+/// of a load) that marks the lines it brings in as the first to evict. For an operand that is
+/// streamed through once: its lines then make room for each other instead of pushing out what
+/// else the L2 holds (another operand's reused tiles, or lines still dirty from an earlier
+/// kernel, whose write-backs would otherwise land on this kernel's DRAM traffic).
+__device__ __forceinline__ std::uint64_t l2_policy_evict_first() {
+  std::uint64_t policy = 0;
+#if COURSE_SM90_PTX
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+#else
+  __trap();
+#endif
+  return policy;
+}
+
+/// The same with the normal eviction priority (`.L2::evict_normal`): a hinted load that
+/// behaves as an unhinted one, for kernels that choose the policy at run time.
+__device__ __forceinline__ std::uint64_t l2_policy_evict_normal() {
+  std::uint64_t policy = 0;
+#if COURSE_SM90_PTX
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
+#else
+  __trap();
+#endif
+  return policy;
+}
+
+/// As tma_load_2d, with an L2 cache policy (`.L2::cache_hint`, e.g. l2_policy_evict_first()).
+__device__ __forceinline__ void tma_load_2d_hinted(std::uint32_t dst, const void* tmap, std::uint32_t bar, int x, int y,
+                                                   std::uint64_t policy) {
+#if COURSE_SM90_PTX
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, "
+      "%4}], [%2], %5;\n" ::"r"(dst),
+      "l"(tmap), "r"(bar), "r"(x), "r"(y), "l"(policy)
+      : "memory");
+#else
+  (void)dst, (void)tmap, (void)bar, (void)x, (void)y, (void)policy;
+  __trap();
+#endif
+}
+
 /// As tma_load_2d for a 4-D tensor map: the box at coordinates (c0 = innermost, c1, c2, c3),
 /// e.g. (column, row, head, batch) of an attention tensor whose heads and batches have
 /// strides of their own (module 3's Hopper steps).
