@@ -923,10 +923,11 @@ void launch_ws(const TcMatmulArgs& a, bool persistent, const char* step) {
 //   (H100), the wide kernel ran dX in 0.997 of cuBLAS's kernel time after a 256 MiB read, but
 //   0.87 after a 256 MiB zero -- the flush compare_torch.py and triton's do_bench use, which
 //   leaves the L2 full of dirty lines (under ncu, whose replay does not keep that state: 0.95).
-//   A's misses then evict dirty lines, whose write-backs share the HBM with A's 39 MB of reads
-//   (inferred, not counted: ncu saw only 2.6 MB written). Loading A evict-first (createpolicy; A's rows are read by the
-//   two blocks of their tile row when N = 384, running side by side) lets A's lines replace
-//   each other instead. Prediction: dX kernel time after the zero back near the clean-L2 time.
+//   A's misses then evict dirty lines, whose write-backs share the HBM with A's 39 MB of
+//   reads (inferred, not counted: ncu saw only 2.6 MB written). Loading A evict-first
+//   (createpolicy; A's rows are read by the two blocks of their tile row when N = 384, running
+//   side by side) lets A's lines replace each other instead. Prediction: dX kernel time after
+//   the zero back near the clean-L2 time.
 // Outcome (H100, one run): after the zero, dX kernel-only 0.87 -> 0.95 of cuBLAS's, dX fc
 //   0.87 -> 0.94; unchanged after a read (0.997). compare_torch.py: dX 0.96, dX fc 0.96 of
 //   PyTorch (0.88 before, same timer). With evict-first on every wide launch, dX proj
@@ -1536,7 +1537,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // (N = 384) those run side by side, and A is loaded evict-first (l2_policy_evict_first):
       // its lines make room for each other, not for lines still dirty from earlier kernels.
       // With more, a line may go before the last of them reads it: the normal policy.
-      const std::uint64_t stream_once = tiles_n <= 2 ? cc::l2_policy_evict_first() : cc::l2_policy_evict_normal();
+      const std::uint64_t a_policy = tiles_n <= 2 ? cc::l2_policy_evict_first() : cc::l2_policy_evict_normal();
       while (schedule.take(tile_m, tile_n)) {
         for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
           const std::uint32_t full = full_bar + 8 * ring.stage;
@@ -1545,10 +1546,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           cc::mbarrier_wait(empty_bar + 8 * ring.stage, ring.phase ^ 1u);  // stage free
           cc::mbarrier_arrive_expect_tx(full, kStageBytes);                // 40 KB will land here
           if constexpr (!kATrans) {
-            cc::tma_load_2d_hinted(stage_a, &tmap_a, full, kt * kBK, tile_m * kBM, stream_once);
+            cc::tma_load_2d_hinted(stage_a, &tmap_a, full, kt * kBK, tile_m * kBM, a_policy);
           } else {
-            cc::tma_load_2d_hinted(stage_a, &tmap_a, full, tile_m * kBM, kt * kBK, stream_once);
-            cc::tma_load_2d_hinted(stage_a + kBBlockBytes, &tmap_a, full, tile_m * kBM + 64, kt * kBK, stream_once);
+            cc::tma_load_2d_hinted(stage_a, &tmap_a, full, tile_m * kBM, kt * kBK, a_policy);
+            cc::tma_load_2d_hinted(stage_a + kBBlockBytes, &tmap_a, full, tile_m * kBM + 64, kt * kBK, a_policy);
           }
           // B: three [64 k][64 n] boxes, or (stored N x K) one [192 n][64 k] box.
           if constexpr (!kBTrans) {
