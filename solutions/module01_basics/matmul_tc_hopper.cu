@@ -1031,6 +1031,42 @@ __device__ __forceinline__ void pass_turn(int cw) {
   // @end
 }
 
+/// Where a staged kernel's shared memory goes (pingpong's and the wide tiles'): the ring's
+/// kRingStages stages of kRingStageBytes, each consumer's staging tile (kStagingTileBytes), the
+/// full and empty barrier of each stage, a residual barrier per consumer, each consumer's bias
+/// row. The stores of store_warp_rows' patches, when the epilogue is not staged, reuse the
+/// staging tiles.
+template <int kRingStages, std::uint32_t kRingStageBytes, std::uint32_t kStagingTileBytes>
+struct StagedSmem {
+  std::uint32_t smem;           // stage s at smem + s * kRingStageBytes
+  std::uint32_t staging0;       // consumer c's staging tile at staging0 + c * kStagingTileBytes
+  std::uint32_t full_bar;       // full[s] at full_bar + 8 s
+  std::uint32_t empty_bar;      // empty[s] at empty_bar + 8 s
+  std::uint32_t residual_bar0;  // consumer c's at residual_bar0 + 8 c
+  std::uint32_t bias_row0;      // consumer c's bias row at bias_row0 + c * its bytes
+  __device__ __forceinline__ explicit StagedSmem(unsigned char* raw)
+      : smem(aligned_smem_base(raw)),
+        staging0(smem + kRingStages * kRingStageBytes),
+        full_bar(staging0 + 2 * kStagingTileBytes),
+        empty_bar(full_bar + kRingStages * 8),
+        residual_bar0(empty_bar + kRingStages * 8),
+        bias_row0(residual_bar0 + 2 * 8) {}
+  /// Thread 0, before the block's __syncthreads: the barriers -- full ones for the producer's
+  /// arrive (+ bytes), empty ones for `releasers` consumer arrivals, the residual ones for a
+  /// consumer's first thread (+ its tile of C) -- and the prefetch of A's and B's tensor maps.
+  __device__ __forceinline__ void init(int releasers, const CUtensorMap* tmap_a, const CUtensorMap* tmap_b) const {
+    for (int s = 0; s < kRingStages; ++s) {
+      cc::mbarrier_init(full_bar + 8 * s, 1);
+      cc::mbarrier_init(empty_bar + 8 * s, releasers);
+    }
+    cc::mbarrier_init(residual_bar0, 1);
+    cc::mbarrier_init(residual_bar0 + 8, 1);
+    cc::fence_barrier_init();
+    cc::tma_prefetch_descriptor(tmap_a);
+    cc::tma_prefetch_descriptor(tmap_b);
+  }
+};
+
 /// A consumer's staging tile: [128 rows][128 columns] of bf16 as two [128][64] blocks of
 /// 128-byte rows, 16-byte chunk q of row r at q ^ (r % 8) -- the layout SWIZZLE_128B TMA
 /// copies read (stores) and write (loads). A warp's step of stage_tile (rows g and g + 8,
@@ -1228,26 +1264,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                               int per_split, int* __restrict__ turns) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const std::uint32_t smem = aligned_smem_base(smem_raw);
-  const std::uint32_t staging0 = smem + kStages * kStageBytes;         // consumer c's at staging0 + c * 32 KB
-  const std::uint32_t full_bar = staging0 + 2 * kStagingBytes;         // full[s] at full_bar + 8 s
-  const std::uint32_t empty_bar = full_bar + kStages * 8;              // empty[s] at empty_bar + 8 s
-  const std::uint32_t residual_bar0 = empty_bar + kStages * 8;         // consumer c's at + 8 c
-  const std::uint32_t bias_row0 = residual_bar0 + 2 * 8;               // consumer c's at + 512 c
+  const StagedSmem<kStages, kStageBytes, kStagingBytes> at(smem_raw);  // staging tiles of 32 KB, bias rows of 512 B
+  const std::uint32_t smem = at.smem, staging0 = at.staging0, full_bar = at.full_bar, empty_bar = at.empty_bar,
+                      residual_bar0 = at.residual_bar0, bias_row0 = at.bias_row0;
   const int wg = threadIdx.x / 128;
   const int k_tiles = (K + kBK - 1) / kBK;
-
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      cc::mbarrier_init(full_bar + 8 * s, 1);   // the producer's arrive (+ bytes)
-      cc::mbarrier_init(empty_bar + 8 * s, 1);  // the one consumer of the slab
-    }
-    cc::mbarrier_init(residual_bar0, 1);  // a consumer's first thread (+ its tile of C)
-    cc::mbarrier_init(residual_bar0 + 8, 1);
-    cc::fence_barrier_init();
-    cc::tma_prefetch_descriptor(&tmap_a);
-    cc::tma_prefetch_descriptor(&tmap_b);
-  }
+  if (threadIdx.x == 0) at.init(/*releasers=*/1, &tmap_a, &tmap_b);  // the one consumer of the slab
   __syncthreads();
 
   // Over 128 x 128 tiles (tiles_n counts them), or (split-K) over (tile, split) units.
@@ -1505,26 +1527,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                           int tiles_n) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const std::uint32_t smem = aligned_smem_base(smem_raw);
-  const std::uint32_t staging0 = smem + kStages * kStageBytes;  // consumer c's at staging0 + c * 24 KB
-  const std::uint32_t full_bar = staging0 + 2 * kStagingBytes;  // full[s] at full_bar + 8 s
-  const std::uint32_t empty_bar = full_bar + kStages * 8;       // empty[s] at empty_bar + 8 s
-  const std::uint32_t residual_bar0 = empty_bar + kStages * 8;  // consumer c's at + 8 c
-  const std::uint32_t bias_row0 = residual_bar0 + 2 * 8;        // consumer c's at + 768 c
+  const StagedSmem<kStages, kStageBytes, kStagingBytes> at(smem_raw);  // staging tiles of 24 KB, bias rows of 768 B
+  const std::uint32_t smem = at.smem, staging0 = at.staging0, full_bar = at.full_bar, empty_bar = at.empty_bar,
+                      residual_bar0 = at.residual_bar0, bias_row0 = at.bias_row0;
   const int wg = threadIdx.x / 128;
   const int k_tiles = (K + kBK - 1) / kBK;
-
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      cc::mbarrier_init(full_bar + 8 * s, 1);   // the producer's arrive (+ bytes)
-      cc::mbarrier_init(empty_bar + 8 * s, 2);  // both consumers
-    }
-    cc::mbarrier_init(residual_bar0, 1);
-    cc::mbarrier_init(residual_bar0 + 8, 1);
-    cc::fence_barrier_init();
-    cc::tma_prefetch_descriptor(&tmap_a);
-    cc::tma_prefetch_descriptor(&tmap_b);
-  }
+  if (threadIdx.x == 0) at.init(/*releasers=*/2, &tmap_a, &tmap_b);  // both consumers release every stage
   __syncthreads();
 
   ws::TileSchedule<1> schedule(tiles_m, tiles_n, k_tiles, 1, k_tiles);
