@@ -88,6 +88,9 @@ class Timer:
     Before each timed call the GPU is given queued work (the 256 MiB flush, then a spin
     kernel of `pad_ms`), so the host's launch overhead (Python argument checks, ctypes,
     torch's dispatcher) overlaps it and is not counted: the events bracket GPU time only.
+    The flush writes (zero_), as triton's do_bench does, so every call starts with the L2
+    full of dirty lines; a kernel whose misses must write those back first pays for it
+    (module 1's lesson, "The L2's state").
     """
 
     def __init__(self, warmup_ms: float, rep_ms: float, min_reps: int = 5, max_reps: int = 200,
