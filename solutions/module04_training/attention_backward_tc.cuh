@@ -210,7 +210,10 @@ struct Config {
   // dQ = dS K: a 64 x d tile over 8 warps, 4 along the queries (16 rows) x 2 along d.
   // (kDqMTiles = 2 -- 32 rows per warp, every K fragment feeding two mma, 16 instead of 20
   // KB of shared memory per warp and tile -- gave a 4-8% lower ratio to FlashAttention-2 on
-  // an H100: d = 128 then spills, and d = 64 loses too.)
+  // an H100: d = 128 then spills, and d = 64 loses too. FlashAttention-2's whole tiling --
+  // 32 x 32 S^T warp tiles, P^T and dS^T through shared memory, dV/dK 32 keys x d/2 -- cut
+  // the counted shared-memory bytes per mma by 19% at d = 128 but measured 1.03-1.05x
+  // without the mask and 0.87-0.91x causal, where it spills: module 4's lesson, section 5.)
   static constexpr int kDqMTiles = 1;
   static constexpr int kDqWarpsM = kBlockM / (16 * kDqMTiles);
   static constexpr int kDqWarpsN = kWarps / kDqWarpsM;
