@@ -64,7 +64,7 @@ void with_element_type(course::DType dtype, Launch&& launch) {
 // unless L1 keeps a thread's sectors between its iterations (32 rows x 32 B per warp per
 // column step: it mostly does for the first sweep's neighbours, not across sweeps).
 // Prediction: 16384 x 768: ~0.05-0.15 of the copy, fp32 and bf16.
-// Measured (results: layer_norm/solution/thread_per_row/{16384x384_bf16,16384x768_bf16,16384x768_f32}): 137.5 / 144.7 / 239.5 GB/s = 0.09 / 0.07 / 0.10 of d2d_copy
+// Measured (results: layer_norm/solution/thread_per_row/{16384x384_bf16,16384x768_bf16,16384x768_f32}): 137.2 / 143.3 / 260.8 GB/s = 0.09 / 0.07 / 0.11 of d2d_copy
 // ============================================================================
 template <class T>
 __global__ void thread_row_kernel(const T* x, std::int64_t ldx, T* y, std::int64_t ldy, const float* gamma,
@@ -108,7 +108,7 @@ void launch_thread_per_row(const LayerNormArgs& a) {
 // Prediction: 16384 x 768: fp32 ~0.7-0.85 of the copy; bf16 ~0.5-0.7 (2-byte loads: half
 // the bytes per instruction of fp32); 16384 x 384 a little lower (half the bytes per row,
 // same reduction latency).
-// Measured (results: layer_norm/solution/warp_per_row/{16384x384_bf16,16384x768_bf16,16384x768_f32}): 1003.7 / 903.2 / 1996.2 GB/s = 0.69 / 0.43 / 0.80 of d2d_copy
+// Measured (results: layer_norm/solution/warp_per_row/{16384x384_bf16,16384x768_bf16,16384x768_f32}): 960.6 / 876.5 / 1937.5 GB/s = 0.64 / 0.43 / 0.81 of d2d_copy
 // ============================================================================
 constexpr int kRowsPerBlock = 8;  // warps (rows) per block in steps 2 and 3
 constexpr int kRowThreads = kRowsPerBlock * cc::kWarpSize;
@@ -174,7 +174,7 @@ void launch_warp_per_row(const LayerNormArgs& a) {
 // Registers: C = 768 bf16: 24 values + 24 of the output ~50; fp32 1024: ~70. Full occupancy.
 // Prediction: 16384 x 768 and 16384 x 384, fp32 and bf16: 0.85-0.95 of the copy; >= 1.0x
 // F.layer_norm (which reads x once and writes y once as well).
-// Measured (results: layer_norm/solution/vectorized/{16384x384_bf16,16384x768_bf16,16384x768_f32}): 1415.8 / 1980.1 / 2450.4 GB/s = 0.97 / 0.94 / 0.98 of d2d_copy
+// Measured (results: layer_norm/solution/vectorized/{16384x384_bf16,16384x768_bf16,16384x768_f32}): 1426.6 / 1920.3 / 2376.3 GB/s = 0.95 / 0.94 / 0.99 of d2d_copy
 // ============================================================================
 template <class T, int kChunks, int kFixedC>
 __global__ void __launch_bounds__(kRowThreads)
@@ -229,7 +229,7 @@ void launch_vectorized(const LayerNormArgs& a) {
 // Bytes: as step 3 (x once, y once: the copy's traffic).
 // Prediction: 16384 x 384 and x 768, fp32 and bf16: the kernel within ~5% of the copy
 // kernel's time, >= 0.9 of the d2d_copy row (which pays the same launch).
-// Measured (results: layer_norm/solution/pipelined/{16384x384_bf16,16384x768_bf16,16384x768_f32}): 1426.9 / 1992.4 / 2367.5 GB/s = 0.98 / 0.94 / 0.94 of d2d_copy
+// Measured (results: layer_norm/solution/pipelined/{16384x384_bf16,16384x768_bf16,16384x768_f32}): 1455.3 / 1894.4 / 2305.8 GB/s = 0.97 / 0.93 / 0.96 of d2d_copy
 // Outcome (ncu, H100): kernel 10.5 / 16.8 / 32.9 us against step 3's 11.0 / 18.4 / 33.0 (a
 // separate run): 5-9% faster in bf16, even in fp32. The prediction is missed: the copy kernel
 // takes 9.0 us at 384 bf16, 17% less.

@@ -116,7 +116,7 @@ __device__ __forceinline__ void adamw_update(float& p, float g, float& m, float&
 // the 28 short tensors (384-1536 elements) are a launch each for nothing. 12-layer
 // d_model 768 (124 M): ~0.5-0.7 (the big matrices dominate; scalar loads are 4x the
 // instructions of float4 but still ~40 B in flight per thread).
-// Measured (results: adamw/solution/per_tensor/{gpt6_d384,gpt12_d768}): 335.3 / 1347.8 GB/s = 0.12 / 0.45 of d2d_copy
+// Measured (results: adamw/solution/per_tensor/{gpt6_d384,gpt12_d768}): 373.5 / 1288.7 GB/s = 0.13 / 0.43 of d2d_copy
 // ============================================================================
 // @end
 
@@ -247,7 +247,7 @@ void launch_per_tensor(const AdamWArgs& a) {
 // 4:3 read/write mix). Against torch.optim.AdamW(fused=True) after
 // torch.nn.utils.clip_grad_norm_ on the same tensors: >= 1.0x (torch's clip runs one
 // foreach norm per dtype group plus a host-side stack and a scaling pass over the grads).
-// Measured (results: adamw/solution/multi_tensor/{gpt6_d384,gpt12_d768}): 2160.3 / 2812.7 GB/s = 0.78 / 0.93 of d2d_copy
+// Measured (results: adamw/solution/multi_tensor/{gpt6_d384,gpt12_d768}): 1996.1 / 2810.3 GB/s = 0.71 / 0.93 of d2d_copy
 // ============================================================================
 // @end
 

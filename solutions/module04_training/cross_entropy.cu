@@ -227,7 +227,7 @@ unsigned blocks_for(std::int64_t work, std::int64_t per_block, const char* step)
 // flight: 132 x 16 x 201 KB = 425 MB, far more than the 50 MB L2, so mostly from DRAM).
 // Prediction: ~0.45-0.5 of the copy at V = 50304 (4 V es moved for 2 counted); at V = 84
 // ~0.1 (a 256-thread block for 84 logits: 172 idle threads, ~8 rows in flight per SM).
-// Measured (results: cross_entropy/solution/three_pass/{16384x84_ld88_bf16,16384x50304_bf16,16384x50304_f32}): 115.3 / 1087.3 / 1373.1 GB/s = 0.35 / 0.65 / 0.81 of d2d_copy
+// Measured (results: cross_entropy/solution/three_pass/{16384x84_ld88_bf16,16384x50304_bf16,16384x50304_f32}): 112.0 / 1084.5 / 1369.2 GB/s = 0.37 / 0.65 / 0.81 of d2d_copy
 // ============================================================================
 // @end
 
@@ -292,7 +292,7 @@ void launch_three_pass(const FusedCrossEntropyArgs& args) {
 // 2 counted, the second read mostly from DRAM); ~0.1 at V = 84 (same idle threads as
 // three_pass). As row_on_chip's fallback at fp32 V = 50304 (16-byte loads, 1024 threads,
 // ~2 rows per SM in flight, 53 MB of rows over the 50 MB L2): ~0.7-0.8.
-// Measured (results: cross_entropy/solution/online/{16384x84_ld88_bf16,16384x50304_bf16,16384x50304_f32}): 84.6 / 1299.3 / 1742.4 GB/s = 0.26 / 0.77 / 1.03 of d2d_copy
+// Measured (results: cross_entropy/solution/online/{16384x84_ld88_bf16,16384x50304_bf16,16384x50304_f32}): 82.1 / 1292.6 / 1735.2 GB/s = 0.27 / 0.77 / 1.03 of d2d_copy
 // ============================================================================
 // @end
 
@@ -413,7 +413,7 @@ void launch_online(const FusedCrossEntropyArgs& args) {
 // two reductions drain and between its last store and the next row's loads); V = 84:
 // ~0.7-0.8 (~10 KB rows per 256-thread block, many blocks per SM; the three launches cost
 // ~2-3 us next to ~4-8 us of data); V = 4097 and 1000: ~0.8.
-// Measured (results: cross_entropy/solution/row_on_chip/{16384x84_ld88_bf16,16384x50304_bf16,16384x50304_f32}): 275.4 / 2245.0 / 1991.6 GB/s = 0.84 / 1.33 / 1.18 of d2d_copy
+// Measured (results: cross_entropy/solution/row_on_chip/{16384x84_ld88_bf16,16384x50304_bf16,16384x50304_f32}): 261.6 / 2227.9 / 1984.8 GB/s = 0.86 / 1.33 / 1.17 of d2d_copy
 // ============================================================================
 // @end
 

@@ -58,7 +58,7 @@ using ::course::cuda::to_float;
 // enough to stream at ~90% on Hopper, the tanhf's ~20 instructions hide under the memory
 // time); bf16 ~0.6-0.7 (2-byte loads: 4x the load instructions per byte of fp32's 4-byte
 // ones, half the bytes per element for the same math).
-// Measured (results: gelu/solution/scalar/{16384x1536_f32,16384x1536_bf16}): 1684.3 / 1230.2 GB/s = 0.62 / 0.52 of d2d_copy
+// Measured (results: gelu/solution/scalar/{16384x1536_f32,16384x1536_bf16}): 1680.7 / 1209.7 GB/s = 0.62 / 0.50 of d2d_copy
 // ============================================================================
 // @end
 
@@ -101,7 +101,7 @@ struct TanhForm {
 // Bytes: as step 1. Registers: ~40 (4 x 16 B of each array + the math).
 // Prediction (16384 x 1536): ~0.9-0.95 of the copy for both dtypes, forward and backward
 // (the copy itself uses 16-byte accesses; the math hides under the memory time).
-// Measured (results: gelu/solution/vectorized/{16384x1536_f32,16384x1536_bf16}): 2720.7 / 2396.4 GB/s = 1.00 / 1.01 of d2d_copy
+// Measured (results: gelu/solution/vectorized/{16384x1536_f32,16384x1536_bf16}): 2677.3 / 2303.0 GB/s = 0.99 / 0.95 of d2d_copy
 // ============================================================================
 // @end
 
