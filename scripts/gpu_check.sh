@@ -11,6 +11,9 @@
 #   --no-tests | --no-sanitizer | --no-bench | --no-demo
 #   --compare          also run scripts/compare_torch.py (needs PyTorch)
 #   --tests REGEX      ctest -R filter
+#   --runner R         shards (default): scripts/run_test_shards.py, each test binary in a few
+#                      processes (one CUDA context per shard, not per test); ctest: ctest
+#                      itself, one process per test
 #   --bench REGEX      --benchmark_filter for every module's benchmark binary
 #   --bench-time T     --benchmark_min_time (default 0.2s)
 #   --sanitize REGEX   only binaries whose name matches (default: all *_solution and *_exercise)
@@ -29,7 +32,7 @@ usage() { sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"; }
 
 out=${OUT:-$root/gpu-check-out}
 run_tests=1 run_sanitizer=1 run_bench=1 run_demo=1 run_compare=0
-test_filter="" bench_filter="." bench_time="0.2s" sanitize_filter="_(solution|exercise)$"
+test_filter="" bench_filter="." bench_time="0.2s" sanitize_filter="_(solution|exercise)$" runner=shards
 while (($#)); do
   case "$1" in
     --out) out=$2; shift ;;
@@ -39,6 +42,7 @@ while (($#)); do
     --no-demo) run_demo=0 ;;
     --compare) run_compare=1 ;;
     --tests) test_filter=$2; shift ;;
+    --runner) runner=$2; shift ;;
     --bench) bench_filter=$2; shift ;;
     --bench-time) bench_time=$2; shift ;;
     --sanitize) sanitize_filter=$2; shift ;;
@@ -79,12 +83,20 @@ note "build: rc=$build_rc in $((SECONDS - t0)) s ($(grep -c 'error' "$out/build.
 if ((run_tests)); then
   t0=$SECONDS
   # Test processes are independent: several share the GPU at once.
-  args=(--test-dir "$build" --output-on-failure --timeout 600 -j "${CTEST_JOBS:-8}")
-  [[ -n "$test_filter" ]] && args+=(-R "$test_filter")
   # Each fuzz test appends one "[fuzz] op=... step=... cases=... worst=..." line here.
   fuzz_log=$(mktemp)
-  COURSE_FUZZ_LOG=$fuzz_log ctest "${args[@]}" >"$out/ctest.log" 2>&1
-  note "tests: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1) in $((SECONDS - t0)) s"
+  if [[ "$runner" == ctest ]]; then
+    args=(--test-dir "$build" --output-on-failure --timeout 600 -j "${CTEST_JOBS:-8}")
+    [[ -n "$test_filter" ]] && args+=(-R "$test_filter")
+    COURSE_FUZZ_LOG=$fuzz_log ctest "${args[@]}" >"$out/ctest.log" 2>&1
+  else
+    # The same tests and the same summary lines as ctest's (the log keeps ctest's name);
+    # per-shard logs land in $out/test-shards/shards/ as each shard finishes.
+    args=(--build "$build" --jobs "${CTEST_JOBS:-8}" --out "$out/test-shards")
+    [[ -n "$test_filter" ]] && args+=(--regex "$test_filter")
+    COURSE_FUZZ_LOG=$fuzz_log python3 "$root/scripts/run_test_shards.py" "${args[@]}" >"$out/ctest.log" 2>&1
+  fi
+  note "tests ($runner): $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1) in $((SECONDS - t0)) s"
   note "  skipped: $(grep -c '(Skipped)' "$out/ctest.log")   (exercise stubs not yet written are skipped)"
   if [[ -s "$fuzz_log" ]]; then
     note "  fuzz: $(ctest --test-dir "$build" -N -L fuzz | sed -n 's/^Total Tests: //p') tests labelled fuzz, $(sed -n '/The following tests FAILED/,$p' "$out/ctest.log" | grep -c 'Fuzz') failed; random cases per op (worst = largest error/bound, 1 = tolerance):"
