@@ -181,6 +181,8 @@ TEST_P(MatmulTcOptionsTest, SplitKProducts) {
 /// than 2 tiles per SM) but two splits do not fit one wave: 2176 x 1024 x 1802 = 68 tiles of
 /// 128 x 256, 36 cluster tiles, 136 tiles of 128 x 128 on a 132-SM GPU -- not split
 /// (persistent_split_k: one unit per block, step 5's banner), several tiles per block.
+/// The reference covers sampled rows of these outputs (OptionCase::sampled_rows: three in
+/// every 64, each tile and each consumer's half of it), the poison scan every element.
 TEST_P(MatmulTcOptionsTest, ManyTilesPerBlock) {
   const TcMatmulStep step = GetParam().step;
   if (step != TcMatmulStep::persistent && step != TcMatmulStep::cluster_multicast && step != TcMatmulStep::pingpong)
@@ -189,6 +191,7 @@ TEST_P(MatmulTcOptionsTest, ManyTilesPerBlock) {
   for (int product = 0; product < 3; ++product) {
     OptionCase oc;
     oc.m = 8200, oc.n = 1032, oc.k = 200;
+    oc.sampled_rows = true;
     oc.b_transposed = product == 1;
     oc.bf16_out = oc.bias = oc.gelu = product == 1;
     oc.a_transposed = oc.accumulate = product == 2;
@@ -197,6 +200,7 @@ TEST_P(MatmulTcOptionsTest, ManyTilesPerBlock) {
   OptionCase ring_wrap;  // K = 384: the GPT's forward layer, residual added
   ring_wrap.m = 4100, ring_wrap.n = 1032, ring_wrap.k = 384;
   ring_wrap.b_transposed = ring_wrap.residual = true;
+  ring_wrap.sampled_rows = true;
   check(ring_wrap, ++salt);
   OptionCase in_place = ring_wrap;  // the same, the residual stream updated in place (X += H W^T + b):
   in_place.residual_in_place = true;  // pingpong's staged epilogue loads C's tile, several per consumer
@@ -205,14 +209,15 @@ TEST_P(MatmulTcOptionsTest, ManyTilesPerBlock) {
   OptionCase long_k;  // K = 800, both operands transposed
   long_k.m = 4100, long_k.n = 1032, long_k.k = 800;
   long_k.a_transposed = long_k.b_transposed = true;
+  long_k.sampled_rows = true;
   check(long_k, ++salt);
   OptionCase one_slab;  // K = 40, bf16 out
   one_slab.m = 8200, one_slab.n = 1032, one_slab.k = 40;
-  one_slab.bf16_out = true;
+  one_slab.bf16_out = one_slab.sampled_rows = true;
   check(one_slab, ++salt);
   OptionCase wide;  // pingpong's wide tiles (a bf16 C, no GELU, N % 192 == 0) as in the GPT's dX, A stored K x M:
   wide.m = 8200, wide.n = 576, wide.k = 520;  // 195 tiles of 128 x 192, the last row of 8 rows; 9 slabs a tile
-  wide.a_transposed = wide.bf16_out = true;
+  wide.a_transposed = wide.bf16_out = wide.sampled_rows = true;
   check(wide, ++salt);
   OptionCase wide_bias = wide;  // the same with a bias, B stored N x K, into a padded C
   wide_bias.a_transposed = false, wide_bias.b_transposed = true;
@@ -223,6 +228,7 @@ TEST_P(MatmulTcOptionsTest, ManyTilesPerBlock) {
   wide_in_place.m = 8200, wide_in_place.n = 576, wide_in_place.k = 200;
   wide_in_place.b_transposed = wide_in_place.bf16_out = wide_in_place.bias = true;
   wide_in_place.residual = wide_in_place.residual_in_place = true;
+  wide_in_place.sampled_rows = true;
   check(wide_in_place, ++salt);
   OptionCase wide_in_place_tt = wide_in_place;  // the same with both operands stored transposed
   wide_in_place_tt.a_transposed = true, wide_in_place_tt.bias = false;
@@ -233,7 +239,7 @@ TEST_P(MatmulTcOptionsTest, ManyTilesPerBlock) {
   check(wide_plain_bias, ++salt);
   OptionCase split_k;  // split-K allowed, but not in one wave: whole K, several tiles per block
   split_k.m = 2176, split_k.n = 1024, split_k.k = 1802;
-  split_k.a_transposed = split_k.accumulate = true;
+  split_k.a_transposed = split_k.accumulate = split_k.sampled_rows = true;
   check(split_k, ++salt);
 }
 
