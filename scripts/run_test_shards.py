@@ -50,6 +50,8 @@ def listed_tests(build):
         props = {p["name"]: p["value"] for p in t.get("properties", [])}
         filters = [a[len("--gtest_filter="):] for a in cmd[1:] if a.startswith("--gtest_filter=")]
         gtest = filters[0] if len(filters) == 1 and not any(c in filters[0] for c in "*?:-") else None
+        if props.get("DISABLED"):  # GoogleTest's DISABLED_ cases: ctest lists them as not run
+            gtest = None
         tests.append((t["name"], cmd[0] if cmd and gtest else None, gtest, props.get("WORKING_DIRECTORY")))
     return tests
 
