@@ -14,7 +14,7 @@ named *fuzz*, whose tests are long, in shards of --fuzz-per-shard tests), N shar
 time, heaviest first, and reports in ctest's words: "P% tests passed, F tests failed out of
 T", one line per skipped test ending in "(Skipped)", and "The following tests FAILED:"
 with ctest's test names, so that scripts reading ctest's log read this one. Tests that are
-not GoogleTest cases (a script, a target that was not built) run through ctest, one each.
+not one GoogleTest case each (a script, a target that was not built) run through one ctest call.
 
 Tests of one shard share a process. A shard that crashes or outlives --timeout fails the
 test that was running and every test of the shard that had not finished; a CUDA error that
@@ -40,19 +40,38 @@ RESULT = re.compile(r"^\[\s*(OK|SKIPPED|FAILED)\s*\] (\S+?)(?:,| \(|$)")
 RUN = re.compile(r"^\[ RUN\s*\] (\S+)")
 
 
+def gtest_case(cmd):
+    """(binary, gtest name) of a ctest command that runs one GoogleTest case, else (None, None).
+    gtest_discover_tests writes one of two forms: `BINARY --gtest_filter=NAME ...` (CMake up to
+    4.2) or, from CMake 4.3, `cmake -D TEST_EXECUTABLE=BINARY -D TEST_EXECUTOR= -D TEST_FILTER=NAME
+    ... -P .../GoogleTest/LaunchTest.cmake`. A filter with wildcards or several names, or a test
+    run through an executor (an emulator), is not one case of one binary: ctest runs it."""
+    if not cmd:
+        return None, None
+    if cmd[-1].endswith("LaunchTest.cmake"):
+        defs = dict(a.split("=", 1) for a in cmd if "=" in a and re.match(r"^TEST_[A-Z_]+=", a))
+        binary, filters = defs.get("TEST_EXECUTABLE"), [defs.get("TEST_FILTER", "")]
+        if defs.get("TEST_EXECUTOR"):
+            return None, None
+    else:
+        binary = cmd[0]
+        filters = [a[len("--gtest_filter="):] for a in cmd[1:] if a.startswith("--gtest_filter=")]
+    if not binary or len(filters) != 1 or not filters[0] or any(c in filters[0] for c in "*?:-"):
+        return None, None
+    return binary, filters[0]
+
+
 def listed_tests(build):
     """ctest's tests: [(ctest name, binary or None, gtest name or None, working dir)]."""
     out = subprocess.run(["ctest", "--test-dir", str(build), "--show-only=json-v1"], check=True,
                          capture_output=True, text=True).stdout
     tests = []
     for t in json.loads(out).get("tests", []):
-        cmd = t.get("command") or []
         props = {p["name"]: p["value"] for p in t.get("properties", [])}
-        filters = [a[len("--gtest_filter="):] for a in cmd[1:] if a.startswith("--gtest_filter=")]
-        gtest = filters[0] if len(filters) == 1 and not any(c in filters[0] for c in "*?:-") else None
+        binary, gtest = gtest_case(t.get("command") or [])
         if props.get("DISABLED"):  # GoogleTest's DISABLED_ cases: ctest lists them as not run
-            gtest = None
-        tests.append((t["name"], cmd[0] if cmd and gtest else None, gtest, props.get("WORKING_DIRECTORY")))
+            binary, gtest = None, None
+        tests.append((t["name"], binary, gtest, props.get("WORKING_DIRECTORY")))
     return tests
 
 
@@ -107,16 +126,25 @@ def run_shard(binary, cwd, cases, index, count, every, timeout, logdir):
     return status, log, time.monotonic() - t0, crashed
 
 
-def run_ctest_one(build, name, logdir, timeout):
-    log = logdir / (re.sub(r"[^A-Za-z0-9_.-]", "_", name) + ".ctest.log")
+CTEST_LINE = re.compile(r"Test\s+#\d+: (\S+) .*?(Passed|\*\*\*\S.*?)\s+[0-9.]+ sec")
+
+
+def run_ctest(build, names, jobs, timeout, logdir):
+    """Runs the tests that are not one GoogleTest case through one ctest call (-j jobs; one call,
+    so that ctest's PRE_TEST discovery is not redone, and rewritten, by several at once).
+    Returns ({ctest name: status}, log path); a name ctest did not report counts as failed."""
+    log = logdir / "ctest-others.log"
+    regex = "^(" + "|".join(re.escape(n) for n in names) + ")$"
     with open(log, "w") as f:
-        subprocess.run(["ctest", "--test-dir", str(build), "-R", "^" + re.escape(name) + "$",
+        subprocess.run(["ctest", "--test-dir", str(build), "-R", regex, "-j", str(jobs),
                         "--output-on-failure", "--timeout", str(timeout)],
                        stdout=f, stderr=subprocess.STDOUT)
-    text = log.read_text(errors="replace")
-    if "***Skipped" in text or "(Skipped)" in text or "***Not Run (Disabled)" in text:
-        return "skipped", log
-    return ("passed" if "100% tests passed" in text else "failed"), log
+    status = {}
+    for m in CTEST_LINE.finditer(log.read_text(errors="replace")):
+        word = m.group(2)
+        status[m.group(1)] = ("passed" if word == "Passed" else
+                              "skipped" if "Skipped" in word or "Not Run (Disabled)" in word else "failed")
+    return {n: status.get(n, "failed") for n in names}, log
 
 
 def main():
@@ -144,14 +172,16 @@ def main():
     status, logs, problems = {}, [], []
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = {pool.submit(run_shard, *s, every, args.timeout, logdir): s for s in shards}
-        futures.update({pool.submit(run_ctest_one, args.build, n, logdir, args.timeout): n for n in others})
+        if others:
+            futures[pool.submit(run_ctest, args.build, others, max(1, args.jobs // 2), args.timeout, logdir)] = None
         for fut in concurrent.futures.as_completed(futures):
             s = futures[fut]
-            if isinstance(s, str):
+            if s is None:
                 result, log = fut.result()
-                status[s] = result
+                status.update(result)
                 logs.append(log)
-                print(f"[{time.monotonic() - t0:6.0f} s] {s}: {result}", flush=True)
+                for name, r in result.items():
+                    print(f"[{time.monotonic() - t0:6.0f} s] {name}: {r} (ctest)", flush=True)
                 continue
             got, log, seconds, crashed = fut.result()
             status.update(got)

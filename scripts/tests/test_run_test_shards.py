@@ -27,7 +27,7 @@ enable_testing()
 foreach(name fine crashy)
   add_executable(${name} ${name}.cpp)
   target_link_libraries(${name} PRIVATE GTest::gtest_main)
-  gtest_discover_tests(${name} TEST_PREFIX "${name}.")
+  gtest_discover_tests(${name} TEST_PREFIX "${name}." DISCOVERY_MODE PRE_TEST)
 endforeach()
 add_test(NAME script_passes COMMAND ${CMAKE_COMMAND} -E true)
 add_test(NAME script_skips COMMAND sh -c "exit 77")
@@ -100,12 +100,38 @@ class RunTestShardsTest(unittest.TestCase):
         self.assertEqual(ctest_failed, ["crashy.Crash.B_Aborts", "fine.Fail.One", "fine.Steps/Param.Even/3"])
         self.assertIn("Shards that crashed or timed out", text)
         self.assertIn("while running Crash.B_Aborts", (Path(self.tmp.name) / "out" / "tests.log").read_text())
+        # Only the two script tests go through ctest; every GoogleTest case runs in a shard.
+        self.assertEqual(sorted(re.findall(r"\] (\S+): \w+ \(ctest\)$", text, re.M)), ["script_passes", "script_skips"])
 
     def test_a_regex_selects_tests(self):
         rc, text = self.run_runner("--regex", r"^fine\.(Pass|Skip)")
         self.assertEqual(rc, 0, text)
         self.assertIn("100% tests passed, 0 tests failed out of 3", text)
         self.assertEqual(self.names(text, "Skipped"), ["fine.Skip.One"])
+
+
+class GtestCaseTest(unittest.TestCase):
+    """Both forms of gtest_discover_tests' test command name one binary and one case."""
+
+    def setUp(self):
+        sys.path.insert(0, str(RUNNER.parent))
+        import run_test_shards
+        self.case = run_test_shards.gtest_case
+
+    def test_direct_form(self):  # CMake up to 4.2
+        self.assertEqual(self.case(["/b/t", "--gtest_filter=S/P.X/0", "--gtest_also_run_disabled_tests"]),
+                         ("/b/t", "S/P.X/0"))
+
+    def test_launcher_form(self):  # CMake 4.3 and later
+        cmd = ["cmake", "-D", "TEST_EXECUTABLE=/b/t", "-D", "TEST_EXECUTOR=", "-D", "TEST_FILTER=A.B",
+               "-D", "TEST_XML_OUTPUT=", "-D", "TEST_EXTRA_ARGS=", "-P", "/m/GoogleTest/LaunchTest.cmake"]
+        self.assertEqual(self.case(cmd), ("/b/t", "A.B"))
+        self.assertEqual(self.case([a.replace("EXECUTOR=", "EXECUTOR=qemu") for a in cmd]), (None, None))
+
+    def test_not_one_case(self):
+        self.assertEqual(self.case(["sh", "-c", "exit 77"]), (None, None))
+        self.assertEqual(self.case(["/b/t", "--gtest_filter=A.*"]), (None, None))
+        self.assertEqual(self.case([]), (None, None))
 
 
 if __name__ == "__main__":
