@@ -14,6 +14,7 @@
 
 #include "module01/reductions.hpp"
 
+#include "course/cuda/launch.cuh"
 #include "course/cuda/warp_reduce.cuh"
 #include "course/device.hpp"
 

@@ -17,6 +17,7 @@
 
 #include "module01/reductions.hpp"
 
+#include "course/cuda/launch.cuh"
 #include "course/cuda/warp_reduce.cuh"
 #include "course/device.hpp"
 
@@ -310,25 +311,14 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) *result = Term::finish(v);
 }
 
-/// True when `kernel` may be launched with programmatic dependent launch: the GPU is
-/// sm_90+ AND the kernel was compiled for sm_90+ (so it contains the wait above; a
-/// compute_80 build JIT-compiled on an H100 does not).
-template <class Kernel>
-bool supports_early_launch(Kernel kernel) {
-  cudaFuncAttributes attr{};
-  COURSE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-  return device_properties().major >= 9 && attr.ptxVersion >= 90;
-}
-
 template <class Term>
 void launch_vectorized(Term term, const ReduceArgs& a) {
   constexpr int kThreads = 256;
   constexpr int kUnroll = 4;
   constexpr int kFinalThreads = 256;
   const auto partials_kernel = reduce_vectorized_partials_kernel<Term, kThreads, kUnroll>;
-  const auto final_kernel = reduce_vectorized_final_kernel<Term, kFinalThreads>;
+  constexpr auto final_kernel = reduce_vectorized_final_kernel<Term, kFinalThreads>;
   static const int per_sm = blocks_per_sm(partials_kernel, kThreads);
-  static const bool early = supports_early_launch(final_kernel);
 
   int blocks = 0;  // n == 0: no partials; the final pass still writes finish(0) = 0
   if (a.n > 0) {
@@ -342,16 +332,8 @@ void launch_vectorized(Term term, const ReduceArgs& a) {
   // The final pass, with "programmatic dependent launch" on Hopper: the GPU may start
   // it before the partials kernel ends (it waits inside, see above), which hides the
   // 2-3 us gap between two dependent launches. Elsewhere: an ordinary launch.
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(1);
-  config.blockDim = dim3(kFinalThreads);
-  config.stream = a.stream;
-  config.attrs = &attr;
-  config.numAttrs = early ? 1 : 0;
-  COURSE_CUDA_CHECK(cudaLaunchKernelEx(&config, final_kernel, static_cast<const float*>(a.workspace), blocks, a.result));
+  ::course::cuda::launch_early<final_kernel>(dim3(1), dim3(kFinalThreads), 0, a.stream,
+                                             static_cast<const float*>(a.workspace), blocks, a.result);
   COURSE_CHECK_LAUNCH("reduce_vectorized_final_kernel");
 }
 // @end

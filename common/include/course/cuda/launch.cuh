@@ -2,8 +2,10 @@
 /// @file launch.cuh
 /// @brief Host-side launch helpers every module's kernels share: the dynamic shared-memory
 /// opt-in with its carveout (once per kernel and device), the size of a one-wave grid
-/// (once per kernel and device) and its balanced share of the work, and the dispatch from a runtime head dimension to a
-/// kernel templated on it, driven by the public header's list of allowed values.
+/// (once per kernel and device) and its balanced share of the work, the early (programmatic
+/// dependent) launch of a kernel that waits for its predecessor, and the dispatch from a
+/// runtime head dimension to a kernel templated on it, driven by the public header's list of
+/// allowed values.
 ///
 /// Why these exist: a kernel that asks for more than 48 KiB of dynamic shared memory must
 /// be opted in with cudaFuncSetAttribute on every device it runs on, and a kernel templated
@@ -12,7 +14,7 @@
 /// device, a `case` the header no longer allows).
 ///
 /// Used by (solutions/, and the exercises/ file of the same name where there is one):
-/// - module 1: matmul.cu, matmul_tc.cu, matmul_tc_hopper.cu, softmax.cu
+/// - module 1: matmul.cu, matmul_tc.cu, matmul_tc_hopper.cu, reductions.cu, softmax.cu
 /// - module 2: batched_gemm_fp32.cu, batched_gemm_tensor_core.cu
 /// - module 3: attention.cu, attention_fused.cu, attention_tc.cuh, attention_tc_flash.cuh
 ///   (which the exercise's attention_tc.cu includes), attention_tc_hopper.cuh
@@ -110,6 +112,49 @@ inline unsigned balanced_blocks(std::int64_t items, int workers_per_block, int r
   const std::int64_t per_worker = (items + resident - 1) / resident;
   const std::int64_t workers = (items + per_worker - 1) / per_worker;
   return static_cast<unsigned>((workers + workers_per_block - 1) / workers_per_block);
+}
+
+/// Whether `kKernel` may be launched early (launch_early) on the current device: the device
+/// is sm_90 or newer AND the kernel's code was compiled for sm_90 or newer, so that it
+/// contains its cudaGridDependencySynchronize() (a compute_80 build JIT-compiled on an H100
+/// does not). Kept per (kernel, device).
+template <auto kKernel>
+bool supports_early_launch() {
+  static std::atomic<int> cached[64] = {};  // 1: no, 2: yes; 0: never asked
+  int device = 0;
+  COURSE_CUDA_CHECK(cudaGetDevice(&device));
+  std::atomic<int>* slot = device >= 0 && device < 64 ? &cached[device] : nullptr;
+  if (slot != nullptr) {
+    if (const int seen = slot->load(std::memory_order_relaxed); seen != 0) return seen == 2;
+  }
+  int major = 0;
+  COURSE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  cudaFuncAttributes attr{};
+  COURSE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kKernel));
+  const bool early = major >= 9 && attr.ptxVersion >= 90;
+  if (slot != nullptr) slot->store(early ? 2 : 1, std::memory_order_relaxed);
+  return early;
+}
+
+/// Launches kKernel<<<grid, block, smem_bytes, stream>>>(args...) with "programmatic dependent
+/// launch" where supports_early_launch allows it: the GPU may start the kernel before the
+/// previous kernel in the stream has finished, which hides the 2-3 us gap between two
+/// dependent launches. The kernel must call cudaGridDependencySynchronize() before it reads
+/// what the previous kernel writes (it returns at once after an ordinary launch). Elsewhere
+/// an ordinary launch. CUDA errors carry the call's file and line (COURSE_CUDA_CHECK).
+template <auto kKernel, class... Args>
+void launch_early(dim3 grid, dim3 block, std::size_t smem_bytes, cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = supports_early_launch<kKernel>() ? 1 : 0;
+  COURSE_CUDA_CHECK(cudaLaunchKernelEx(&config, kKernel, args...));
 }
 
 namespace detail {
