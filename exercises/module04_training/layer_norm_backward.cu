@@ -231,10 +231,13 @@ void launch_partial_sums(const LayerNormBackwardArgs& a) {
 // (c) At the end the block adds its 8 warps' regions in warp order into its partial, and
 //     step 2's reduce_partials_kernel adds the partials in a fixed order: bit-identical
 //     across runs on one GPU (the number of partials depends on its SM count).
-// (d) That reduction is launched early (programmatic dependent launch, sm_90: module 1's
-//     vectorized reduction does the same): the GPU starts it while the rows kernel's
-//     last blocks finish, and it waits inside for their partials. The gap between two
-//     dependent launches (2-3 us) against ~29 us for this step at 16384 x 384 bf16.
+// (d) That reduction is launched early (programmatic dependent launch, sm_90, as module 1's
+//     vectorized reduction): each block of the rows kernel signals when its rows are done
+//     (cudaTriggerProgrammaticLaunchCompletion), so the GPU processes the reduction's launch
+//     while the blocks write their partials, and the reduction waits inside
+//     (cudaGridDependencySynchronize) until they are complete and visible. What it hides:
+//     the gap between two dependent launches, 2-3 us, against ~29 us for this step at
+//     16384 x 384 bf16.
 // C a compile-time width (kLayerNormFastWidths) with 16-byte access; any other call runs
 // step 2.
 //
@@ -288,7 +291,8 @@ void launch_pipelined(const LayerNormBackwardArgs& a) {
   //   kKernel = pipelined_rows_kernel<T, kC> with kSmem = ColumnSumSlots<T, kC>::kSmemBytes
   //   (cc::opt_in_dynamic_smem<kKernel>(kSmem) first): blocks = cc::balanced_blocks(a.rows,
   //   kRowsPerBlock, min(cc::one_wave_blocks<kKernel>(kRowThreads, kSmem),
-  //   m04::layer_norm_backward_partials(a.rows))); then launch_reduce_partials(a, blocks).
+  //   m04::layer_norm_backward_partials(a.rows))); then launch_reduce_partials(a, blocks,
+  //   /*early=*/true): the reduction starts as soon as the rows kernel lets it (comment (d)).
   throw NotImplemented("layer_norm_backward step pipelined", __FILE__);
   // @end
 }

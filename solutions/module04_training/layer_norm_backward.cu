@@ -402,10 +402,13 @@ void launch_partial_sums(const LayerNormBackwardArgs& a) {
 // (c) At the end the block adds its 8 warps' regions in warp order into its partial, and
 //     step 2's reduce_partials_kernel adds the partials in a fixed order: bit-identical
 //     across runs on one GPU (the number of partials depends on its SM count).
-// (d) That reduction is launched early (programmatic dependent launch, sm_90: module 1's
-//     vectorized reduction does the same): the GPU starts it while the rows kernel's
-//     last blocks finish, and it waits inside for their partials. The gap between two
-//     dependent launches (2-3 us) against ~29 us for this step at 16384 x 384 bf16.
+// (d) That reduction is launched early (programmatic dependent launch, sm_90, as module 1's
+//     vectorized reduction): each block of the rows kernel signals when its rows are done
+//     (cudaTriggerProgrammaticLaunchCompletion), so the GPU processes the reduction's launch
+//     while the blocks write their partials, and the reduction waits inside
+//     (cudaGridDependencySynchronize) until they are complete and visible. What it hides:
+//     the gap between two dependent launches, 2-3 us, against ~29 us for this step at
+//     16384 x 384 bf16.
 // C a compile-time width (kLayerNormFastWidths) with 16-byte access; any other call runs
 // step 2.
 //
@@ -524,6 +527,11 @@ __global__ void __launch_bounds__(kRowThreads, (ColumnSumSlots<T, kFixedC>::kMin
     }
   }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // The rows are done: the early-launched reduction may be scheduled once every block got
+  // here (it still waits for this kernel to finish and its partials to be visible).
+  cudaTriggerProgrammaticLaunchCompletion();
+#endif
   // Phase 4: the block's partial, its warps' regions added in warp order.
   __syncthreads();
   float* out = partials + static_cast<std::int64_t>(blockIdx.x) * 2 * kFixedC;  // [dgamma part | dbeta part]

@@ -138,10 +138,13 @@ bool supports_early_launch() {
 
 /// Launches kKernel<<<grid, block, smem_bytes, stream>>>(args...) with "programmatic dependent
 /// launch" where supports_early_launch allows it: the GPU may start the kernel before the
-/// previous kernel in the stream has finished, which hides the 2-3 us gap between two
-/// dependent launches. The kernel must call cudaGridDependencySynchronize() before it reads
-/// what the previous kernel writes (it returns at once after an ordinary launch). Elsewhere
-/// an ordinary launch. CUDA errors carry the call's file and line (COURSE_CUDA_CHECK).
+/// previous kernel in the stream has finished (as soon as every block of that kernel has
+/// called cudaTriggerProgrammaticLaunchCompletion() or exited), which hides the 2-3 us gap
+/// between two dependent launches. Every block of the kernel must call
+/// cudaGridDependencySynchronize() before it reads or writes memory the previous kernel
+/// touches (it returns at once after an ordinary launch); kernels launched after it are
+/// ordinary launches and wait for it as usual. Elsewhere an ordinary launch. CUDA errors
+/// carry the call's file and line (COURSE_CUDA_CHECK).
 template <auto kKernel, class... Args>
 void launch_early(dim3 grid, dim3 block, std::size_t smem_bytes, cudaStream_t stream, Args... args) {
   cudaLaunchAttribute attr{};
