@@ -356,27 +356,28 @@ __device__ __forceinline__ void accumulate_keys(float (&acc)[Cfg::kDTiles][4],
 }
 
 /// dS^T (packed A fragments of the warp's 16 keys) -> the [kBlockN][kBlockM] tile in shared
-/// memory: key row 16w + g (+8), queries 8j + 2t, 8j + 2t + 1 as one 4-byte store.
+/// memory: key row 16w + g (+8), queries 8j + 2t, 8j + 2t + 1. With stmatrix one instruction
+/// per 16 keys x 16 queries (matrix m = lane / 8: keys 8 (m % 2).., queries 8 (j + m / 2)..,
+/// lane l addressing row l % 8); else one 4-byte store per register.
 template <class Cfg>
 __device__ __forceinline__ void store_ds(std::uint32_t (&pk)[Cfg::kSTiles][2], unsigned char* s_ds, int warp) {
   using G = typename Cfg::DsGeom;
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if constexpr (Cfg::kStoreMatrix) {  // one stmatrix.x4 per 16 keys x 16 queries
+  const int lane = threadIdx.x % 32;
+  if constexpr (Cfg::kStoreMatrix && cuda::kHasStmatrix) {
     const int m = lane >> 3;
     const std::uint32_t base = cuda::smem_u32(s_ds);
 #pragma unroll
     for (int j = 0; j < Cfg::kSTiles; j += 2)
       cuda::stmatrix_x4(base + G::offset(16 * warp + 8 * (m & 1) + (lane & 7), j + (m >> 1)), pk[j][0], pk[j][1],
-                  pk[j + 1][0], pk[j + 1][1]);
-    return;
+                        pk[j + 1][0], pk[j + 1][1]);
+  } else {
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int j = 0; j < Cfg::kSTiles; ++j)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr)
+        *reinterpret_cast<std::uint32_t*>(s_ds + G::offset(16 * warp + g + 8 * hr, j) + 4 * t) = pk[j][hr];
   }
-#endif
-#pragma unroll
-  for (int j = 0; j < Cfg::kSTiles; ++j)
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr)
-      *reinterpret_cast<std::uint32_t*>(s_ds + G::offset(16 * warp + g + 8 * hr, j) + 4 * t) = pk[j][hr];
 }
 
 /// This warp's part of dQ_i = dS K: rows 32 wm .. 32 wm + 31 of the query tile (two m16
@@ -458,40 +459,37 @@ __device__ __forceinline__ void scores_transposed_square(float (&acc)[2][Cfg::Ha
 }
 
 /// The warp's 32 x 32 accumulator tile (P^T or dS^T) -> a [kBlockN keys][kBlockM queries]
-/// bf16 tile in shared memory: keys key0 + 16 mi + g (+8), queries query0 + 8 j + 2t, +1 as
-/// one 4-byte store.
+/// bf16 tile in shared memory: keys key0 + 16 mi + g (+8), queries query0 + 8 j + 2t, +1. With
+/// stmatrix one instruction per 16 keys x 16 queries (as store_ds), the registers packed in
+/// accumulator order; else one 4-byte store per pair.
 template <class Cfg>
 __device__ __forceinline__ void store_key_query_tile(const float (&acc)[2][Cfg::Half::kSTiles][4],
                                                      unsigned char* tile, int key0, int query0) {
   using G = typename Cfg::DsGeom;
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if constexpr (Cfg::kStoreMatrix) {
-    // One stmatrix.x4 per 16 keys x 16 queries: matrix m = lane / 8 is keys 8 (m % 2).., queries
-    // 8 (m / 2).., lane l addressing its row l % 8; the registers in accumulator order.
+  const int lane = threadIdx.x % 32;
+  if constexpr (Cfg::kStoreMatrix && cuda::kHasStmatrix) {
     const int m = lane >> 3;
     const std::uint32_t base = cuda::smem_u32(tile);
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-      for (int jp = 0; jp < Cfg::Half::kSTiles / 2; ++jp) {
-        const int j = 2 * jp;
+      for (int j = 0; j < Cfg::Half::kSTiles; j += 2)
         cuda::stmatrix_x4(base + G::offset(key0 + 16 * mi + 8 * (m & 1) + (lane & 7), query0 / 8 + j + (m >> 1)),
-                    cuda::pack_bf16x2(acc[mi][j][0], acc[mi][j][1]), cuda::pack_bf16x2(acc[mi][j][2], acc[mi][j][3]),
-                    cuda::pack_bf16x2(acc[mi][j + 1][0], acc[mi][j + 1][1]),
-                    cuda::pack_bf16x2(acc[mi][j + 1][2], acc[mi][j + 1][3]));
-      }
-    return;
+                          cuda::pack_bf16x2(acc[mi][j][0], acc[mi][j][1]),
+                          cuda::pack_bf16x2(acc[mi][j][2], acc[mi][j][3]),
+                          cuda::pack_bf16x2(acc[mi][j + 1][0], acc[mi][j + 1][1]),
+                          cuda::pack_bf16x2(acc[mi][j + 1][2], acc[mi][j + 1][3]));
+  } else {
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int j = 0; j < Cfg::Half::kSTiles; ++j)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr)
+          *reinterpret_cast<std::uint32_t*>(tile + G::offset(key0 + 16 * mi + g + 8 * hr, query0 / 8 + j) + 4 * t) =
+              cuda::pack_bf16x2(acc[mi][j][2 * hr], acc[mi][j][2 * hr + 1]);
   }
-#endif
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-    for (int j = 0; j < Cfg::Half::kSTiles; ++j)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr)
-        *reinterpret_cast<std::uint32_t*>(tile + G::offset(key0 + 16 * mi + g + 8 * hr, query0 / 8 + j) + 4 * t) =
-            cuda::pack_bf16x2(acc[mi][j][2 * hr], acc[mi][j][2 * hr + 1]);
 }
 
 /// acc (the warp's 32 keys x D/2 columns col0..) += A Y: A = P^T or dS^T, the block's

@@ -201,6 +201,14 @@ __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::ui
 #endif
 }
 
+/// Whether this compilation pass emits stmatrix (device code for sm_90 and newer): kernels
+/// choose stmatrix_x4 or plain stores with `if constexpr`.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+inline constexpr bool kHasStmatrix = true;
+#else
+inline constexpr bool kHasStmatrix = false;
+#endif
+
 /// `stmatrix.sync.aligned.m8n8.x4.shared.b16 [addr], {r0, r1, r2, r3};`  (sm_90)
 ///
 /// PTX semantics: ldmatrix_x4 backwards. The warp stores four 8x8 matrices of 16-bit
