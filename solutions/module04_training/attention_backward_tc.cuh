@@ -215,6 +215,9 @@ struct Config {
   /// x D/2, dQ 32 queries x D/4. With stmatrix stores 1.02-1.10x faster than the 16-key tiles
   /// at d = 128 (plain stores: 0.87-0.91x causal, where ptxas spilled); at d = 64 0.86-0.97x of
   /// the 16-key tiles with stmatrix -- too few mma per byte of shared memory to win back.
+  /// (Chosen by D alone, because the host sizes shared memory from it: device code for GPUs
+  /// before sm_90, which has no stmatrix, gets the 32 x 32 tiles with plain stores, the
+  /// slower variant above. The course measures on sm_90.)
   static constexpr bool kSquareTiles = kSwizzle_ && D_ == 128;
   static constexpr int kWarps = 8;
   static constexpr int kThreads = 32 * kWarps;
@@ -280,8 +283,8 @@ using KeyQueryTile = float[Cfg::kSTiles][4];
 
 /// What the probabilities phase needs to know about its warp's tile.
 struct TileSpot {
-  int key0;    ///< first key of the warp (kv0 + 16 w)
-  int query0;  ///< first query of the tile
+  int key0;    ///< first of the 16 keys the phase sees (kv0 + 16 w; 32 x 32 tiles: each half of the warp's 32)
+  int query0;  ///< first query the phase sees (the tile's; 32 x 32 tiles: the warp's 32)
   bool needs_mask;  ///< some (key, query) of the tile is hidden: tail keys or the causal diagonal
 };
 
