@@ -202,7 +202,9 @@ __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::ui
 }
 
 /// Whether this compilation pass emits stmatrix (device code for sm_90 and newer): kernels
-/// choose stmatrix_x4 or plain stores with `if constexpr`.
+/// choose stmatrix_x4 or plain stores with `if constexpr`. It differs between the host pass
+/// and the device passes, so it may pick instructions only, never a size, a template
+/// argument or anything else the host also computes.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 inline constexpr bool kHasStmatrix = true;
 #else
