@@ -52,7 +52,8 @@ struct Phases {
   /// tile (g = lane / 4, t = lane % 4); lse2[col] is that query's lse * log2(e) (+inf for
   /// rows past N_q and rows that see no key). Keys past N_k, and when causal keys after the
   /// query's diagonal (key > query + causal_offset), must give exactly 0; only tiles with
-  /// spot.needs_mask contain such keys.
+  /// spot.needs_mask contain such keys. Cfg::kSTiles is 8 (the 64 queries of the tile) or, at
+  /// d = 128 in the swizzled steps, 4 (a warp's 32 of them; spot and lse2 start there).
   template <class Cfg, bool kCausal>
   __device__ __forceinline__ static void probabilities(float (&s)[Cfg::kSTiles][4], const Params& p,
                                                        const TileSpot& spot, const float* lse2) {

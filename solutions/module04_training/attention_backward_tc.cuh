@@ -11,7 +11,8 @@
 ///                     dS^T reused from the accumulators as A operands of dV and dK, dS^T
 ///                     through shared memory for dQ = dS K; plain tiles, one load stage.
 ///   tc_pipelined      + XOR-swizzled tiles (conflict-free ldmatrix) and a 2-stage cp.async ring
-///                     for the next query tile's Q, dO, lse and D.
+///                     for the next query tile's Q, dO, lse and D; dS^T stored by stmatrix
+///                     (sm_90); at d = 128 FlashAttention-2's 32 x 32 warp tiles (below).
 ///   tc_deterministic  + dQ added in K/V-tile order: a counter per (batch, head, query tile)
 ///                     admits the K/V blocks one at a time, in index order (causal: from the
 ///                     last K/V tile down, the order they reach the query tile, dq_turn_rank).
@@ -39,6 +40,13 @@
 ///     add_dq            fp32 atomics into the workspace (tc_deterministic: in K/V-tile order)
 /// and at the end dK = scale * dK_w and dV_w go to global memory as bf16; a last kernel turns
 /// the fp32 dQ into bf16 (times scale).
+///
+/// At d = 128 the swizzled steps split the work FlashAttention-2's way (Config::kSquareTiles):
+/// warp (wk, wq) = (w / 2, w % 2) computes S^T and dP^T for keys 32 wk.. x queries 32 wq..,
+/// writes P^T and dS^T to shared memory (stmatrix), and after a barrier accumulates dV and dK
+/// for its 32 keys x columns (d/2) wq.. from the whole tile's P^T, dS^T (ldmatrix, as stored).
+/// Fewer shared-memory bytes per mma at d = 128; at d = 64 keeping P^T in registers wins
+/// (the measured A/B: Config, and the lesson, section 5).
 ///
 /// Step tc_split_dq (FlashAttention-2's deterministic backward, on this kernel):
 ///   What limits tc_deterministic: the hand-off, not the order. Once per query tile and block
@@ -198,6 +206,19 @@ struct Config {
   static constexpr int kStages = kStages_;     ///< query tiles in flight (1: load, wait, compute)
   static constexpr bool kOrderedDq = kOrderedDq_;  ///< dQ added in K/V-tile order
   static constexpr bool kSplitDq = kSplitDq_;  ///< a list of K/V tiles per block, its own dQ copy
+  /// P^T and dS^T go to shared memory by stmatrix (sm_90; the swizzled steps): one
+  /// instruction per 16 x 16 tile instead of four 4-byte stores per lane. Measured on an H100
+  /// (tc_pipelined, one run, time ratio): 1.02-1.05x faster at d = 64 (the lesson, section 5).
+  static constexpr bool kStoreMatrix = kSwizzle_;
+  /// FlashAttention-2's 32 x 32 warp tiles (the swizzled steps at d = 128): S^T and dP^T per
+  /// warp 32 keys x 32 queries, P^T and dS^T through shared memory, dV and dK per warp 32 keys
+  /// x D/2, dQ 32 queries x D/4. With stmatrix stores 1.02-1.10x faster than the 16-key tiles
+  /// at d = 128 (plain stores: 0.87-0.91x causal, where ptxas spilled); at d = 64 0.86-0.97x of
+  /// the 16-key tiles with stmatrix -- too few mma per byte of shared memory to win back.
+  /// (Chosen by D alone, because the host sizes shared memory from it: device code for GPUs
+  /// before sm_90, which has no stmatrix, gets the 32 x 32 tiles with plain stores, the
+  /// slower variant above. The course measures on sm_90.)
+  static constexpr bool kSquareTiles = kSwizzle_ && D_ == 128;
   static constexpr int kWarps = 8;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kBlockN = 16 * kWarps;  ///< keys per block: 16 per warp
@@ -207,14 +228,11 @@ struct Config {
   static constexpr int kDTiles = D / 8;        ///< n8 tiles of a dK / dV row block
   static constexpr int kQSteps = kBlockM / 16;  ///< k16 steps over the queries (dV, dK)
   static constexpr int kKeySteps = kBlockN / 16;  ///< k16 steps over the keys (dQ)
-  // dQ = dS K: a 64 x d tile over 8 warps, 4 along the queries (16 rows) x 2 along d.
-  // (kDqMTiles = 2 -- 32 rows per warp, every K fragment feeding two mma, 16 instead of 20
-  // KB of shared memory per warp and tile -- gave a 4-8% lower ratio to FlashAttention-2 on
-  // an H100: d = 128 then spills, and d = 64 loses too. FlashAttention-2's whole tiling --
-  // 32 x 32 S^T warp tiles, P^T and dS^T through shared memory, dV/dK 32 keys x d/2 -- cut
-  // the counted shared-memory bytes per mma by 19% at d = 128 but measured 1.03-1.05x
-  // without the mask and 0.87-0.91x causal, where it spills: module 4's lesson, section 5.)
-  static constexpr int kDqMTiles = 1;
+  // dQ = dS K: a 64 x d tile over 8 warps, 4 along the queries (16 rows) x 2 along d; with
+  // the square tiles 2 x 4 (32 rows per warp, every K fragment feeding two mma). (With the
+  // 16-key tiles, 32 rows per warp gave a 4-8% lower ratio to FlashAttention-2 on an H100:
+  // d = 128 then spills, and d = 64 loses too.)
+  static constexpr int kDqMTiles = kSquareTiles ? 2 : 1;
   static constexpr int kDqWarpsM = kBlockM / (16 * kDqMTiles);
   static constexpr int kDqWarpsN = kWarps / kDqWarpsM;
   static constexpr int kDqCols = D / kDqWarpsN;
@@ -226,7 +244,22 @@ struct Config {
   static constexpr int kStatBytes = kBlockM * 4;  ///< lse2 or D of one tile
   static constexpr int kStageBytes = 2 * kQBytes + 2 * kStatBytes;  ///< Q, dO, lse2, D
   static constexpr int kDsBytes = kBlockN * DsGeom::kRowBytes;
-  static constexpr int kSmemBytes = 2 * kKVBytes + kStages * kStageBytes + kDsBytes + cuda::kSmemAlign;
+  // Square tiles: P^T next to dS^T, same shape.
+  static constexpr int kSmemBytes =
+      2 * kKVBytes + kStages * kStageBytes + (kSquareTiles ? 2 : 1) * kDsBytes + cuda::kSmemAlign;
+  // The square tiles' warp grid: 4 x 2 warps over (keys, queries) for S^T and dP^T and over
+  // (keys, d) for dV and dK.
+  static constexpr int kKeyWarps = 4;
+  static constexpr int kWarpKeys = kSquareTiles ? kBlockN / kKeyWarps : 16;  ///< keys per warp
+  static constexpr int kWarpQueries = kBlockM / 2;          ///< square: queries per warp
+  static constexpr int kKeyMTiles = kWarpKeys / 16;         ///< m16 tiles of a warp's keys
+  static constexpr int kKeyDTiles = kSquareTiles ? D / 16 : D / 8;  ///< n8 tiles of its dK / dV columns
+  /// A warp's dK or dV accumulators: kKeyMTiles m16 tiles of keys x kKeyDTiles n8 tiles of d.
+  using KeyAcc = float[kKeyMTiles][kKeyDTiles][4];
+  /// What the shared phases see of a square warp tile's half (16 keys x kWarpQueries).
+  struct Half {
+    static constexpr int kSTiles = kWarpQueries / 8;
+  };
   static_assert(kDqWarpsM * kDqWarpsN == kWarps && kDqCols % 16 == 0, "dQ warp grid");
   static_assert(kStages == 1 || kStages == 2, "one stage, or a 2-stage ring");
   static_assert(kBlockN == m04::kTcBackwardKeyTile, "the host's K/V tile count (tc_split_dq's plan) uses it");
@@ -250,8 +283,8 @@ using KeyQueryTile = float[Cfg::kSTiles][4];
 
 /// What the probabilities phase needs to know about its warp's tile.
 struct TileSpot {
-  int key0;    ///< first key of the warp (kv0 + 16 w)
-  int query0;  ///< first query of the tile
+  int key0;    ///< first of the 16 keys the phase sees (kv0 + 16 w; 32 x 32 tiles: each half of the warp's 32)
+  int query0;  ///< first query the phase sees (the tile's; 32 x 32 tiles: the warp's 32)
   bool needs_mask;  ///< some (key, query) of the tile is hidden: tail keys or the causal diagonal
 };
 
@@ -326,16 +359,28 @@ __device__ __forceinline__ void accumulate_keys(float (&acc)[Cfg::kDTiles][4],
 }
 
 /// dS^T (packed A fragments of the warp's 16 keys) -> the [kBlockN][kBlockM] tile in shared
-/// memory: key row 16w + g (+8), queries 8j + 2t, 8j + 2t + 1 as one 4-byte store.
+/// memory: key row 16w + g (+8), queries 8j + 2t, 8j + 2t + 1. With stmatrix one instruction
+/// per 16 keys x 16 queries (matrix m = lane / 8: keys 8 (m % 2).., queries 8 (j + m / 2)..,
+/// lane l addressing row l % 8); else one 4-byte store per register.
 template <class Cfg>
 __device__ __forceinline__ void store_ds(std::uint32_t (&pk)[Cfg::kSTiles][2], unsigned char* s_ds, int warp) {
   using G = typename Cfg::DsGeom;
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int lane = threadIdx.x % 32;
+  if constexpr (Cfg::kStoreMatrix && cuda::kHasStmatrix) {
+    const int m = lane >> 3;
+    const std::uint32_t base = cuda::smem_u32(s_ds);
 #pragma unroll
-  for (int j = 0; j < Cfg::kSTiles; ++j)
+    for (int j = 0; j < Cfg::kSTiles; j += 2)
+      cuda::stmatrix_x4(base + G::offset(16 * warp + 8 * (m & 1) + (lane & 7), j + (m >> 1)), pk[j][0], pk[j][1],
+                        pk[j + 1][0], pk[j + 1][1]);
+  } else {
+    const int g = lane / 4, t = lane % 4;
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr)
-      *reinterpret_cast<std::uint32_t*>(s_ds + G::offset(16 * warp + g + 8 * hr, j) + 4 * t) = pk[j][hr];
+    for (int j = 0; j < Cfg::kSTiles; ++j)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr)
+        *reinterpret_cast<std::uint32_t*>(s_ds + G::offset(16 * warp + g + 8 * hr, j) + 4 * t) = pk[j][hr];
+  }
 }
 
 /// This warp's part of dQ_i = dS K: rows 32 wm .. 32 wm + 31 of the query tile (two m16
@@ -370,6 +415,110 @@ __device__ __forceinline__ void accumulate_dq(float (&acc)[Cfg::kDqMTiles][Cfg::
       const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
 #pragma unroll
       for (int mi = 0; mi < Cfg::kDqMTiles; ++mi) {
+        cuda::mma_m16n8k16_bf16_f32(acc[mi][2 * dp], a[mi], b0);
+        cuda::mma_m16n8k16_bf16_f32(acc[mi][2 * dp + 1], a[mi], b1);
+      }
+    }
+  }
+}
+
+// ---- The square warp tiles (Config::kSquareTiles): warp (wk, wq) = (warp / 2, warp % 2).
+
+/// S^T (or dP^T) for the warp's 32 keys (rows x_row0.. of X = K or V) against 32 queries
+/// (rows y_row0.. of Y = Q or dO): acc[mi][j] is keys x_row0 + 16 mi.., queries y_row0 + 8 j...
+/// Per k16 step two ldmatrix.x4 of X and two of Y feed 8 mma (scores_transposed: 5 for 8):
+/// 256 bytes of shared memory per mma instead of 320.
+template <class Cfg>
+__device__ __forceinline__ void scores_transposed_square(float (&acc)[2][Cfg::Half::kSTiles][4], std::uint32_t s_x,
+                                                         int x_row0, std::uint32_t s_y, int y_row0) {
+  using G = typename Cfg::Geom;
+  constexpr int kN = Cfg::Half::kSTiles;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int j = 0; j < kN; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][j][e] = 0.f;
+  const int b_row = (lane & 7) + 8 * (lane >> 4);
+#pragma unroll
+  for (int ks = 0; ks < Cfg::kDSteps; ++ks) {
+    std::uint32_t a[2][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+      cuda::ldmatrix_x4(a[mi], s_x + G::offset(x_row0 + 16 * mi + (lane & 15), 2 * ks + (lane >> 4)));
+#pragma unroll
+    for (int np = 0; np < kN / 2; ++np) {
+      std::uint32_t b[4];
+      cuda::ldmatrix_x4(b, s_y + G::offset(y_row0 + 16 * np + b_row, 2 * ks + ((lane >> 3) & 1)));
+      const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        cuda::mma_m16n8k16_bf16_f32(acc[mi][2 * np], a[mi], b0);
+        cuda::mma_m16n8k16_bf16_f32(acc[mi][2 * np + 1], a[mi], b1);
+      }
+    }
+  }
+}
+
+/// The warp's 32 x 32 accumulator tile (P^T or dS^T) -> a [kBlockN keys][kBlockM queries]
+/// bf16 tile in shared memory: keys key0 + 16 mi + g (+8), queries query0 + 8 j + 2t, +1. With
+/// stmatrix one instruction per 16 keys x 16 queries (as store_ds), the registers packed in
+/// accumulator order; else one 4-byte store per pair.
+template <class Cfg>
+__device__ __forceinline__ void store_key_query_tile(const float (&acc)[2][Cfg::Half::kSTiles][4],
+                                                     unsigned char* tile, int key0, int query0) {
+  using G = typename Cfg::DsGeom;
+  const int lane = threadIdx.x % 32;
+  if constexpr (Cfg::kStoreMatrix && cuda::kHasStmatrix) {
+    const int m = lane >> 3;
+    const std::uint32_t base = cuda::smem_u32(tile);
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int j = 0; j < Cfg::Half::kSTiles; j += 2)
+        cuda::stmatrix_x4(base + G::offset(key0 + 16 * mi + 8 * (m & 1) + (lane & 7), query0 / 8 + j + (m >> 1)),
+                          cuda::pack_bf16x2(acc[mi][j][0], acc[mi][j][1]),
+                          cuda::pack_bf16x2(acc[mi][j][2], acc[mi][j][3]),
+                          cuda::pack_bf16x2(acc[mi][j + 1][0], acc[mi][j + 1][1]),
+                          cuda::pack_bf16x2(acc[mi][j + 1][2], acc[mi][j + 1][3]));
+  } else {
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int j = 0; j < Cfg::Half::kSTiles; ++j)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr)
+          *reinterpret_cast<std::uint32_t*>(tile + G::offset(key0 + 16 * mi + g + 8 * hr, query0 / 8 + j) + 4 * t) =
+              cuda::pack_bf16x2(acc[mi][j][2 * hr], acc[mi][j][2 * hr + 1]);
+  }
+}
+
+/// acc (the warp's 32 keys x D/2 columns col0..) += A Y: A = P^T or dS^T, the block's
+/// [kBlockN][kBlockM] tile in shared memory (keys key0.., ldmatrix as stored: the queries are
+/// k and contiguous); Y = dO or Q ([kBlockM][D], ldmatrix.trans as accumulate_keys). Per k16
+/// step 2 + D/32 ldmatrix.x4 feed D/8 mma: 192 bytes per mma at d = 128 (accumulate_keys: 256).
+template <class Cfg>
+__device__ __forceinline__ void accumulate_keys_square(typename Cfg::KeyAcc& acc, std::uint32_t s_a, int key0,
+                                                       std::uint32_t s_y, int col0) {
+  using G = typename Cfg::Geom;
+  using AG = typename Cfg::DsGeom;
+  const int lane = threadIdx.x % 32;
+  const int row = (lane & 7) + 8 * ((lane >> 3) & 1);
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kQSteps; ++kk) {
+    std::uint32_t a[2][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+      cuda::ldmatrix_x4(a[mi], s_a + AG::offset(key0 + 16 * mi + (lane & 15), 2 * kk + (lane >> 4)));
+#pragma unroll
+    for (int dp = 0; dp < Cfg::kKeyDTiles / 2; ++dp) {
+      std::uint32_t b[4];
+      cuda::ldmatrix_x4_trans(b, s_y + G::offset(16 * kk + row, col0 / 8 + 2 * dp + (lane >> 4)));
+      const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
         cuda::mma_m16n8k16_bf16_f32(acc[mi][2 * dp], a[mi], b0);
         cuda::mma_m16n8k16_bf16_f32(acc[mi][2 * dp + 1], a[mi], b1);
       }
@@ -418,18 +567,19 @@ __device__ __forceinline__ void add_dq(const float (&acc)[Cfg::kDqMTiles][Cfg::k
     }
 }
 
-/// Writes the warp's 16 rows of dK or dV (times `mul`) as bf16 pairs; rows past N_k dropped.
-template <class Cfg>
-__device__ __forceinline__ void store_rows(const float (&acc)[Cfg::kDTiles][4], bf16* head, std::int64_t seq_stride,
-                                           int key0, int seq_k, float mul) {
+/// Writes 16 rows of dK or dV (times `mul`) as bf16 pairs, kTiles n8 tiles from column col0;
+/// rows past N_k dropped.
+template <class Cfg, int kTiles = Cfg::kDTiles>
+__device__ __forceinline__ void store_rows(const float (&acc)[kTiles][4], bf16* head, std::int64_t seq_stride,
+                                           int key0, int seq_k, float mul, int col0 = 0) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int row = key0 + g + 8 * hr;
     if (row >= seq_k) continue;
-    bf16* dst = head + static_cast<std::int64_t>(row) * seq_stride + 2 * t;
+    bf16* dst = head + static_cast<std::int64_t>(row) * seq_stride + col0 + 2 * t;
 #pragma unroll
-    for (int dt = 0; dt < Cfg::kDTiles; ++dt)
+    for (int dt = 0; dt < kTiles; ++dt)
       *reinterpret_cast<std::uint32_t*>(dst + 8 * dt) =
           cuda::pack_bf16x2(acc[dt][2 * hr] * mul, acc[dt][2 * hr + 1] * mul);
   }
@@ -495,11 +645,17 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
     }
   };
 
-  float dk[Cfg::kDTiles][4], dv[Cfg::kDTiles][4];
+  // Square tiles: warp (wk, wq) = (warp / 2, warp % 2) owns keys 32 wk.. of S^T, dP^T, dK, dV,
+  // queries 32 wq.. of S^T and dP^T, and columns (D/2) wq.. of dK and dV.
+  const int wk = warp / 2, wq = warp % 2;
+  const int warp_key0 = Cfg::kSquareTiles ? 32 * wk : 16 * warp;  // within the K/V tile
+  typename Cfg::KeyAcc dk, dv;
 #pragma unroll
-  for (int dt = 0; dt < Cfg::kDTiles; ++dt)
+  for (int mi = 0; mi < Cfg::kKeyMTiles; ++mi)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) dk[dt][e] = dv[dt][e] = 0.f;
+    for (int dt = 0; dt < Cfg::kKeyDTiles; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dk[mi][dt][e] = dv[mi][dt][e] = 0.f;
 
   if (iterations > 0) load_query_tile(0, 0);
   cuda::cp_async_commit();
@@ -516,23 +672,51 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
     }
     const StageAddr st = stage_addr<Cfg>(s_stages, stage);
     const int h = head_of(it), q0 = tile_of(it) * Cfg::kBlockM;
-    const int key0 = kv0 + 16 * warp;
-    const TileSpot spot{key0, q0,
-                        key0 + 15 >= p.seq_k || (kCausal && key0 + 15 > q0 + p.causal_offset)};
+    const auto* lse2 = reinterpret_cast<const float*>(smem + (st.lse2 - s_k));
+    const auto* d_row = reinterpret_cast<const float*>(smem + (st.d - s_k));
+    const auto spot_of = [&](int key0, int query0) {  // the keys key0..key0+15 against query0..
+      return TileSpot{key0, query0, key0 + 15 >= p.seq_k || (kCausal && key0 + 15 > query0 + p.causal_offset)};
+    };
 
-    // ---- Per warp: P^T and dS^T for its 16 keys, then dV and dK from the same registers.
-    float s[Cfg::kSTiles][4], dp[Cfg::kSTiles][4];
-    scores_transposed<Cfg>(s, s_k, warp, st.q);
-    Phases::template probabilities<Cfg, kCausal>(s, p, spot, reinterpret_cast<const float*>(smem + (st.lse2 - s_k)));
-    scores_transposed<Cfg>(dp, s_v, warp, st.dout);
-    Phases::template ds<Cfg>(dp, s, reinterpret_cast<const float*>(smem + (st.d - s_k)));
-    std::uint32_t pt[Cfg::kSTiles][2], dst[Cfg::kSTiles][2];
-    pack_a_fragments<Cfg>(pt, s);
-    pack_a_fragments<Cfg>(dst, dp);
-    store_ds<Cfg>(dst, ds_tile, warp);
-    accumulate_keys<Cfg>(dv, pt, st.dout);
-    accumulate_keys<Cfg>(dk, dst, st.q);
-    __syncthreads();  // dS^T of all 128 keys is in shared memory
+    if constexpr (Cfg::kSquareTiles) {
+      // ---- Per warp: P^T and dS^T of its 32 keys x 32 queries, both to shared memory.
+      const int query0 = Cfg::kWarpQueries * wq;
+      unsigned char* const pt_tile = ds_tile + Cfg::kDsBytes;  // P^T beside dS^T
+      const std::uint32_t s_pt = s_ds + Cfg::kDsBytes;
+      float s[2][Cfg::Half::kSTiles][4], dp[2][Cfg::Half::kSTiles][4];
+      scores_transposed_square<Cfg>(s, s_k, warp_key0, st.q, query0);
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+        Phases::template probabilities<typename Cfg::Half, kCausal>(
+            s[mi], p, spot_of(kv0 + warp_key0 + 16 * mi, q0 + query0), lse2 + query0);
+      store_key_query_tile<Cfg>(s, pt_tile, warp_key0, query0);
+      scores_transposed_square<Cfg>(dp, s_v, warp_key0, st.dout, query0);
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) Phases::template ds<typename Cfg::Half>(dp[mi], s[mi], d_row + query0);
+      store_key_query_tile<Cfg>(dp, ds_tile, warp_key0, query0);
+      __syncthreads();  // P^T and dS^T of the whole tile are in shared memory
+
+      // ---- Per warp: dV and dK for its 32 keys x D/2 columns.
+      accumulate_keys_square<Cfg>(dv, s_pt, warp_key0, st.dout, Cfg::D / 2 * wq);
+      accumulate_keys_square<Cfg>(dk, s_ds, warp_key0, st.q, Cfg::D / 2 * wq);
+    } else {
+      // ---- Per warp: P^T and dS^T for its 16 keys, then dV and dK from the same registers.
+      const int key0 = kv0 + 16 * warp;
+      const TileSpot spot{key0, q0,
+                          key0 + 15 >= p.seq_k || (kCausal && key0 + 15 > q0 + p.causal_offset)};
+      float s[Cfg::kSTiles][4], dp[Cfg::kSTiles][4];
+      scores_transposed<Cfg>(s, s_k, warp, st.q);
+      Phases::template probabilities<Cfg, kCausal>(s, p, spot, reinterpret_cast<const float*>(smem + (st.lse2 - s_k)));
+      scores_transposed<Cfg>(dp, s_v, warp, st.dout);
+      Phases::template ds<Cfg>(dp, s, reinterpret_cast<const float*>(smem + (st.d - s_k)));
+      std::uint32_t pt[Cfg::kSTiles][2], dst[Cfg::kSTiles][2];
+      pack_a_fragments<Cfg>(pt, s);
+      pack_a_fragments<Cfg>(dst, dp);
+      store_ds<Cfg>(dst, ds_tile, warp);
+      accumulate_keys<Cfg>(dv[0], pt, st.dout);
+      accumulate_keys<Cfg>(dk[0], dst, st.q);
+      __syncthreads();  // dS^T of all 128 keys is in shared memory
+    }
 
     // ---- The block: dQ_i += dS K, added to the fp32 workspace.
     const int wm = warp % Cfg::kDqWarpsM, wn = warp / Cfg::kDqWarpsM;
@@ -557,9 +741,20 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
   cuda::cp_async_wait<0>();
 
   // ---- dK = scale * sum dS^T Q, dV = sum P^T dO, summed over the group's query heads.
-  const int key0 = kv0 + 16 * warp;
-  store_rows<Cfg>(dk, p.dk + m03::row_offset(p.dks, b, hk, 0), p.dks.seq, key0, p.seq_k, p.scale);
-  store_rows<Cfg>(dv, p.dv + m03::row_offset(p.dvs, b, hk, 0), p.dvs.seq, key0, p.seq_k, 1.f);
+  if constexpr (Cfg::kSquareTiles) {
+#pragma unroll
+    for (int mi = 0; mi < Cfg::kKeyMTiles; ++mi) {
+      const int key0 = kv0 + warp_key0 + 16 * mi, col0 = Cfg::D / 2 * wq;
+      store_rows<Cfg, Cfg::kKeyDTiles>(dk[mi], p.dk + m03::row_offset(p.dks, b, hk, 0), p.dks.seq, key0, p.seq_k,
+                                       p.scale, col0);
+      store_rows<Cfg, Cfg::kKeyDTiles>(dv[mi], p.dv + m03::row_offset(p.dvs, b, hk, 0), p.dvs.seq, key0, p.seq_k,
+                                       1.f, col0);
+    }
+  } else {
+    const int key0 = kv0 + 16 * warp;
+    store_rows<Cfg>(dk[0], p.dk + m03::row_offset(p.dks, b, hk, 0), p.dks.seq, key0, p.seq_k, p.scale);
+    store_rows<Cfg>(dv[0], p.dv + m03::row_offset(p.dvs, b, hk, 0), p.dvs.seq, key0, p.seq_k, 1.f);
+  }
 }
 
 /// The split steps' walk (tc_split_dq, tc_wgmma_split_dq): block (split, bhk) of a (S, B * H_kv)

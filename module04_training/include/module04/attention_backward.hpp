@@ -43,7 +43,8 @@
 ///   dP^T = V_w dO^T for its 16 keys, so that P^T and dS^T are, as accumulators, already the
 ///   A operands of dV += P^T dO and dK += dS^T Q; dS^T goes through shared memory once for
 ///   dQ += dS K (fp32 atomics into the workspace, converted to bf16 at the end).
-/// - tc_pipelined: the same with XOR-swizzled tiles and a 2-stage cp.async ring.
+/// - tc_pipelined: the same with XOR-swizzled tiles and a 2-stage cp.async ring; dS^T stored by
+///   stmatrix, and at d = 128 FlashAttention-2's 32 x 32 warp tiles (P^T through shared memory too).
 /// - tc_deterministic: dQ added in K/V-tile order, a counter per (batch, head, query tile):
 ///   bit-identical run to run.
 /// - tc_split_dq: deterministic without a hand-off (FlashAttention-2's way): each block owns a
@@ -104,7 +105,7 @@ enum class AttentionBackwardStep {
   // Tensor-core steps: bf16 Q, K, V, O, dO and gradients, fp32 accumulation
   // (AttentionBackwardArgsBf16).
   tc_mma,            ///< mma.sync on fragments: S^T, dP^T recomputed; P^T, dS^T reused as A operands
-  tc_pipelined,      ///< + XOR-swizzled tiles and a 2-stage cp.async ring for Q, dO, lse, D
+  tc_pipelined,      ///< + XOR-swizzled tiles, a 2-stage cp.async ring for Q, dO, lse, D, stmatrix; d = 128: 32 x 32 warp tiles
   tc_deterministic,  ///< + dQ added in K/V-tile order (a semaphore per query tile): bit-identical
   tc_split_dq,       ///< tc_pipelined with one fp32 dQ copy per split, summed in order: bit-identical
   tc_wgmma,          ///< sm_90a: the five products on warpgroup MMA, P^T and dS^T from registers
@@ -122,7 +123,7 @@ inline constexpr StepInfo<AttentionBackwardStep> kAttentionBackwardSteps[] = {
     {AttentionBackwardStep::tc_mma, "tc_mma",
      "bf16; mma.sync: S^T = K Q^T on fragments, P^T and dS^T reused as A operands, dS via smem for dQ"},
     {AttentionBackwardStep::tc_pipelined, "tc_pipelined",
-     "bf16; tc_mma with XOR-swizzled tiles and a 2-stage cp.async ring for Q, dO, lse and D"},
+     "bf16; tc_mma with XOR-swizzled tiles, a 2-stage cp.async ring for Q, dO, lse and D, stmatrix stores; d = 128: 32 x 32 warp tiles"},
     {AttentionBackwardStep::tc_deterministic, "tc_deterministic",
      "bf16; tc_pipelined with dQ added in K/V-tile order behind a semaphore per query tile"},
     {AttentionBackwardStep::tc_split_dq, "tc_split_dq",

@@ -2,7 +2,7 @@
 /// @file mma_ptx.cuh
 /// @brief Inline-PTX wrappers for the Ampere-style tensor-core path (sm_80 and newer):
 /// asynchronous global->shared copies (cp.async), shared->register fragment loads
-/// (ldmatrix) and the warp-wide matrix multiply-accumulate mma.sync m16n8k16 (bf16 in,
+/// (ldmatrix) and their reverse (stmatrix, sm_90), and the warp-wide matrix multiply-accumulate mma.sync m16n8k16 (bf16 in,
 /// fp32 accumulate), the shared-memory swizzle, and Hopper's wgmma (sm_90a).
 ///
 /// The one home of these wrappers. Used by (solutions/, and the exercises/ file of the
@@ -19,7 +19,7 @@
 ///   steps: wgmma, P from registers); tests/planted/attention_tc_planted.cu
 /// - module 4: attention_backward_flash.cu (cp.async); attention_backward_tc.cuh,
 ///   attention_backward_tc_phases.cuh and the exercise's attention_backward_tc.cu (mma.sync,
-///   ldmatrix, cp.async; step tc_wgmma, attention_backward_tc_wgmma.cuh: wgmma m64n64 with
+///   ldmatrix, stmatrix, cp.async; step tc_wgmma, attention_backward_tc_wgmma.cuh: wgmma m64n64 with
 ///   both operands transposed for dQ, m64nN from registers); tests/planted/attention_backward_tc_planted.cu
 /// - common: course/cuda/tile.cuh (smem_u32, swizzle_chunk)
 ///
@@ -197,6 +197,37 @@ __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::ui
                : "memory");
 #else
   r[0] = r[1] = r[2] = r[3] = 0u;
+  __trap();
+#endif
+}
+
+/// Whether this compilation pass emits stmatrix (device code for sm_90 and newer): kernels
+/// choose stmatrix_x4 or plain stores with `if constexpr`. It differs between the host pass
+/// and the device passes, so it may pick instructions only, never a size, a template
+/// argument or anything else the host also computes.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+inline constexpr bool kHasStmatrix = true;
+#else
+inline constexpr bool kHasStmatrix = false;
+#endif
+
+/// `stmatrix.sync.aligned.m8n8.x4.shared.b16 [addr], {r0, r1, r2, r3};`  (sm_90)
+///
+/// PTX semantics: ldmatrix_x4 backwards. The warp stores four 8x8 matrices of 16-bit
+/// elements to shared memory; lanes 8i..8i+7 supply the addresses of rows 0..7 of matrix
+/// i (16 contiguous bytes each, 16-byte aligned), and register r[i] of lane l holds row
+/// g = l/4, columns 2t and 2t+1 (t = l%4) of matrix i. Those are the registers of an
+/// mma accumulator tile packed to bf16 pairs (d[0], d[1] -> rows g; d[2], d[3] -> g + 8),
+/// so one instruction writes a 16 x 16 accumulator tile that plain stores write with four
+/// 4-byte stores per lane; the same swizzle keeps its rows conflict-free.
+__device__ __forceinline__ void stmatrix_x4(std::uint32_t addr_smem, std::uint32_t r0, std::uint32_t r1,
+                                            std::uint32_t r2, std::uint32_t r3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr_smem), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+#else
+  (void)addr_smem, (void)r0, (void)r1, (void)r2, (void)r3;
   __trap();
 #endif
 }
