@@ -74,7 +74,7 @@ void zero_params_unless_accumulating(const LayerNormBackwardArgs& a) {
 // 3 matrices from DRAM; plus 2 * rows * C atomics.
 // Prediction: the atomics bound it: 2 x 12.6 M reductions on 1536 addresses at 16384 x
 // 768: ~0.1-0.3 of the copy, fp32 and bf16.
-// Measured (results: layer_norm_backward/solution/atomic_params/{16384x384_bf16,16384x768_bf16,16384x768_f32}): 189.2 / 279.5 / 470.1 GB/s = 0.12 / 0.14 / 0.19 of d2d_copy
+// Measured (results: layer_norm_backward/solution/atomic_params/{16384x384_bf16,16384x768_bf16,16384x768_f32}): 173.7 / 332.0 / 476.8 GB/s = 0.11 / 0.15 / 0.19 of d2d_copy
 // ============================================================================
 template <class T>
 __global__ void __launch_bounds__(kRowThreads)
@@ -127,7 +127,7 @@ void launch_atomic_params(const LayerNormBackwardArgs& a) {
 // Prediction: 16384 x 768 and 16384 x 384, fp32 and bf16: 0.7-0.85 of the copy (8 warps
 // per SM are few for latency; the partial reduction is a few microseconds); >= 1.0x
 // PyTorch's layer_norm backward (which also reduces dgamma, dbeta in a second kernel).
-// Measured (results: layer_norm_backward/solution/partial_sums/{16384x384_bf16,16384x768_bf16,16384x768_f32}): 1172.9 / 1385.7 / 2021.4 GB/s = 0.75 / 0.68 / 0.83 of d2d_copy
+// Measured (results: layer_norm_backward/solution/partial_sums/{16384x384_bf16,16384x768_bf16,16384x768_f32}): 1261.0 / 1383.5 / 2093.2 GB/s = 0.76 / 0.64 / 0.83 of d2d_copy
 // ============================================================================
 template <class T, int kChunks, int kFixedC>
 __global__ void __launch_bounds__(kRowThreads)
@@ -246,9 +246,12 @@ void launch_partial_sums(const LayerNormBackwardArgs& a) {
 // 4.5 KiB of DRAM traffic (bf16): ~1/3 of the shared-memory bandwidth when DRAM runs full.
 // Prediction: 16384 x 384 and x 768, fp32 and bf16: 0.85-0.95 of the copy; (d), added after
 // the first measurement: 1.03-1.08x faster at 384, 1.02-1.05x at 768.
-// Measured (results: layer_norm_backward/solution/pipelined/{16384x384_bf16,16384x768_bf16,16384x768_f32}): 1306.0 / 1819.8 / 2117.9 GB/s = 0.84 / 0.90 / 0.87 of d2d_copy
+// Measured (results: layer_norm_backward/solution/pipelined/{16384x384_bf16,16384x768_bf16,16384x768_f32}): 1554.2 / 1986.9 / 2273.6 GB/s = 0.94 / 0.92 / 0.90 of d2d_copy
 // Outcome (ncu, H100, the run before the results page's): kernel 16.3 / 29.9 / 57.2 us against step 2's 20.1 /
 // 41.9 / 61.4, with 24% of the warp slots resident against 12% at 768.
+// Outcome of (d) (H100, pipelined / partial_sums within one run, against the run before it):
+// 1.107x faster at 384 bf16, 1.094x at 768 bf16, 1.069x and 1.037x in fp32; 384 bf16 went
+// from 0.84 to 0.94 of the copy.
 // ============================================================================
 template <class T, int kFixedC>
 struct ColumnSumSlots {

@@ -110,7 +110,7 @@ int resident_grid(int per_sm, std::int64_t per_block, std::int64_t n, std::int64
 // to 2^20 only for this step; the dot's random signs keep its sum small). The PyTorch
 // comparison on the results page flags the norm for this: at 2^20 its error is ~4e4x
 // torch's, whose pairwise sums do not stagnate.
-// Measured (results: {l2_norm,dot}/solution/atomic_naive/n=268435456): 2.3 / 4.6 GB/s: one
+// Measured (results: {l2_norm,dot}/solution/atomic_naive/n=268435456): 2.3 / 4.5 GB/s: one
 // atomic per term, about 3x fewer per second than predicted; the same rate at 2^20.
 // ----------------------------------------------------------------------------
 template <class Term>
@@ -149,8 +149,8 @@ void launch_atomic_naive(Term term, const ReduceArgs& a) {
 // flight per SM where HBM3 wants ~16 KB (Little's law: 3 TB/s x ~700 ns / 132 SMs)
 // unless the compiler unrolls the loop and hoists loads.
 // Prediction: 50-85% of copy (~1.5-2.5 TB/s), ~0.5 ms per norm at 2^28.
-// Measured (results: l2_norm/solution/smem_tree/n=268435456): 4154.7 GB/s = 0.98 of copy;
-// Measured (results: dot/solution/smem_tree/n=268435456): 4307.9 GB/s = 1.02 of copy:
+// Measured (results: l2_norm/solution/smem_tree/n=268435456): 2965.5 GB/s = 1.00 of copy;
+// Measured (results: dot/solution/smem_tree/n=268435456): 2927.5 GB/s = 0.98 of copy:
 // above the prediction (a read-only stream beats copy's mix of reads and writes).
 // ----------------------------------------------------------------------------
 template <class Term, int kThreads>
@@ -203,9 +203,9 @@ void launch_smem_tree(Term term, const ReduceArgs& a) {
 // Prediction: the combine ran once per block and was already < 1% of the time, so
 // ~ the same as smem_tree at 2^28 (within noise); it matters where block reductions
 // are short and many: small n here, one per row in softmax and attention.
-// Measured (results: l2_norm/solution/warp_shuffle/n=268435456): 4165.4 GB/s = 0.98 of copy, as
+// Measured (results: l2_norm/solution/warp_shuffle/n=268435456): 2938.4 GB/s = 0.99 of copy, as
 // smem_tree; at 2^20 also within noise of smem_tree:
-// Measured (results: l2_norm/solution/{smem_tree,warp_shuffle}/n=1048576): 269.5 / 277.0 GB/s.
+// Measured (results: l2_norm/solution/{smem_tree,warp_shuffle}/n=1048576): 294.1 / 299.9 GB/s.
 // ----------------------------------------------------------------------------
 template <class Term, int kThreads>
 __global__ void __launch_bounds__(kThreads) reduce_warp_shuffle_kernel(Term term, std::int64_t n, float* sum) {
@@ -255,10 +255,10 @@ void launch_warp_shuffle(Term term, const ReduceArgs& a) {
 // per norm at 2^28. The second pass would cost one ~2-3 us launch gap (~1% at 2^28,
 // what separates us from CUB, which also runs two kernels); the early launch hides
 // most of it. At 2^20 (4 MB, ~1.5 us of traffic) launch latency dominates every step.
-// Measured (results: l2_norm/solution/vectorized/n=268435456): 4335.8 GB/s = 1.02 of copy, 1.00 of cub_reduce;
-// Measured (results: dot/solution/vectorized/n=268435456): 4417.8 GB/s = 1.00 of cub_reduce.
+// Measured (results: l2_norm/solution/vectorized/n=268435456): 3023.4 GB/s = 1.02 of copy, 1.01 of cub_reduce;
+// Measured (results: dot/solution/vectorized/n=268435456): 3060.9 GB/s = 1.01 of cub_reduce.
 // At 2^20, where launch gaps weigh most, against CUB's two plain launches:
-// Measured (results: l2_norm/solution/vectorized/n=1048576): 329.3 GB/s = 1.18 of cub_reduce.
+// Measured (results: l2_norm/solution/vectorized/n=1048576): 400.7 GB/s = 1.28 of cub_reduce.
 // Without the early launch (a development run) it was on par with CUB.
 // ----------------------------------------------------------------------------
 template <class Term, int kThreads, int kUnroll>
