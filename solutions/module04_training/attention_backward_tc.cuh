@@ -12,7 +12,8 @@
 ///                     through shared memory for dQ = dS K; plain tiles, one load stage.
 ///   tc_pipelined      + XOR-swizzled tiles (conflict-free ldmatrix) and a 2-stage cp.async ring
 ///                     for the next query tile's Q, dO, lse and D; dS^T stored by stmatrix
-///                     (sm_90); at d = 128 FlashAttention-2's 32 x 32 warp tiles (below).
+///                     (sm_90); at d = 128 FlashAttention-2's 32 x 32 warp tiles (below), at
+///                     d = 64 each warp's K and V fragments held in registers (WarpRows).
 ///   tc_deterministic  + dQ added in K/V-tile order: a counter per (batch, head, query tile)
 ///                     admits the K/V blocks one at a time, in index order (causal: from the
 ///                     last K/V tile down, the order they reach the query tile, dq_turn_rank).

@@ -18,7 +18,7 @@
 ///     ~92 KB of shared memory at d = 128 (the K_w, V_w fragments once, all of Q and dO for
 ///     S^T, dP^T, dV, dK, dS^T and K for dQ), ~740 KB per block, against 128 B per clock per
 ///     SM: ~5,800 clocks for the ~1,400 the tensor cores need at wgmma's rate. Measured
-///     0.86-1.12x FlashAttention-2's backward (lesson, "The tensor-core backward").
+///     0.90-1.12x FlashAttention-2's backward (lesson, "The tensor-core backward").
 ///   Changes from tc_pipelined (same grid: one block per (128-key K/V tile, kv head), the
 ///     group's query tiles walked in the same order; same preprocessing, workspace, fp32 dQ
 ///     atomics and conversion -- attention_backward_tc.cuh's):
@@ -76,7 +76,7 @@
 ///     tc_pipelined's TFLOP/s at d = 128 (>= 1.0x FlashAttention-2 everywhere, about 0.6-0.7x
 ///     FlashAttention-3's backward), 1.0-1.2x at d = 64 (softmax per FLOP doubles; dQ's product
 ///     and atomics fall on warpgroup 0 alone).
-///   Measured (results: attn_bwd_bf16/solution/tc_wgmma/B1_H16_N16384_d128): 389.5 TFLOP/s
+///   Measured (results: attn_bwd_bf16/solution/tc_wgmma/B1_H16_N16384_d128): 385.3 TFLOP/s
 ///   Outcome (H100, m04_bench, one run): 1.36-1.48x tc_pipelined at d = 128, 1.32-1.39x at
 ///     d = 64; causal 1.26-1.44x. Beside PyTorch (one compare_torch.py run, H100): 1.17-1.33x
 ///     FlashAttention-2's backward at every shape, 0.68-0.82x cuDNN's. Causal blocks go in

@@ -44,7 +44,8 @@
 ///   A operands of dV += P^T dO and dK += dS^T Q; dS^T goes through shared memory once for
 ///   dQ += dS K (fp32 atomics into the workspace, converted to bf16 at the end).
 /// - tc_pipelined: the same with XOR-swizzled tiles and a 2-stage cp.async ring; dS^T stored by
-///   stmatrix, and at d = 128 FlashAttention-2's 32 x 32 warp tiles (P^T through shared memory too).
+///   stmatrix, at d = 128 FlashAttention-2's 32 x 32 warp tiles (P^T through shared memory too),
+///   at d = 64 each warp's K and V fragments held in registers for the whole K/V tile.
 /// - tc_deterministic: dQ added in K/V-tile order, a counter per (batch, head, query tile):
 ///   bit-identical run to run.
 /// - tc_split_dq: deterministic without a hand-off (FlashAttention-2's way): each block owns a
