@@ -52,8 +52,10 @@ struct Phases {
   /// tile (g = lane / 4, t = lane % 4); lse2[col] is that query's lse * log2(e) (+inf for
   /// rows past N_q and rows that see no key). Keys past N_k, and when causal keys after the
   /// query's diagonal (key > query + causal_offset), must give exactly 0; only tiles with
-  /// spot.needs_mask contain such keys. Cfg::kSTiles is 8 (the 64 queries of the tile) or, at
-  /// d = 128 in the swizzled steps, 4 (a warp's 32 of them; spot and lse2 start there).
+  /// spot.needs_mask contain such keys. Cfg::kSTiles is the number of n8 query tiles the warp
+  /// holds: 8 (the tile's 64 queries, or at d = 64 in tc_pipelined and tc_split_dq a warp's 64
+  /// of the tile's 128) or, at d = 128 in the swizzled steps, 4 (a warp's 32); spot and lse2
+  /// start at the warp's first query.
   template <class Cfg, bool kCausal>
   __device__ __forceinline__ static void probabilities(float (&s)[Cfg::kSTiles][4], const Params& p,
                                                        const TileSpot& spot, const float* lse2) {

@@ -3,7 +3,7 @@
 ///   4. tc_mma            S^T = K Q^T and dP^T = V dO^T on fragments per warp; P^T and dS^T
 ///                        reused as the A operands of dV and dK; dS^T through shared memory for dQ
 ///   5. tc_pipelined      + XOR-swizzled tiles and a 2-stage cp.async ring (Q, dO, lse, D);
-///                        32 x 32 warp tiles at d = 128, K_w and V_w in registers at d = 64
+///                        FlashAttention-2's tiles (32 x 32 per warp; 128 queries at d = 64)
 ///   6. tc_deterministic  + dQ added in K/V-tile order, one counter per query tile
 ///   7. tc_split_dq       5. with a fixed list of K/V tiles per block and its own fp32 dQ copy,
 ///                        the copies summed in index order: deterministic with no hand-off

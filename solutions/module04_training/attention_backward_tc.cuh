@@ -12,11 +12,12 @@
 ///                     through shared memory for dQ = dS K; plain tiles, one load stage.
 ///   tc_pipelined      + XOR-swizzled tiles (conflict-free ldmatrix) and a 2-stage cp.async ring
 ///                     for the next query tile's Q, dO, lse and D; dS^T stored by stmatrix
-///                     (sm_90); at d = 128 FlashAttention-2's 32 x 32 warp tiles (below), at
-///                     d = 64 each warp's K and V fragments held in registers (WarpRows).
+///                     (sm_90); FlashAttention-2's tiles: 32 x 32 per warp at d = 128, and
+///                     at d = 64 a 128-query tile, 32 keys x 64 queries per warp (below).
 ///   tc_deterministic  + dQ added in K/V-tile order: a counter per (batch, head, query tile)
 ///                     admits the K/V blocks one at a time, in index order (causal: from the
-///                     last K/V tile down, the order they reach the query tile, dq_turn_rank).
+///                     last K/V tile down, the order they reach the query tile, dq_turn_rank);
+///                     at d = 64 the 16-key tiles, K_w and V_w held in registers (WarpRows).
 ///   tc_split_dq       tc_pipelined where each block owns a fixed list of K/V tiles (a split)
 ///                     and adds dQ into its own fp32 copy; the conversion sums the copies in
 ///                     index order (deterministic with no hand-off; see "Step tc_split_dq").
@@ -42,12 +43,14 @@
 /// and at the end dK = scale * dK_w and dV_w go to global memory as bf16; a last kernel turns
 /// the fp32 dQ into bf16 (times scale).
 ///
-/// At d = 128 the swizzled steps split the work FlashAttention-2's way (Config::kSquareTiles):
-/// warp (wk, wq) = (w / 2, w % 2) computes S^T and dP^T for keys 32 wk.. x queries 32 wq..,
-/// writes P^T and dS^T to shared memory (stmatrix), and after a barrier accumulates dV and dK
-/// for its 32 keys x columns (d/2) wq.. from the whole tile's P^T, dS^T (ldmatrix, as stored).
-/// Fewer shared-memory bytes per mma at d = 128; at d = 64 keeping P^T in registers wins
-/// (the measured A/B: Config, and the lesson, section 5).
+/// The swizzled steps split the work FlashAttention-2's way (Config::kSquareTiles): warp
+/// (wk, wq) = (w / 2, w % 2) computes S^T and dP^T for keys 32 wk.. x queries
+/// kWarpQueries wq.. (32 at d = 128; 64 at d = 64, whose query tile is 128 rows:
+/// Config::kWideQueries), writes P^T and dS^T to shared memory (stmatrix), and after a
+/// barrier accumulates dV and dK for its 32 keys x columns (d/2) wq.. from the whole tile's
+/// P^T, dS^T (ldmatrix, as stored). Fewer shared-memory bytes per mma than 16 keys a warp
+/// (the measured A/Bs: Config, and the lesson, section 5). tc_deterministic keeps the
+/// 16-key tiles at d = 64: its turns are per 64-row query tile.
 ///
 /// Step tc_split_dq (FlashAttention-2's deterministic backward, on this kernel):
 ///   What limits tc_deterministic: the hand-off, not the order. Once per query tile and block
@@ -185,7 +188,7 @@ inline Params make_params(AttentionBackwardStep step, const AttentionBackwardArg
   p.seq_q = static_cast<int>(a.seq_q);
   p.seq_k = static_cast<int>(a.seq_k);
   p.q_tiles = static_cast<int>((a.seq_q + m04::kTcBackwardQTile - 1) / m04::kTcBackwardQTile);
-  p.seq_q_pad = p.q_tiles * m04::kTcBackwardQTile;
+  p.seq_q_pad = static_cast<int>(m04::tc_backward_padded_rows(a.seq_q));
   p.causal_offset = static_cast<int>(a.seq_k - a.seq_q);
   p.dq_split_stride = a.batch * a.heads * a.seq_q * a.head_dim;
   p.splits = static_cast<int>(splits);
@@ -211,32 +214,45 @@ struct Config {
   /// instruction per 16 x 16 tile instead of four 4-byte stores per lane. Measured on an H100
   /// (tc_pipelined, one run, time ratio): 1.02-1.05x faster at d = 64 (the lesson, section 5).
   static constexpr bool kStoreMatrix = kSwizzle_;
-  /// FlashAttention-2's 32 x 32 warp tiles (the swizzled steps at d = 128): S^T and dP^T per
-  /// warp 32 keys x 32 queries, P^T and dS^T through shared memory, dV and dK per warp 32 keys
-  /// x D/2, dQ 32 queries x D/4. With stmatrix stores 1.02-1.10x faster than the 16-key tiles
-  /// at d = 128 (plain stores: 0.87-0.91x causal, where ptxas spilled); at d = 64 0.86-0.97x of
-  /// the 16-key tiles with stmatrix -- too few mma per byte of shared memory to win back.
-  /// (Chosen by D alone, because the host sizes shared memory from it: device code for GPUs
-  /// before sm_90, which has no stmatrix, gets the 32 x 32 tiles with plain stores, the
-  /// slower variant above. The course measures on sm_90.)
-  static constexpr bool kSquareTiles = kSwizzle_ && D_ == 128;
-  /// The swizzled steps at d = 64 (16-key tiles) keep the A fragments of the warp's 16 rows
-  /// of K and V in registers for the whole K/V tile (WarpRows): 32 registers for 8
-  /// ldmatrix.x4 fewer per warp and query tile, 8% fewer shared-memory bytes per mma.
-  /// Measured on an H100 (tc_pipelined, one process, the same tensors): 1.03-1.05x faster,
-  /// causal too (the lesson, section 5). The square tiles would need 64 registers per operand.
-  static constexpr bool kKvInRegisters = kSwizzle_ && D_ == 64;
+  /// FlashAttention-2's warp tiles (kSquareTiles; the swizzled steps but tc_deterministic at
+  /// d = 64): S^T and dP^T per warp 32 keys x kWarpQueries, P^T and dS^T through shared
+  /// memory, dV and dK per warp 32 keys x D/2, dQ 32 queries x D/4 (d = 128) or D/2. At
+  /// d = 128, 32 x 32: with stmatrix stores 1.02-1.10x faster than the 16-key tiles (plain
+  /// stores: 0.87-0.91x causal, where ptxas spilled). At d = 64 with the 64-row query tile,
+  /// 0.86-0.97x of the 16-key tiles with stmatrix -- too few mma per byte of shared memory to
+  /// win back; hence the 128-row tile below. (Chosen at compile time, because the host sizes
+  /// shared memory from it: device code for GPUs before sm_90, which has no stmatrix, gets
+  /// these tiles with plain stores, slower. The course measures on sm_90.)
+  ///
+  /// FlashAttention-2's query tile at d = 64 (tc_pipelined, tc_split_dq): 128 rows, two of
+  /// the host's 64-row tiles (kTileSpan), on the square warp tiles, 32 keys x 64 queries per
+  /// warp. Shared-memory bytes per 128 queries and 128 keys: 768 KB -> 672 KB (FlashAttention-
+  /// 2's count); S^T and dP^T take 64 accumulators each. Measured on an H100 (one binary,
+  /// both tilings on the same tensors): 1.02-1.04x faster than the 16-key tiles with K_w and
+  /// V_w in registers, 1.03-1.06x for tc_split_dq (the lesson, section 5). Not for the turn
+  /// steps: their counters and their order are per 64-row tile.
+  static constexpr bool kWideQueries = kSwizzle_ && D_ == 64 && !kOrderedDq_;
+  static constexpr bool kSquareTiles = kSwizzle_ && (D_ == 128 || kWideQueries);
+  /// The 16-key tiles of the swizzled steps (tc_deterministic at d = 64) keep the A fragments
+  /// of the warp's 16 rows of K and V in registers for the whole K/V tile (WarpRows): 32
+  /// registers for 8 ldmatrix.x4 fewer per warp and query tile, 8% fewer shared-memory bytes
+  /// per mma. Measured on an H100 (tc_pipelined before the 128-query tiles, one process, the
+  /// same tensors): 1.03-1.05x faster, causal too (the lesson, section 5). The square tiles
+  /// would need 64 registers per operand.
+  static constexpr bool kKvInRegisters = kSwizzle_ && !kSquareTiles;
   static constexpr int kWarps = 8;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kBlockN = 16 * kWarps;  ///< keys per block: 16 per warp
-  static constexpr int kBlockM = m04::kTcBackwardQTile;  ///< query rows per tile
+  static constexpr int kBlockM = (kWideQueries ? 2 : 1) * m04::kTcBackwardQTile;  ///< query rows per tile
+  static constexpr int kTileSpan = kBlockM / m04::kTcBackwardQTile;  ///< host query tiles per tile
   static constexpr int kSTiles = kBlockM / 8;  ///< n8 accumulator tiles of S^T per warp (queries)
   static constexpr int kDSteps = D / 16;       ///< k16 steps over d (S^T, dP^T)
   static constexpr int kDTiles = D / 8;        ///< n8 tiles of a dK / dV row block
   static constexpr int kQSteps = kBlockM / 16;  ///< k16 steps over the queries (dV, dK)
   static constexpr int kKeySteps = kBlockN / 16;  ///< k16 steps over the keys (dQ)
-  // dQ = dS K: a 64 x d tile over 8 warps, 4 along the queries (16 rows) x 2 along d; with
-  // the square tiles 2 x 4 (32 rows per warp, every K fragment feeding two mma). (With the
+  // dQ = dS K: a kBlockM x d tile over 8 warps, 4 along the queries (16 rows) x 2 along d;
+  // with the square tiles 32 rows per warp (every K fragment feeding two mma): 2 x 4 warps
+  // at d = 128, 4 x 2 with the 128-row tiles of d = 64. (With the
   // 16-key tiles, 32 rows per warp gave a 4-8% lower ratio to FlashAttention-2 on an H100:
   // d = 128 then spills, and d = 64 loses too.)
   static constexpr int kDqMTiles = kSquareTiles ? 2 : 1;
@@ -271,6 +287,7 @@ struct Config {
   static_assert(kStages == 1 || kStages == 2, "one stage, or a 2-stage ring");
   static_assert(kBlockN == m04::kTcBackwardKeyTile, "the host's K/V tile count (tc_split_dq's plan) uses it");
   static_assert(!(kOrderedDq && kSplitDq), "one way of ordering dQ");
+  static_assert(kTileSpan == 1 || !kOrderedDq, "the turns are per host query tile");
 };
 
 /// Where one query tile's operands sit in shared memory (byte addresses, .shared space).
@@ -290,8 +307,8 @@ using KeyQueryTile = float[Cfg::kSTiles][4];
 
 /// What the probabilities phase needs to know about its warp's tile.
 struct TileSpot {
-  int key0;    ///< first of the 16 keys the phase sees (kv0 + 16 w; 32 x 32 tiles: each half of the warp's 32)
-  int query0;  ///< first query the phase sees (the tile's; 32 x 32 tiles: the warp's 32)
+  int key0;    ///< first of the 16 keys the phase sees (kv0 + 16 w; square tiles: each half of the warp's 32)
+  int query0;  ///< first query the phase sees (the tile's; square tiles: the warp's first)
   bool needs_mask;  ///< some (key, query) of the tile is hidden: tail keys or the causal diagonal
 };
 
@@ -464,10 +481,11 @@ __device__ __forceinline__ void accumulate_dq(float (&acc)[Cfg::kDqMTiles][Cfg::
 
 // ---- The square warp tiles (Config::kSquareTiles): warp (wk, wq) = (warp / 2, warp % 2).
 
-/// S^T (or dP^T) for the warp's 32 keys (rows x_row0.. of X = K or V) against 32 queries
-/// (rows y_row0.. of Y = Q or dO): acc[mi][j] is keys x_row0 + 16 mi.., queries y_row0 + 8 j...
-/// Per k16 step two ldmatrix.x4 of X and two of Y feed 8 mma (scores_transposed: 5 for 8):
-/// 256 bytes of shared memory per mma instead of 320.
+/// S^T (or dP^T) for the warp's 32 keys (rows x_row0.. of X = K or V) against kWarpQueries
+/// queries (rows y_row0.. of Y = Q or dO): acc[mi][j] is keys x_row0 + 16 mi.., queries
+/// y_row0 + 8 j... Per k16 step two ldmatrix.x4 of X and kWarpQueries / 16 of Y feed
+/// kWarpQueries / 2 mma: 256 bytes of shared memory per mma at 32 queries, 192 at 64
+/// (scores_transposed: 320, or 256 with X held in registers).
 template <class Cfg>
 __device__ __forceinline__ void scores_transposed_square(float (&acc)[2][Cfg::Half::kSTiles][4], std::uint32_t s_x,
                                                          int x_row0, std::uint32_t s_y, int y_row0) {
@@ -501,7 +519,7 @@ __device__ __forceinline__ void scores_transposed_square(float (&acc)[2][Cfg::Ha
   }
 }
 
-/// The warp's 32 x 32 accumulator tile (P^T or dS^T) -> a [kBlockN keys][kBlockM queries]
+/// The warp's 32 x kWarpQueries accumulator tile (P^T or dS^T) -> a [kBlockN keys][kBlockM queries]
 /// bf16 tile in shared memory: keys key0 + 16 mi + g (+8), queries query0 + 8 j + 2t, +1. With
 /// stmatrix one instruction per 16 keys x 16 queries (as store_ds), the registers packed in
 /// accumulator order; else one 4-byte store per pair.
@@ -628,7 +646,8 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kTiles][4], bf16* 
 /// First query tile a key tile [kv0, kv0 + kBlockN) needs (m04::tc_first_query_tile).
 template <class Cfg, bool kCausal>
 __device__ __forceinline__ int first_query_tile(const Params& p, int kv0) {
-  static_assert(Cfg::kBlockM == m04::kTcBackwardQTile, "the host's query tile");
+  static_assert(Cfg::kBlockM % m04::kTcBackwardQTile == 0 && Cfg::kBlockM <= m04::kTcBackwardRowPad,
+                "whole host query tiles, inside the workspace's padding");
   return m04::tc_first_query_tile(kCausal, kv0, p.causal_offset);
 }
 
@@ -658,7 +677,10 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
   const int kv0 = kv_tile * Cfg::kBlockN;
   const int warp = threadIdx.x / 32;
   const int first_tile = first_query_tile<Cfg, kCausal>(p, kv0);
-  const int tiles_per_head = first_tile < p.q_tiles ? p.q_tiles - first_tile : 0;
+  // Tile `it` of a head starts at host tile first_tile + kTileSpan * it (a 128-row tile may
+  // start at an odd one and reach past N_q: the workspace pads for it).
+  const int tiles_per_head =
+      first_tile < p.q_tiles ? (p.q_tiles - first_tile + Cfg::kTileSpan - 1) / Cfg::kTileSpan : 0;
   const int iterations = tiles_per_head * p.group;
 
   // K and V of the block, once (part of the first cp.async group).
@@ -668,14 +690,14 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
 
   // Iteration it visits query head h = hk * group + it / tiles_per_head, tile first + it % ...
   const auto head_of = [&](int it) { return hk * p.group + it / tiles_per_head; };
-  const auto tile_of = [&](int it) { return first_tile + it % tiles_per_head; };
+  const auto tile_of = [&](int it) { return first_tile + Cfg::kTileSpan * (it % tiles_per_head); };
   const auto load_query_tile = [&](int it, int stage) {
-    const int h = head_of(it), q0 = tile_of(it) * Cfg::kBlockM;
+    const int h = head_of(it), q0 = tile_of(it) * m04::kTcBackwardQTile;
     const StageAddr st = stage_addr<Cfg>(s_stages, stage);
     cuda::TileCopier<Cfg::D, Cfg::kBlockM, Cfg::kThreads, Cfg::kSwizzle> copy;
     copy.copy(st.q, p.q + m03::row_offset(p.qs, b, h, 0), p.qs.seq, q0, p.seq_q);
     copy.copy(st.dout, p.dout + m03::row_offset(p.dos, b, h, 0), p.dos.seq, q0, p.seq_q);
-    // lse2 and D: kBlockM floats each = 16 chunks of 16 bytes, padded in the workspace.
+    // lse2 and D: kBlockM floats each = kBlockM / 4 chunks of 16 bytes, padded in the workspace.
     const int c = threadIdx.x;
     if (c < 2 * Cfg::kStatBytes / 16) {
       const std::int64_t row0 = static_cast<std::int64_t>(b * p.heads + h) * p.seq_q_pad + q0;
@@ -686,7 +708,7 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
   };
 
   // Square tiles: warp (wk, wq) = (warp / 2, warp % 2) owns keys 32 wk.. of S^T, dP^T, dK, dV,
-  // queries 32 wq.. of S^T and dP^T, and columns (D/2) wq.. of dK and dV.
+  // queries kWarpQueries wq.. of S^T and dP^T, and columns (D/2) wq.. of dK and dV.
   const int wk = warp / 2, wq = warp % 2;
   const int warp_key0 = Cfg::kSquareTiles ? 32 * wk : 16 * warp;  // within the K/V tile
   typename Cfg::KeyAcc dk, dv;
@@ -719,7 +741,7 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
       v_rows.hold();
     }
     const StageAddr st = stage_addr<Cfg>(s_stages, stage);
-    const int h = head_of(it), q0 = tile_of(it) * Cfg::kBlockM;
+    const int h = head_of(it), q0 = tile_of(it) * m04::kTcBackwardQTile;
     const auto* lse2 = reinterpret_cast<const float*>(smem + (st.lse2 - s_k));
     const auto* d_row = reinterpret_cast<const float*>(smem + (st.d - s_k));
     const auto spot_of = [&](int key0, int query0) {  // the keys key0..key0+15 against query0..
@@ -882,7 +904,7 @@ __global__ void preprocess_kernel(const Params p, long long rows) {
     const float lse = real ? p.lse[bh * p.seq_q + i] : -INFINITY;
     p.lse2[r] = lse == -INFINITY ? INFINITY : lse * kLog2e;
     p.d_row[r] = acc;
-    if (p.turn != nullptr && i % m04::kTcBackwardQTile == 0)
+    if (p.turn != nullptr && i % m04::kTcBackwardQTile == 0 && i < p.q_tiles * m04::kTcBackwardQTile)
       p.turn[bh * p.q_tiles + i / m04::kTcBackwardQTile] = 0;
   }
 }

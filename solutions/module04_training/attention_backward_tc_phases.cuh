@@ -23,8 +23,9 @@ struct Phases {
   /// of n8 tile j: key spot.key0 + g + 8 (e/2), query column 8j + 2t + e%2 of the tile.
   /// Rows past N_q and rows that see no key carry lse2 = +inf, so their P is 2^-inf = 0;
   /// keys past N_k and keys after a row's causal diagonal are set to 0 here. Cfg::kSTiles is
-  /// 8 (the tile's 64 queries) or, with the 32 x 32 warp tiles (d = 128), 4: the warp's 32
-  /// queries, spot and lse2 starting at them.
+  /// the number of n8 query tiles the warp holds: 8 (the tile's 64 queries, or with the
+  /// 128-query tiles of d = 64 the warp's 64) or, with the 32 x 32 warp tiles (d = 128), 4;
+  /// spot and lse2 start at the warp's first query.
   template <class Cfg, bool kCausal>
   __device__ __forceinline__ static void probabilities(float (&s)[Cfg::kSTiles][4], const Params& p,
                                                        const TileSpot& spot, const float* lse2) {

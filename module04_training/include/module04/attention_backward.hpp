@@ -44,8 +44,8 @@
 ///   A operands of dV += P^T dO and dK += dS^T Q; dS^T goes through shared memory once for
 ///   dQ += dS K (fp32 atomics into the workspace, converted to bf16 at the end).
 /// - tc_pipelined: the same with XOR-swizzled tiles and a 2-stage cp.async ring; dS^T stored by
-///   stmatrix, at d = 128 FlashAttention-2's 32 x 32 warp tiles (P^T through shared memory too),
-///   at d = 64 each warp's K and V fragments held in registers for the whole K/V tile.
+///   stmatrix and FlashAttention-2's tiles (P^T through shared memory too): 32 keys x 32
+///   queries per warp at d = 128, 128-query tiles and 32 keys x 64 queries per warp at d = 64.
 /// - tc_deterministic: dQ added in K/V-tile order, a counter per (batch, head, query tile):
 ///   bit-identical run to run.
 /// - tc_split_dq: deterministic without a hand-off (FlashAttention-2's way): each block owns a
@@ -312,8 +312,19 @@ inline std::size_t attention_backward_workspace_bytes(AttentionBackwardStep step
 //    counter per query tile; for the splits_dq() steps S copies of dQ, S from the sizes and the current
 //    device's SM count): tc_backward_workspace().
 
-/// Query rows per tile of the tensor-core backward kernels (the workspace pads to it).
+/// Query rows per tile of the tensor-core backward kernels: the unit of the causal walk and
+/// of the turn counters.
 inline constexpr int kTcBackwardQTile = 64;
+/// The tallest query tile a kernel reads lse and D for at once (two of kTcBackwardQTile at
+/// d = 64). It starts at any kTcBackwardQTile boundary (a causal walk starts at its
+/// diagonal's tile), so the workspace pads each head's rows by kTcBackwardRowPad -
+/// kTcBackwardQTile beyond the last whole tile.
+inline constexpr int kTcBackwardRowPad = 2 * kTcBackwardQTile;
+/// N_q rounded up to whole kTcBackwardQTile tiles, plus the tallest tile's overhang
+/// (constexpr: the kernels' host code calls it too).
+constexpr std::int64_t tc_backward_padded_rows(std::int64_t seq_q) {
+  return ((seq_q + kTcBackwardQTile - 1) / kTcBackwardQTile) * kTcBackwardQTile + kTcBackwardRowPad - kTcBackwardQTile;
+}
 
 /// Device-side arguments of the bf16 attention_backward(). All pointers are DEVICE pointers.
 struct AttentionBackwardArgsBf16 {
@@ -498,8 +509,8 @@ inline std::int64_t tc_split_dq_plan(const AttentionBackwardArgsBf16& a) {
 }
 
 /// Where the parts of a tensor-core step's workspace live (byte offsets from its start, each
-/// 16-byte aligned). Rows are padded to whole query tiles: N_q_pad = N_q rounded up to
-/// kTcBackwardQTile, so a tile's lse and D are read as whole 16-byte chunks.
+/// 16-byte aligned). Rows are padded: N_q_pad = tc_backward_padded_rows(N_q), so that a
+/// tile's lse and D are read as whole 16-byte chunks, even the tallest tile's.
 ///  - lse2 [B*H, N_q_pad] fp32: lse * log2(e); +inf for padding and for rows that see no key
 ///    (P = 2^(s*c - lse2) is then exactly 0);
 ///  - d    [B*H, N_q_pad] fp32: D_i = dO_i . O_i (0 for padding);
@@ -517,7 +528,7 @@ inline TcBackwardWorkspace tc_backward_workspace(AttentionBackwardStep step, std
   const auto f = [](std::int64_t x) { return static_cast<std::size_t>(x); };
   const std::size_t bh = f(batch) * f(heads);
   const std::size_t tiles = (f(seq_q) + kTcBackwardQTile - 1) / kTcBackwardQTile;
-  const std::size_t padded = tiles * kTcBackwardQTile;
+  const std::size_t padded = static_cast<std::size_t>(tc_backward_padded_rows(seq_q));
   const auto up16 = [](std::size_t x) { return (x + 15) / 16 * 16; };
   w.lse2 = 0;
   w.d = w.lse2 + up16(bh * padded * sizeof(float));
