@@ -1,7 +1,9 @@
 // CPU tests of tc_split_dq's host-side plan (module04/attention_backward.hpp): the number of
 // splits S (tc_split_dq_splits: whole waves, the K/V tile count, the memory cap), the
 // serpentine dealing of K/V tiles to splits (tc_split_dq_tile: every tile once, balanced
-// causal work), and the workspace size that uses the same S as the launch. No GPU needed:
+// causal work), the workspace size that uses the same S as the launch, and the query walk of
+// every tensor-core block (tc_walk_tiles: each query tile once, every row it reads inside the
+// workspace's padding, tc_backward_padded_rows). No GPU needed:
 // without a device tc_backward_block_slots() falls back to kTcSplitDqFallbackSms.
 
 #include "module04/attention_backward.hpp"
@@ -189,6 +191,41 @@ TEST(TcTurnOrder, CausalPlacesFollowTheArrivalsAndWaitOnlyForTheNextKeyTile) {
       ASSERT_EQ(m04::tc_first_query_tile(false, 5 * kK, offset), 0);
     }
   }
+}
+
+TEST(TcQueryWalk, CoversEveryQueryTileOnceAndReadsInsideThePadding) {
+  // A block of key tile j walks tc_walk_tiles(first, q_tiles, span) tiles of span * 64 rows
+  // from host tile first (span 2: the 128-row tiles of d = 64). Causal, first is the tile of
+  // the first row that sees key 128 j, which may be odd: the last tile then reaches 64 rows
+  // past the last whole 64-row tile, and its lse and D must still come from the padding.
+  const int q = m04::kTcBackwardQTile, kk = m04::kTcBackwardKeyTile;
+  for (const int span : {1, 2})
+    for (const bool causal : {false, true})
+      for (int seq_q = 1; seq_q <= 520; ++seq_q)
+        for (int seq_k = 1; seq_k <= 520; seq_k += causal ? 1 : 37) {
+          const int q_tiles = (seq_q + q - 1) / q, offset = seq_k - seq_q;
+          const std::int64_t padded = m04::tc_backward_padded_rows(seq_q);
+          for (int kv = 0; kv * kk < seq_k; ++kv) {
+            const int first = m04::tc_first_query_tile(causal, kv * kk, offset);
+            const int n = m04::tc_walk_tiles(first, q_tiles, span);
+            std::vector<int> visits(static_cast<std::size_t>(q_tiles), 0);
+            for (int i = 0; i < n; ++i)
+              for (int t = first + span * i; t < first + span * (i + 1) && t < q_tiles; ++t) ++visits[t];
+            for (int t = 0; t < q_tiles; ++t)
+              ASSERT_EQ(visits[t], t >= first ? 1 : 0)
+                  << "span " << span << (causal ? " causal" : "") << " N_q " << seq_q << " N_k " << seq_k << " key tile "
+                  << kv << " query tile " << t;
+            if (n > 0)
+              ASSERT_LE((first + span * n) * static_cast<std::int64_t>(q), padded)
+                  << "span " << span << (causal ? " causal" : "") << " N_q " << seq_q << " N_k " << seq_k
+                  << " key tile " << kv << ": the last tile reads past the padded rows";
+          }
+        }
+  // The case the fuzz test found (N_q = 193, N_k = 257, causal): key tile 2 starts at query
+  // tile 3, and its 128-row tile reads rows 192..319. Rounding N_q up to 128 rows (256) was
+  // not enough.
+  EXPECT_EQ(m04::tc_first_query_tile(true, 2 * kk, 257 - 193), 3);
+  EXPECT_GE(m04::tc_backward_padded_rows(193), 320);
 }
 
 }  // namespace

@@ -679,8 +679,7 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
   const int first_tile = first_query_tile<Cfg, kCausal>(p, kv0);
   // Tile `it` of a head starts at host tile first_tile + kTileSpan * it (a 128-row tile may
   // start at an odd one and reach past N_q: the workspace pads for it).
-  const int tiles_per_head =
-      first_tile < p.q_tiles ? (p.q_tiles - first_tile + Cfg::kTileSpan - 1) / Cfg::kTileSpan : 0;
+  const int tiles_per_head = m04::tc_walk_tiles(first_tile, p.q_tiles, Cfg::kTileSpan);
   const int iterations = tiles_per_head * p.group;
 
   // K and V of the block, once (part of the first cp.async group).

@@ -465,6 +465,14 @@ constexpr int tc_first_query_tile(bool causal, int first_key, int causal_offset)
   return first_row <= 0 ? 0 : first_row / kTcBackwardQTile;
 }
 
+/// How many tiles of span * kTcBackwardQTile query rows a tensor-core backward block visits
+/// per query head: the i-th starts at host tile first_tile + span * i (first_tile from
+/// tc_first_query_tile), the last may reach past N_q (tc_backward_padded_rows pads for it).
+/// Called by the kernels as well (constexpr).
+constexpr int tc_walk_tiles(int first_tile, int q_tiles, int span) {
+  return first_tile < q_tiles ? (q_tiles - first_tile + span - 1) / span : 0;
+}
+
 /// The turn steps' (orders_dq) place of key tile `kv_tile` in the order of query tile
 /// `q_tile`'s dQ additions: the value the block's turn waits for (the counters start at 0).
 ///  - No mask: key tile order. Every block walks the query tiles from the first, so they
