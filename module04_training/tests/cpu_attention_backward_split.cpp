@@ -211,14 +211,16 @@ TEST(TcQueryWalk, CoversEveryQueryTileOnceAndReadsInsideThePadding) {
             std::vector<int> visits(static_cast<std::size_t>(q_tiles), 0);
             for (int i = 0; i < n; ++i)
               for (int t = first + span * i; t < first + span * (i + 1) && t < q_tiles; ++t) ++visits[t];
-            for (int t = 0; t < q_tiles; ++t)
+            for (int t = 0; t < q_tiles; ++t) {
               ASSERT_EQ(visits[t], t >= first ? 1 : 0)
                   << "span " << span << (causal ? " causal" : "") << " N_q " << seq_q << " N_k " << seq_k << " key tile "
                   << kv << " query tile " << t;
-            if (n > 0)
+            }
+            if (n > 0) {
               ASSERT_LE((first + span * n) * static_cast<std::int64_t>(q), padded)
                   << "span " << span << (causal ? " causal" : "") << " N_q " << seq_q << " N_k " << seq_k
                   << " key tile " << kv << ": the last tile reads past the padded rows";
+            }
           }
         }
   // The case the fuzz test found (N_q = 193, N_k = 257, causal): key tile 2 starts at query
