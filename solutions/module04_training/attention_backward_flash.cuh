@@ -155,7 +155,7 @@ namespace cc = course::cuda;
 // Outcome (H100, m04_bench, one run, B4_H16, N = 512-8192): 1.02-1.06x flash's time at
 // d = 64, 1.04-1.07x at d = 128, causal 1.05-1.12x / 1.04-1.10x (most at N = 512, where a
 // head has 8 key tiles to spread the staircase over). Met. On an H200 (the results page's
-// rows, one m04_bench run): 1.02-1.06x and 1.04-1.07x, causal 1.02-1.22x / 1.05-1.13x --
+// rows, one m04_bench run): 1.02-1.06x and 1.04-1.07x, causal 1.02-1.22x / 1.04-1.13x --
 // missed once, at d = 64 causal N = 512 (1.22x: a block walks few query tiles, each behind
 // a turn); from N = 1024 on at most 1.09x.
 // ============================================================================
