@@ -687,11 +687,21 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
   kv_copy.copy(s_k, p.k + m03::row_offset(p.ks, b, hk, 0), p.ks.seq, kv0, p.seq_k);
   kv_copy.copy(s_v, p.v + m03::row_offset(p.vs, b, hk, 0), p.vs.seq, kv0, p.seq_k);
 
-  // Iteration it visits query head h = hk * group + it / tiles_per_head, tile first + it % ...
-  const auto head_of = [&](int it) { return hk * p.group + it / tiles_per_head; };
-  const auto tile_of = [&](int it) { return first_tile + Cfg::kTileSpan * (it % tiles_per_head); };
-  const auto load_query_tile = [&](int it, int stage) {
-    const int h = head_of(it), q0 = tile_of(it) * m04::kTcBackwardQTile;
+  // Iteration it visits query head hk * group + it / tiles_per_head, host tile first_tile +
+  // kTileSpan * (it % tiles_per_head). The loop carries that position and steps it once per
+  // iteration instead of dividing: the division sat between the barrier and the first mma of
+  // every warp (an H200 A/B: tc_pipelined 1.02-1.06x at d = 64, see the lesson, section 5).
+  const int last_tile = first_tile + Cfg::kTileSpan * (tiles_per_head - 1);
+  const auto step_walk = [&](int& h, int& tile) {
+    if (tile < last_tile) {
+      tile += Cfg::kTileSpan;
+    } else {
+      tile = first_tile;
+      ++h;
+    }
+  };
+  const auto load_query_tile = [&](int h, int tile, int stage) {
+    const int q0 = tile * m04::kTcBackwardQTile;
     const StageAddr st = stage_addr<Cfg>(s_stages, stage);
     cuda::TileCopier<Cfg::D, Cfg::kBlockM, Cfg::kThreads, Cfg::kSwizzle> copy;
     copy.copy(st.q, p.q + m03::row_offset(p.qs, b, h, 0), p.qs.seq, q0, p.seq_q);
@@ -722,17 +732,20 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
   // iteration 0 on where Config::kKvInRegisters says so).
   WarpRows<Cfg> k_rows(s_k, warp), v_rows(s_v, warp);
 
-  if (iterations > 0) load_query_tile(0, 0);
+  if (iterations > 0) load_query_tile(hk * p.group, first_tile, 0);
   cuda::cp_async_commit();
 
+  int walk_h = hk * p.group, walk_tile = first_tile;  // iteration it's (head, tile)
   for (int it = 0; it < iterations; ++it) {
     const int stage = it % Cfg::kStages;
+    int h = walk_h, tile = walk_tile, next_h = walk_h, next_tile = walk_tile;
+    step_walk(next_h, next_tile);
     // ---- Tile `it` has landed for the block; with two stages, the next one starts now
     // (its stage was last read in iteration it - 1, which every warp has finished).
     cuda::cp_async_wait<0>();
     __syncthreads();
     if constexpr (Cfg::kStages == 2) {
-      if (it + 1 < iterations) load_query_tile(it + 1, (it + 1) % 2);
+      if (it + 1 < iterations) load_query_tile(next_h, next_tile, (it + 1) % 2);
       cuda::cp_async_commit();
     }
     if (it == 0) {  // K and V landed with tile 0
@@ -740,7 +753,7 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
       v_rows.hold();
     }
     const StageAddr st = stage_addr<Cfg>(s_stages, stage);
-    const int h = head_of(it), q0 = tile_of(it) * m04::kTcBackwardQTile;
+    const int q0 = tile * m04::kTcBackwardQTile;
     const auto* lse2 = reinterpret_cast<const float*>(smem + (st.lse2 - s_k));
     const auto* d_row = reinterpret_cast<const float*>(smem + (st.d - s_k));
     const auto spot_of = [&](int key0, int query0) {  // the keys key0..key0+15 against query0..
@@ -793,8 +806,8 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
     accumulate_dq<Cfg>(dq, s_ds, s_k, wm, wn);
     float* dq_head = dq_acc + static_cast<std::int64_t>(b * p.heads + h) * p.seq_q * Cfg::D;
     if constexpr (Cfg::kOrderedDq) {
-      int* turn = p.turn + static_cast<std::int64_t>(b * p.heads + h) * p.q_tiles + tile_of(it);
-      const int rank = dq_turn_rank<kCausal>(p, kv_tile, tile_of(it));
+      int* turn = p.turn + static_cast<std::int64_t>(b * p.heads + h) * p.q_tiles + tile;
+      const int rank = dq_turn_rank<kCausal>(p, kv_tile, tile);
       Phases::wait_dq_turn(turn, rank);
       add_dq<Cfg>(dq, dq_head, q0, p.seq_q, wm, wn);
       Phases::pass_dq_turn(turn, rank);
@@ -803,9 +816,10 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
     }
     if constexpr (Cfg::kStages == 1) {  // one stage: refill it once every warp is done with it
       __syncthreads();
-      if (it + 1 < iterations) load_query_tile(it + 1, 0);
+      if (it + 1 < iterations) load_query_tile(next_h, next_tile, 0);
       cuda::cp_async_commit();
     }
+    walk_h = next_h, walk_tile = next_tile;
   }
   cuda::cp_async_wait<0>();
 
