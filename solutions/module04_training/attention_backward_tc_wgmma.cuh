@@ -76,7 +76,7 @@
 ///     tc_pipelined's TFLOP/s at d = 128 (>= 1.0x FlashAttention-2 everywhere, about 0.6-0.7x
 ///     FlashAttention-3's backward), 1.0-1.2x at d = 64 (softmax per FLOP doubles; dQ's product
 ///     and atomics fall on warpgroup 0 alone).
-///   Measured (results: attn_bwd_bf16/solution/tc_wgmma/B1_H16_N16384_d128): 387.0 TFLOP/s
+///   Measured (results: attn_bwd_bf16/solution/tc_wgmma/B1_H16_N16384_d128): 383.0 TFLOP/s
 ///   Outcome (H100, m04_bench, one run): 1.36-1.48x tc_pipelined at d = 128, 1.32-1.39x at
 ///     d = 64; causal 1.26-1.44x. Beside PyTorch (one compare_torch.py run, H100): 1.17-1.33x
 ///     FlashAttention-2's backward at every shape, 0.68-0.82x cuDNN's. Causal blocks go in
