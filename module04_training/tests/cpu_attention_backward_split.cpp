@@ -230,4 +230,26 @@ TEST(TcQueryWalk, CoversEveryQueryTileOnceAndReadsInsideThePadding) {
   EXPECT_GE(m04::tc_backward_padded_rows(193), 320);
 }
 
+TEST(TcQueryWalk, StepsVisitWhatTheDivisionWould) {
+  // The kernels carry (head, tile) and call tc_walk_step once per iteration; iteration it must
+  // land where dividing it by the tiles per head puts it, across every head of the group.
+  for (const int span : {1, 2})
+    for (const int group : {1, 3})
+      for (int q_tiles = 1; q_tiles <= 9; ++q_tiles)
+        for (int first = 0; first < q_tiles; ++first) {
+          SCOPED_TRACE(testing::Message() << "span " << span << " group " << group << " q_tiles " << q_tiles
+                                          << " first " << first);
+          const int per_head = m04::tc_walk_tiles(first, q_tiles, span);
+          const int last = first + span * (per_head - 1), head0 = 5 * group;
+          int head = head0, tile = first;
+          for (int it = 0; it < per_head * group; ++it) {
+            ASSERT_EQ(head, head0 + it / per_head) << "iteration " << it;
+            ASSERT_EQ(tile, first + span * (it % per_head)) << "iteration " << it;
+            m04::tc_walk_step(head, tile, first, last, span);
+          }
+          EXPECT_EQ(head, head0 + group);  // one past the group, at its first tile
+          EXPECT_EQ(tile, first);
+        }
+}
+
 }  // namespace

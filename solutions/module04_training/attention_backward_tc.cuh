@@ -692,14 +692,7 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
   // iteration instead of dividing: the division sat between the barrier and the first mma of
   // every warp (an H200 A/B: tc_pipelined 1.02-1.06x at d = 64, see the lesson, section 5).
   const int last_tile = first_tile + Cfg::kTileSpan * (tiles_per_head - 1);
-  const auto step_walk = [&](int& h, int& tile) {
-    if (tile < last_tile) {
-      tile += Cfg::kTileSpan;
-    } else {
-      tile = first_tile;
-      ++h;
-    }
-  };
+  const auto step_walk = [&](int& h, int& tile) { m04::tc_walk_step(h, tile, first_tile, last_tile, Cfg::kTileSpan); };
   const auto load_query_tile = [&](int h, int tile, int stage) {
     const int q0 = tile * m04::kTcBackwardQTile;
     const StageAddr st = stage_addr<Cfg>(s_stages, stage);

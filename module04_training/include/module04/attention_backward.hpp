@@ -473,6 +473,20 @@ constexpr int tc_walk_tiles(int first_tile, int q_tiles, int span) {
   return first_tile < q_tiles ? (q_tiles - first_tile + span - 1) / span : 0;
 }
 
+/// One step of a block's walk over (query head, host tile): iteration `it` visits head
+/// head0 + it / tiles_per_head, tile first_tile + span * (it % tiles_per_head), with
+/// tiles_per_head = tc_walk_tiles(...) and last_tile = first_tile + span * (tiles_per_head - 1).
+/// The kernels carry (head, tile) and step it instead of dividing `it` (constexpr: the CPU
+/// tests check it against the division).
+constexpr void tc_walk_step(int& head, int& tile, int first_tile, int last_tile, int span) {
+  if (tile < last_tile) {
+    tile += span;
+  } else {
+    tile = first_tile;
+    ++head;
+  }
+}
+
 /// The turn steps' (orders_dq) place of key tile `kv_tile` in the order of query tile
 /// `q_tile`'s dQ additions: the value the block's turn waits for (the counters start at 0).
 ///  - No mask: key tile order. Every block walks the query tiles from the first, so they
