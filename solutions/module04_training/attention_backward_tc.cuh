@@ -731,7 +731,8 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
   int walk_h = hk * p.group, walk_tile = first_tile;  // iteration it's (head, tile)
   for (int it = 0; it < iterations; ++it) {
     const int stage = it % Cfg::kStages;
-    int h = walk_h, tile = walk_tile, next_h = walk_h, next_tile = walk_tile;
+    const int h = walk_h, tile = walk_tile;
+    int next_h = walk_h, next_tile = walk_tile;
     step_walk(next_h, next_tile);
     // ---- Tile `it` has landed for the block; with two stages, the next one starts now
     // (its stage was last read in iteration it - 1, which every warp has finished).
