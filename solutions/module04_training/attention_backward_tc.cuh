@@ -214,6 +214,15 @@ struct Config {
   /// instruction per 16 x 16 tile instead of four 4-byte stores per lane. Measured on an H100
   /// (tc_pipelined, one run, time ratio): 1.02-1.05x faster at d = 64 (the lesson, section 5).
   static constexpr bool kStoreMatrix = kSwizzle_;
+  /// P^T's mask (Phases::probabilities) as integer AND masks instead of a predicate per
+  /// element: the split steps. In tc_split_dq's kernel at d = 128, causal, ptxas computed the
+  /// 32 mask predicates of a warp's S^T early and held them across the products as bits of
+  /// registers (P2R, two LOP3 to pack each, one to unpack): ncu on an H200 (N = 16384), 18.5%
+  /// more instructions than tc_pipelined's kernel for the same tiles, 7.7% more time. With the
+  /// integer masks (an H200 A/B, time ratio): tc_split_dq 1.04-1.05x faster at d = 128 causal,
+  /// 1.00-1.01x elsewhere; tc_pipelined 0.99x at d = 128 causal, so it keeps the predicates
+  /// (the lesson, section 5).
+  static constexpr bool kMaskAsBits = kSplitDq_;
   /// FlashAttention-2's warp tiles (kSquareTiles; the swizzled steps but tc_deterministic at
   /// d = 64): S^T and dP^T per warp 32 keys x kWarpQueries, P^T and dS^T through shared
   /// memory, dV and dK per warp 32 keys x D/2, dQ 32 queries x D/4 (d = 128) or D/2. At
@@ -282,6 +291,7 @@ struct Config {
   /// What the shared phases see of a square warp tile's half (16 keys x kWarpQueries).
   struct Half {
     static constexpr int kSTiles = kWarpQueries / 8;
+    static constexpr bool kMaskAsBits = Config::kMaskAsBits;
   };
   static_assert(kDqWarpsM * kDqWarpsN == kWarps && kDqCols % 16 == 0, "dQ warp grid");
   static_assert(kStages == 1 || kStages == 2, "one stage, or a 2-stage ring");

@@ -25,23 +25,53 @@ struct Phases {
   /// keys past N_k and keys after a row's causal diagonal are set to 0 here. Cfg::kSTiles is
   /// the number of n8 query tiles the warp holds: 8 (the tile's 64 queries, or with the
   /// 128-query tiles of d = 64 the warp's 64) or, with the 32 x 32 warp tiles (d = 128), 4;
-  /// spot and lse2 start at the warp's first query.
+  /// spot and lse2 start at the warp's first query. The mask is a select per element on a
+  /// predicate, or with Cfg::kMaskAsBits (the split steps) an AND with an integer mask.
   template <class Cfg, bool kCausal>
   __device__ __forceinline__ static void probabilities(float (&s)[Cfg::kSTiles][4], const Params& p,
                                                        const TileSpot& spot, const float* lse2) {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    if constexpr (Cfg::kMaskAsBits) {
+      // Key row key0 + g + 8h sees column 8j + 2t + e%2 of the tile iff the key is inside
+      // N_k and, causal, 8j + e%2 >= first = key - causal_offset - query0 - 2t: then
+      // first - 1 - (8j + e%2) is negative, and its sign bit spread by an arithmetic shift
+      // is the AND mask of the value's bits (without the mask, one AND mask per key row).
+      std::uint32_t keep_row[2];
+      int first_m1[2];
 #pragma unroll
-    for (int j = 0; j < Cfg::kSTiles; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = 8 * j + 2 * t + (e & 1);
-        float pv = cuda::ex2_approx(fmaf(s[j][e], p.scale_log2, -lse2[col]));
-        if (spot.needs_mask) {
-          const int key = spot.key0 + g + 8 * (e >> 1), query = spot.query0 + col;
-          if (key >= p.seq_k || (kCausal && key > query + p.causal_offset)) pv = 0.f;
-        }
-        s[j][e] = pv;
+      for (int h = 0; h < 2; ++h) {
+        const int key = spot.key0 + g + 8 * h;
+        const bool inside = !spot.needs_mask || key < p.seq_k;
+        keep_row[h] = inside ? ~0u : 0u;
+        first_m1[h] = !inside ? (1 << 30)
+                      : kCausal && spot.needs_mask ? key - p.causal_offset - spot.query0 - 2 * t - 1
+                                                   : -(1 << 30);
       }
+#pragma unroll
+      for (int j = 0; j < Cfg::kSTiles; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = 8 * j + 2 * t + (e & 1);
+          const float pv = cuda::ex2_approx(fmaf(s[j][e], p.scale_log2, -lse2[col]));
+          std::uint32_t keep = keep_row[e >> 1];
+          if constexpr (kCausal)  // inline PTX, so that the compiler does not fold it back into a select
+            asm("sub.s32 %0, %1, %2;\n\tshr.s32 %0, %0, 31;" : "=r"(keep) : "r"(first_m1[e >> 1]), "r"(8 * j + (e & 1)));
+          s[j][e] = __uint_as_float(__float_as_uint(pv) & keep);
+        }
+    } else {
+#pragma unroll
+      for (int j = 0; j < Cfg::kSTiles; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = 8 * j + 2 * t + (e & 1);
+          float pv = cuda::ex2_approx(fmaf(s[j][e], p.scale_log2, -lse2[col]));
+          if (spot.needs_mask) {
+            const int key = spot.key0 + g + 8 * (e >> 1), query = spot.query0 + col;
+            if (key >= p.seq_k || (kCausal && key > query + p.causal_offset)) pv = 0.f;
+          }
+          s[j][e] = pv;
+        }
+    }
   }
 
   /// dS^T = P^T * (dP^T - D), in place of dP^T: D belongs to the query (the column).

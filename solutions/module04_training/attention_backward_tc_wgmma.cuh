@@ -158,6 +158,7 @@ struct WgmmaConfig {
   static constexpr int kBlockM = m04::kTcBackwardQTile;   ///< query rows per tile
   static constexpr int kSTiles = kBlockM / 8;             ///< 8: a warp's S^T = [8][4] fp32
   static constexpr int kSRegs = 4 * kSTiles;              ///< the m64n64 accumulator, 32 per thread
+  static constexpr bool kMaskAsBits = false;             ///< the predicate mask (Config::kMaskAsBits)
   static constexpr int kDTiles = D / 8;
   static constexpr int kKeyRegs = 4 * kDTiles;            ///< dK or dV: the m64nD accumulator
   static constexpr int kQSteps = kBlockM / 16;            ///< k16 steps over the queries (dV, dK)
