@@ -92,6 +92,8 @@
 ///     1.04-1.06x at d = 128 without the mask, 1.02-1.10x and 0.93-1.14x causal -- inside the
 ///     15% target everywhere, the worst at N = 16384 causal (8 copies at d = 128). In the same
 ///     run tc_deterministic took 1.10-1.36x: the per-split copies beat the ordered hand-off.
+///   Since the integer masks of Config::kMaskAsBits (ptxas had spilled the causal mask's
+///     predicates into registers at d = 128): 0.99-1.08x on an H200 (compare_torch.py, one run).
 ///
 /// Why S^T and not S: the accumulator of an m16n8 mma holds two consecutive COLUMNS of a row
 /// per register pair, and the A operand of the next mma wants two consecutive k of a row.
