@@ -33,9 +33,9 @@ struct Phases {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     if constexpr (Cfg::kMaskAsBits) {
       // Key row key0 + g + 8h sees column 8j + 2t + e%2 of the tile iff the key is inside
-      // N_k and, causal, 8j + e%2 >= first = key - causal_offset - query0 - 2t: then
-      // first - 1 - (8j + e%2) is negative, and its sign bit spread by an arithmetic shift
-      // is the AND mask of the value's bits (without the mask, one AND mask per key row).
+      // N_k and, causal, first - 1 < 8j + e%2 with first = key - causal_offset - query0 - 2t:
+      // cuda::less_than_mask, the AND mask of the value's bits (without the mask, one AND mask
+      // per key row).
       std::uint32_t keep_row[2];
       int first_m1[2];
 #pragma unroll
@@ -53,9 +53,8 @@ struct Phases {
         for (int e = 0; e < 4; ++e) {
           const int col = 8 * j + 2 * t + (e & 1);
           const float pv = cuda::ex2_approx(fmaf(s[j][e], p.scale_log2, -lse2[col]));
-          std::uint32_t keep = keep_row[e >> 1];
-          if constexpr (kCausal)  // inline PTX, so that the compiler does not fold it back into a select
-            asm("sub.s32 %0, %1, %2;\n\tshr.s32 %0, %0, 31;" : "=r"(keep) : "r"(first_m1[e >> 1]), "r"(8 * j + (e & 1)));
+          const std::uint32_t keep =
+              kCausal ? cuda::less_than_mask(first_m1[e >> 1], 8 * j + (e & 1)) : keep_row[e >> 1];
           s[j][e] = __uint_as_float(__float_as_uint(pv) & keep);
         }
     } else {

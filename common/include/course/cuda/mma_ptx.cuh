@@ -276,6 +276,16 @@ __device__ __forceinline__ float ex2_approx(float x) {
   return y;
 }
 
+/// All ones if a < b, else 0 (assuming a - b does not overflow): the sign bit of a - b spread
+/// by an arithmetic shift, an AND mask without a predicate. In inline PTX so that the
+/// compiler does not turn it back into a compare and a select (the attention backward's split
+/// kernels, where ptxas had spilled such predicates into registers).
+__device__ __forceinline__ std::uint32_t less_than_mask(int a, int b) {
+  std::uint32_t m;
+  asm("sub.s32 %0, %1, %2;\n\tshr.s32 %0, %0, 31;\n" : "=r"(m) : "r"(a), "r"(b));
+  return m;
+}
+
 // ------------------------------------------------------------------ swizzle ------
 
 /// Physical 16-byte chunk of logical chunk `chunk` in row `row` of a shared-memory
