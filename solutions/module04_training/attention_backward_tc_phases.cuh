@@ -36,16 +36,18 @@ struct Phases {
       // N_k and, causal, first - 1 < 8j + e%2 with first = key - causal_offset - query0 - 2t:
       // cuda::less_than_mask, the AND mask of the value's bits (without the mask, one AND mask
       // per key row).
-      std::uint32_t keep_row[2];
-      int first_m1[2];
+      std::uint32_t keep_row[2];  // without the mask
+      int first_m1[2];            // causal: first - 1; 2^30 for a key past N_k, -2^30 for no mask
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int key = spot.key0 + g + 8 * h;
         const bool inside = !spot.needs_mask || key < p.seq_k;
-        keep_row[h] = inside ? ~0u : 0u;
-        first_m1[h] = !inside ? (1 << 30)
-                      : kCausal && spot.needs_mask ? key - p.causal_offset - spot.query0 - 2 * t - 1
-                                                   : -(1 << 30);
+        if constexpr (kCausal)
+          first_m1[h] = !inside ? (1 << 30)
+                        : spot.needs_mask ? key - p.causal_offset - spot.query0 - 2 * t - 1
+                                          : -(1 << 30);
+        else
+          keep_row[h] = inside ? ~0u : 0u;
       }
 #pragma unroll
       for (int j = 0; j < Cfg::kSTiles; ++j)
