@@ -158,6 +158,30 @@ TEST(TcSplitDqPlan, WorkspaceUsesTheLaunchesSplitCount) {
   EXPECT_EQ(m04::tc_split_dq_plan(a), 1);
 }
 
+TEST(TcSplitDqPlan, FirstTileOfEachSplitStoresEveryRowItsLaterTilesAdd) {
+  // The split steps do not zero their dQ copies: each split's first pass (round 0) stores,
+  // the later ones add, and the sum skips copy s before tc_split_dq_first_tile. That needs
+  // round 0's tile to start at or before every later tile of the split, and the first tiles
+  // to grow with s (the sum reads copies 0.. while they cover the row).
+  for (const bool causal : {false, true})
+    for (std::int64_t kv_tiles = 1; kv_tiles <= 40; ++kv_tiles)
+      for (std::int64_t splits = 1; splits <= kv_tiles; ++splits)
+        for (const int offset : {-300, -64, -1, 0, 1, 63, 64, 127, 200, 1000}) {
+          int previous = -1;
+          for (std::int64_t s = 0; s < splits; ++s) {
+            const int first = m04::tc_split_dq_first_tile(causal, static_cast<int>(s), offset);
+            const auto tiles = tiles_of(s, splits, kv_tiles);
+            ASSERT_FALSE(tiles.empty());
+            EXPECT_EQ(tiles.front(), s);
+            for (const std::int64_t t : tiles)
+              EXPECT_LE(first, m04::tc_first_query_tile(causal, static_cast<int>(t) * m04::kTcBackwardKeyTile, offset))
+                  << "split " << s << " of " << splits << ", K/V tile " << t << ", offset " << offset;
+            EXPECT_GE(first, previous) << "split " << s << ", offset " << offset;
+            previous = first;
+          }
+        }
+}
+
 /// The turn steps' order of dQ additions (tc_dq_turn_place) against the blocks' causal walk
 /// (tc_first_query_tile), on every shape up to 1300 x 1300 in steps of 7 (every causal offset,
 /// positive and negative, and partial tiles at both ends): the key tiles that visit a query

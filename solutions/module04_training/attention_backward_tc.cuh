@@ -68,12 +68,15 @@
 ///     8-byte red.global.add (fire and forget, no read round trip in the loop), and their
 ///     order is that thread's program order: same-thread writes to one address are ordered
 ///     by the PTX memory model (FlashAttention-2's deterministic mode relies on the same).
-///     The conversion sums the S copies in index order, then scales: the same bits every run.
+///     The copies are not zeroed: the block's first pass (round 0, its lowest K/V tile, whose
+///     walk covers every row its later tiles reach) stores instead of adding, and the
+///     conversion sums, in index order, the copies that hold the row
+///     (m04::tc_split_dq_first_tile), then scales: the same bits every run.
 ///     dK, dV were deterministic already: one block per K/V tile, the group's query heads
 ///     summed in registers in a fixed loop order (kv_tile_pass, iteration order (head, tile)).
 ///   S (m04::tc_split_dq_plan, shared with the workspace size): the cheapest by a cost model
-///     in whole waves of blocks (S * B*H_kv over SMs * 1 resident block) plus the zeroing and
-///     reading of each copy, at most ceil(N_k / 128) and 1 GiB of copies. At the benchmark's
+///     in whole waves of blocks (S * B*H_kv over SMs * 1 resident block) plus 8 bytes per dQ
+///     element of each copy (tuned when the copies were zeroed and read back), at most ceil(N_k / 128) and 1 GiB of copies. At the benchmark's
 ///     B*N = 16384, H*d = 2048 (132 SMs): S = 1 up to N = 2048 (d = 128) or 4096 (d = 64),
 ///     then 2, 4, 8 at d = 128, N = 4096, 8192, 16384 (128 blocks whenever S > 1).
 ///   Memory: S copies of B*H*N_q*d fp32 (tc_pipelined: one): 128 MiB each at the benchmark's
@@ -94,6 +97,10 @@
 ///     run tc_deterministic took 1.10-1.36x: the per-split copies beat the ordered hand-off.
 ///   Since the integer masks of Config::kMaskAsBits (ptxas had spilled the causal mask's
 ///     predicates into registers at d = 128): 0.99-1.08x on an H200 (compare_torch.py, one run).
+///   Since the copies are stored by each block's first pass instead of zeroed (the zeroing was
+///     ~3% of the time at d = 128, N = 16384 causal in ncu): the step itself 1.00-1.05x faster
+///     (A/B, H200), 0.94-1.05x tc_pipelined's time and 0.87-1.17x FlashAttention-2's backward
+///     (compare_torch.py, one H200 run).
 ///
 /// Why S^T and not S: the accumulator of an m16n8 mma holds two consecutive COLUMNS of a row
 /// per register pair, and the A operand of the next mma wants two consecutive k of a row.
@@ -596,6 +603,11 @@ __device__ __forceinline__ void accumulate_keys_square(typename Cfg::KeyAcc& acc
   }
 }
 
+/// How add_dq writes a warp's dQ fragments: red_add, the 8-byte red.global.add (fire and
+/// forget); plain_add, a load, an add and a store (a copy only this thread writes); store, a
+/// plain store (the split steps' first pass over their own copy: no zeroing beforehand).
+enum class DqWrite { red_add, plain_add, store };
+
 /// tc_split_dq's adds into its own copy: false, the 8-byte red.global.add of the other steps
 /// (fire and forget; one writer thread per element, so its program order fixes the sum);
 /// true, a plain load, add and store per pair (the same order, the same bits -- except where
@@ -606,9 +618,9 @@ __device__ __forceinline__ void accumulate_keys_square(typename Cfg::KeyAcc& acc
 constexpr bool kSplitDqPlainAdds = false;
 
 /// Adds this warp's dQ fragments to the fp32 accumulator (rows past N_q dropped): two
-/// consecutive floats per register pair, one 8-byte atomic add where the GPU has it
-/// (kPlain: a load, an add and a store, for a copy only this thread writes).
-template <class Cfg, bool kPlain = false>
+/// consecutive floats per register pair, one 8-byte atomic add where the GPU has it (or as
+/// kWrite says: a load, an add and a store, or a store, for a copy only this thread writes).
+template <class Cfg, DqWrite kWrite = DqWrite::red_add>
 __device__ __forceinline__ void add_dq(const float (&acc)[Cfg::kDqMTiles][Cfg::kDqTiles][4], float* dq_head, int q0,
                                        int seq_q, int wm, int wn) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -621,7 +633,9 @@ __device__ __forceinline__ void add_dq(const float (&acc)[Cfg::kDqMTiles][Cfg::k
       float* dst = dq_head + static_cast<std::int64_t>(row) * Cfg::D + wn * Cfg::kDqCols + 2 * t;
 #pragma unroll
       for (int dt = 0; dt < Cfg::kDqTiles; ++dt) {
-        if constexpr (kPlain) {
+        if constexpr (kWrite == DqWrite::store) {
+          *reinterpret_cast<float2*>(dst + 8 * dt) = make_float2(acc[mi][dt][2 * hr], acc[mi][dt][2 * hr + 1]);
+        } else if constexpr (kWrite == DqWrite::plain_add) {
           auto* pair = reinterpret_cast<float2*>(dst + 8 * dt);
           const float2 old = *pair;
           *pair = make_float2(old.x + acc[mi][dt][2 * hr], old.y + acc[mi][dt][2 * hr + 1]);
@@ -677,7 +691,8 @@ __device__ __forceinline__ int dq_turn_rank(const Params& p, int kv_tile, int q_
 /// One block's work on one K/V tile of kv head hk of batch b: K and V loaded once, every
 /// query tile of every query head of the group visited in order (head, tile), dQ added to
 /// `dq_acc` ([B*H, N_q, d] fp32), dK and dV written. The smem pointers are the kernel's.
-template <class Cfg, bool kCausal, class Phases>
+/// kStoreDq: the split steps' first pass over their copy, which stores dQ instead of adding it.
+template <class Cfg, bool kCausal, class Phases, bool kStoreDq = false>
 __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* smem, int kv_tile, int b, int hk,
                                              float* dq_acc) {
   const std::uint32_t s_k = cuda::smem_u32(smem);
@@ -818,7 +833,10 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
       add_dq<Cfg>(dq, dq_head, q0, p.seq_q, wm, wn);
       Phases::pass_dq_turn(turn, rank);
     } else {
-      add_dq<Cfg, Cfg::kSplitDq && kSplitDqPlainAdds>(dq, dq_head, q0, p.seq_q, wm, wn);
+      constexpr DqWrite kWrite = kStoreDq                                  ? DqWrite::store
+                                 : Cfg::kSplitDq && kSplitDqPlainAdds ? DqWrite::plain_add
+                                                                      : DqWrite::red_add;
+      add_dq<Cfg, kWrite>(dq, dq_head, q0, p.seq_q, wm, wn);
     }
     if constexpr (Cfg::kStages == 1) {  // one stage: refill it once every warp is done with it
       __syncthreads();
@@ -848,7 +866,8 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
 
 /// The split steps' walk (tc_split_dq, tc_wgmma_split_dq): block (split, bhk) of a (S, B * H_kv)
 /// grid takes the K/V tiles m04::tc_split_dq_tile deals it, in rounds, and calls
-/// pass(kv_tile, b, hk, dq_copy) for each with its own fp32 dQ copy.
+/// pass(kv_tile, b, hk, dq_copy, first) for each with its own fp32 dQ copy; first (round 0):
+/// the pass stores its dQ, because the copy is not zeroed (m04::tc_split_dq_first_tile).
 template <class Pass>
 __device__ __forceinline__ void walk_split_tiles(const Params& p, Pass&& pass) {
   const int split = static_cast<int>(blockIdx.x), bhk = static_cast<int>(blockIdx.y);
@@ -858,7 +877,7 @@ __device__ __forceinline__ void walk_split_tiles(const Params& p, Pass&& pass) {
     if (kv_tile >= p.kv_tiles) break;  // later rounds start at (round + 1) * S > kv_tile
     // Every warp is done with the last tile's K, V, stages and dS^T before they are refilled.
     if (round > 0) __syncthreads();
-    pass(kv_tile, bhk / p.kv_heads, bhk % p.kv_heads, dq_acc);
+    pass(kv_tile, bhk / p.kv_heads, bhk % p.kv_heads, dq_acc, round == 0);
   }
 }
 
@@ -871,8 +890,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) backward_kernel(const Params
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = cuda::align_smem(smem_raw);
   if constexpr (Cfg::kSplitDq) {
-    walk_split_tiles(p, [&](int kv_tile, int b, int hk, float* dq_acc) {
-      kv_tile_pass<Cfg, kCausal, Phases>(p, smem, kv_tile, b, hk, dq_acc);
+    walk_split_tiles(p, [&](int kv_tile, int b, int hk, float* dq_acc, bool first) {
+      if (first)
+        kv_tile_pass<Cfg, kCausal, Phases, true>(p, smem, kv_tile, b, hk, dq_acc);
+      else
+        kv_tile_pass<Cfg, kCausal, Phases, false>(p, smem, kv_tile, b, hk, dq_acc);
     });
   } else {
     int kv_tile, bhk;
@@ -886,8 +908,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) backward_kernel(const Params
 
 /// Preprocessing, one group of D/8 lanes per padded query row r = (b*H + h) * N_q_pad + i:
 /// D = dO_i . O_i (fp32 over bf16 pairs), lse2 = lse * log2(e) (+inf for padding and for rows
-/// that see no key), the row's fp32 dQ accumulator zeroed (in each of the p.splits copies),
-/// and the turn counter of its query tile reset. Memory-bound: reads dO and O once.
+/// that see no key), the row's fp32 dQ accumulator zeroed (not for the split steps, whose
+/// first pass stores: m04::tc_split_dq_first_tile), and the turn counter of its query tile
+/// reset. Memory-bound: reads dO and O once.
 template <int D, bool kSplits>
 __global__ void preprocess_kernel(const Params p, long long rows) {
   constexpr int kLanes = D / 8;  // 16 bytes of dO and of O per lane
@@ -909,10 +932,8 @@ __global__ void preprocess_kernel(const Params p, long long rows) {
       const float2 u = __bfloat1622float2(xp[e]), w = __bfloat1622float2(yp[e]);
       acc = fmaf(u.x, w.x, fmaf(u.y, w.y, acc));
     }
-    // tc_split_dq zeroes its S copies (kSplits, a template flag: the other steps keep their code).
-    const int copies = kSplits ? p.splits : 1;
-    for (int split = 0; split < copies; ++split) {
-      float4* z = reinterpret_cast<float4*>(p.dq_acc + split * p.dq_split_stride + (bh * p.seq_q + i) * D + 8 * lane);
+    if constexpr (!kSplits) {  // the split steps' copies are stored, not zeroed and added to
+      float4* z = reinterpret_cast<float4*>(p.dq_acc + (bh * p.seq_q + i) * D + 8 * lane);
       z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
       z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
@@ -929,9 +950,11 @@ __global__ void preprocess_kernel(const Params p, long long rows) {
 }
 
 /// dQ = scale * (fp32 accumulator) as bf16, 8 elements per thread, any dQ strides. With
-/// p.splits copies (tc_split_dq) the accumulator is their sum, taken in index order 0, 1, ...,
-/// S-1: a fixed order, so the same bits on every run (kSplits as in preprocess_kernel).
-template <int D, bool kSplits>
+/// p.splits copies (the split steps) the accumulator is the sum of those that hold the row
+/// (m04::tc_split_dq_first_tile: copies 0, 1, ... while they do; none: the row sees no key,
+/// dQ = 0), taken in index order: the same bits on every run (kSplits as in
+/// preprocess_kernel; kCausal, the mask, for the copies' first tiles).
+template <int D, bool kSplits, bool kCausal = false>
 __global__ void convert_dq_kernel(const Params p, long long chunks) {
   const long long c = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= chunks) return;
@@ -940,9 +963,12 @@ __global__ void convert_dq_kernel(const Params p, long long chunks) {
   const int col = static_cast<int>(c % kPerRow) * 8;
   const long long bh = row / p.seq_q;
   const int i = static_cast<int>(row % p.seq_q);
+  const int tile = i / m04::kTcBackwardQTile;
+  const auto holds = [&](int split) { return m04::tc_split_dq_first_tile(kCausal, split, p.causal_offset) <= tile; };
   const float4* src = reinterpret_cast<const float4*>(p.dq_acc + row * D + col);
-  float4 x = src[0], y = src[1];
-  for (int split = 1; kSplits && split < p.splits; ++split) {
+  float4 x = make_float4(0.f, 0.f, 0.f, 0.f), y = x;
+  if (!kSplits || holds(0)) x = src[0], y = src[1];
+  for (int split = 1; kSplits && split < p.splits && holds(split); ++split) {
     const float4* more = reinterpret_cast<const float4*>(p.dq_acc + split * p.dq_split_stride + row * D + col);
     const float4 u = more[0], w = more[1];
     x = make_float4(x.x + u.x, x.y + u.y, x.z + u.z, x.w + u.w);
@@ -1043,7 +1069,9 @@ void run_step(AttentionBackwardStep step, const AttentionBackwardArgsBf16& a) {
       default: throw Error(std::string("attention_backward: step ") + m04::step_name(step) + " is not a tensor-core step");
     }
     const long long chunks = static_cast<long long>(a.batch) * a.heads * a.seq_q * (D / 8);
-    const auto convert = splits ? convert_dq_kernel<D, true> : convert_dq_kernel<D, false>;
+    const auto convert = !splits ? convert_dq_kernel<D, false>
+                         : a.causal ? convert_dq_kernel<D, true, true>
+                                    : convert_dq_kernel<D, true, false>;
     convert<<<static_cast<unsigned>((chunks + kThreads - 1) / kThreads), kThreads, 0, a.stream>>>(
         p, chunks);
     COURSE_CHECK_LAUNCH("attention backward convert_dq_kernel");

@@ -321,8 +321,9 @@ enum class DqOrder { atomic, turns, split_copies };
 
 /// One K/V tile of kv head (b, hk): K and V loaded once, every query tile of every query head
 /// of the group visited in order (head, tile), dQ added to `dq_acc` (the fp32 workspace, or
-/// the block's own copy of it in tc_wgmma_split_dq), dK and dV written at the end.
-template <class W, bool kCausal, DqOrder kOrder, class Phases>
+/// the block's own copy of it in tc_wgmma_split_dq), dK and dV written at the end. kStoreDq:
+/// the split step's first pass over its copy, which stores dQ instead of adding it.
+template <class W, bool kCausal, DqOrder kOrder, class Phases, bool kStoreDq = false>
 __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* smem, const Tiles<W>& t, int kv_tile,
                                              int b, int hk, float* dq_acc) {
   const int kv0 = kv_tile * W::kBlockN;
@@ -419,7 +420,7 @@ __device__ __forceinline__ void kv_tile_pass(const Params& p, unsigned char* sme
         cuda::wgmma_commit();
         cuda::wgmma_wait<0>();  // dV, dK and dQ: the stage and dS^T may be refilled after the next barrier
         float* dq_head = dq_acc + static_cast<std::int64_t>(b * p.heads + h) * p.seq_q * W::D;
-        add_dq<W>(dq, dq_head, q0, p.seq_q, warp, wg);
+        add_dq<W, kStoreDq ? DqWrite::store : DqWrite::red_add>(dq, dq_head, q0, p.seq_q, warp, wg);
       } else {
         cuda::wgmma_wait<0>();  // dV, dK
       }
@@ -475,8 +476,11 @@ __global__ void __launch_bounds__(W::kThreads, 1) wgmma_backward_kernel(const Pa
   unsigned char* smem = cuda::align_smem(smem_raw);
   const Tiles<W> t{cuda::smem_u32(smem)};
   if constexpr (kOrder == DqOrder::split_copies) {
-    walk_split_tiles(p, [&](int kv_tile, int b, int hk, float* dq_acc) {
-      kv_tile_pass<W, kCausal, kOrder, Phases>(p, smem, t, kv_tile, b, hk, dq_acc);
+    walk_split_tiles(p, [&](int kv_tile, int b, int hk, float* dq_acc, bool first) {
+      if (first)
+        kv_tile_pass<W, kCausal, kOrder, Phases, true>(p, smem, t, kv_tile, b, hk, dq_acc);
+      else
+        kv_tile_pass<W, kCausal, kOrder, Phases, false>(p, smem, t, kv_tile, b, hk, dq_acc);
     });
   } else {
     int kv_tile, bhk;

@@ -374,8 +374,9 @@ inline constexpr int kTcBackwardKeyTile = 128;
 // and adds dQ into its own fp32 copy s of the accumulator, which nobody else writes. So:
 //  - S * B*H_kv blocks should fill the GPU's block slots in whole waves: the blocks are of
 //    equal work, and a last wave that is mostly empty costs as much as a full one;
-//  - every split costs one more fp32 dQ copy, zeroed and read back once: 8 bytes per
-//    element of dQ, which tc_split_dq_cost() weighs against the work of one K/V tile;
+//  - every split costs one more fp32 dQ copy, read back once (the model still counts 8
+//    bytes per element of dQ, from when the copies were zeroed first), which
+//    tc_split_dq_cost() weighs against the work of one K/V tile;
 //  - the copies together stay within kTcSplitDqMaxBytes (S >= 1 whatever the size).
 // All of it is host code on the sizes and the device's SM count, and the workspace size
 // (attention_backward_workspace_bytes) and the launch both call tc_split_dq_plan(): the
@@ -465,6 +466,16 @@ constexpr int tc_first_query_tile(bool causal, int first_key, int causal_offset)
   return first_row <= 0 ? 0 : first_row / kTcBackwardQTile;
 }
 
+/// The first host query tile that dQ copy `split` of the split steps holds. The split's first
+/// K/V tile (round 0 of tc_split_dq_tile: tile `split`) is its lowest, and its pass stores
+/// every row from that tile's first query tile on, where the later tiles, which start no
+/// earlier, add. The rows before it are never written (the copies are not zeroed), so the sum
+/// skips copy `split` there; the first tile grows with `split`, so the copies a row sums are
+/// 0, 1, ..., some last one. Called by the kernels as well (constexpr).
+constexpr int tc_split_dq_first_tile(bool causal, int split, int causal_offset) {
+  return tc_first_query_tile(causal, split * kTcBackwardKeyTile, causal_offset);
+}
+
 /// How many tiles of span * kTcBackwardQTile query rows a tensor-core backward block visits
 /// per query head: the i-th starts at host tile first_tile + span * i (first_tile from
 /// tc_first_query_tile), the last may reach past N_q (tc_backward_padded_rows pads for it).
@@ -537,7 +548,8 @@ inline std::int64_t tc_split_dq_plan(const AttentionBackwardArgsBf16& a) {
 ///    (P = 2^(s*c - lse2) is then exactly 0);
 ///  - d    [B*H, N_q_pad] fp32: D_i = dO_i . O_i (0 for padding);
 ///  - dq   [splits][B*H, N_q, d] fp32: the dQ accumulator (zeroed, then added to by every K/V
-///    tile); one copy per split for the splits_dq() steps (tc_split_dq_plan()), else one;
+///    tile); one copy per split for the splits_dq() steps (tc_split_dq_plan()), else one --
+///    those are not zeroed: each split's first K/V tile stores (tc_split_dq_first_tile);
 ///  - sem  [B*H, N_q_pad / kTcBackwardQTile] int: the dQ turn counters (the orders_dq() steps).
 struct TcBackwardWorkspace {
   std::size_t lse2 = 0, d = 0, dq = 0, sem = 0, bytes = 0;
