@@ -19,7 +19,7 @@
 #   --sanitize REGEX   only binaries whose name matches (default: all *_solution and *_exercise)
 # Environment: SANITIZER_TIMEOUT (s per run, 300), SANITIZER_LARGE_TIMEOUT (s per Large run,
 #   900; 0 skips the Large runs), SANITIZER_FUZZ_CASES (random cases per fuzz test under a
-#   sanitizer, 4), SANITIZER_RACECHECK_SHARDS (processes per binary under racecheck, 6),
+#   sanitizer, 4), SANITIZER_RACECHECK_SHARDS (processes per binary under racecheck, 8),
 #   SANITIZER_JOBS, CTEST_JOBS.
 # Logs (few files, so a remote run can return them all): env.txt build.log ctest.log
 # sanitizer.log bench.txt bench_<module>.json gpt.txt summary.txt
@@ -153,7 +153,7 @@ if ((run_sanitizer)); then
     [[ "$bin" == *_solution ]] && tools="memcheck racecheck initcheck synccheck"
     for tool in $tools; do
       if [[ "$tool" == racecheck ]]; then
-        n=${SANITIZER_RACECHECK_SHARDS:-6}
+        n=${SANITIZER_RACECHECK_SHARDS:-8}
         for ((i = 0; i < n; ++i)); do pool sanitize racecheck "$bin" racecheck "" "" "$i/$n"; done
       else
         pool sanitize "$tool" "$bin"
